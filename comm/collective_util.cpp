@@ -1,0 +1,52 @@
+#include "comm/collective_util.h"
+
+#include <limits>
+
+namespace shoal::comm::detail {
+
+transport::FrameHeader baseHeader(size_t count, DataType type, ReduceOp op, int root) {
+  transport::FrameHeader h;
+  h.count = count;
+  h.dtype = static_cast<uint8_t>(type);
+  h.redop = static_cast<uint8_t>(op);
+  h.root = static_cast<uint32_t>(root);
+  return h;
+}
+
+void checkBuffer(const Group& g, const void* p, size_t count, DataType type, const char* what) {
+  if (!validDataType(static_cast<uint8_t>(type))) {
+    SHOAL_THROW(InvalidArgument, "rank {}: {}: invalid data type {}", g.rank(), what,
+                static_cast<int>(type));
+  }
+  if (count > std::numeric_limits<size_t>::max() / 16 / elementSize(type) /
+                  static_cast<size_t>(g.size())) {
+    SHOAL_THROW(InvalidArgument, "rank {}: {}: count {} is too large", g.rank(), what, count);
+  }
+  if (count > 0 && p == nullptr) {
+    SHOAL_THROW(InvalidArgument, "rank {}: {}: null buffer for {} elements", g.rank(), what,
+                count);
+  }
+}
+
+void checkRoot(const Group& g, int root, const char* what) {
+  if (root < 0 || root >= g.size()) {
+    SHOAL_THROW(InvalidArgument, "rank {}: {}: root {} outside 0..{}", g.rank(), what, root,
+                g.size() - 1);
+  }
+}
+
+void checkReduceOp(ReduceOp op) {
+  if (!validReduceOp(static_cast<uint8_t>(op))) {
+    SHOAL_THROW(InvalidArgument, "invalid reduce op {}", static_cast<int>(op));
+  }
+}
+
+std::shared_ptr<Work> dispatch(Group& g, bool async, transport::OpCode op,
+                               const transport::FrameHeader& base, const CallOptions& call,
+                               std::function<void(OpContext&)> body) {
+  if (async) return g.submit(op, base, call, std::move(body));
+  g.execute(op, base, call, std::move(body));
+  return nullptr;
+}
+
+}  // namespace shoal::comm::detail

@@ -1,0 +1,255 @@
+#include "comm/group.h"
+
+#include <algorithm>
+
+#include "common/error.h"
+#include "common/log.h"
+#include "store/prefix_store.h"
+#include "transport/auth.h"
+#include "transport/bootstrap.h"
+
+namespace shoal::comm {
+
+using transport::AbortKind;
+using transport::FrameHeader;
+using transport::OpCode;
+using transport::Transfer;
+
+namespace {
+
+uint32_t fnv1a(const std::string& s) {
+  uint32_t h = 2166136261u;
+  for (unsigned char c : s) {
+    h ^= c;
+    h *= 16777619u;
+  }
+  return h;
+}
+
+constexpr std::string_view kAlgorithmNames[] = {"auto", "ring", "recursive_doubling", "driver"};
+
+}  // namespace
+
+std::string_view toString(AllreduceAlgorithm a) {
+  return kAlgorithmNames[static_cast<int>(a)];
+}
+
+AllreduceAlgorithm parseAllreduceAlgorithm(std::string_view name) {
+  for (int i = 0; i < 4; ++i) {
+    if (kAlgorithmNames[i] == name) return static_cast<AllreduceAlgorithm>(i);
+  }
+  SHOAL_THROW(InvalidArgument, "unknown all-reduce algorithm '{}' (auto, ring, "
+              "recursive_doubling, driver)", name);
+}
+
+GroupOptions GroupOptions::from(const EnvConfig& env) {
+  GroupOptions o;
+  o.timeout = seconds(env.timeoutSeconds);
+  o.transport = env.transport;
+  try {
+    o.allreduce = parseAllreduceAlgorithm(env.allreduceAlgorithm);
+  } catch (const InvalidArgument& e) {
+    SHOAL_THROW(InvalidArgument, "SHOAL_ALLREDUCE_ALGORITHM: {}", e.what());
+  }
+  o.listenAddress = env.listenAddress;
+  o.shmRingBytes = env.shmRingBytes;
+  o.secret = env.secret;
+  o.secretFile = env.secretFile;
+  return o;
+}
+
+GroupOptions GroupOptions::fromEnv() {
+  EnvConfig env = readEnvConfig();
+  setLogLevel(env.logLevel);
+  SHOAL_LOG_INFO("configuration: {}", describe(env));
+  return from(env);
+}
+
+// ---- OpContext
+
+OpContext::OpContext(Group& group, FrameHeader base, Duration timeout)
+    : group_(group), base_(base), deadline_(timeout) {}
+
+int OpContext::rank() const { return group_.rank(); }
+int OpContext::size() const { return group_.size(); }
+
+FrameHeader OpContext::header(uint32_t step, uint64_t bytes) const {
+  FrameHeader h = base_;
+  h.step = step;
+  h.bytes = bytes;
+  return h;
+}
+
+Transfer OpContext::send(int peer, uint32_t step, const void* data, size_t bytes) const {
+  return Transfer::send(peer, header(step, bytes), data);
+}
+Transfer OpContext::recv(int peer, uint32_t step, void* data, size_t bytes) const {
+  return Transfer::recv(peer, header(step, bytes), data);
+}
+Transfer OpContext::recvReduce(int peer, uint32_t step, void* data, size_t bytes) const {
+  return Transfer::recvReduce(peer, header(step, bytes), data,
+                              static_cast<DataType>(base_.dtype),
+                              static_cast<ReduceOp>(base_.redop));
+}
+
+void OpContext::run(std::vector<Transfer>& batch) {
+  if (batch.empty()) return;
+  // Only an operation blocked for a while publishes that it arrived, for the timeout report.
+  auto onSlow = [this] {
+    try {
+      group_.store_->set(fmt::format("arrived/{}/{}", base_.seq, group_.rank()), "1");
+    } catch (const Error&) {
+      // Diagnostics only; the operation's own deadline still applies.
+    }
+  };
+  group_.endpoint_->run(batch.data(), batch.size(), deadline_, onSlow);
+}
+
+// ---- Group
+
+Group::Group(std::shared_ptr<store::Store> root, std::string prefix, int rank, int size,
+             uint32_t id, GroupOptions options, std::string secret,
+             std::shared_ptr<void> secretHolder)
+    : root_(std::move(root)),
+      prefix_(std::move(prefix)),
+      store_(std::make_shared<store::PrefixStore>(prefix_, root_)),
+      rank_(rank),
+      size_(size),
+      id_(id),
+      options_(std::move(options)),
+      secret_(std::move(secret)),
+      secretHolder_(std::move(secretHolder)),
+      sendSeq_(static_cast<size_t>(size), 0),
+      recvSeq_(static_cast<size_t>(size), 0) {
+  // Publish "arrived" only after a quarter of the deadline (at most 1 s) spent blocked.
+  options_.endpoint.slowAfter =
+      std::min<Duration>(options_.endpoint.slowAfter, options_.timeout / 4);
+  transport::BootstrapOptions b;
+  b.rank = rank_;
+  b.size = size_;
+  b.groupId = id_;
+  b.store = store_;
+  b.secret = secret_;
+  b.transport = options_.transport;
+  b.listenAddress = options_.listenAddress;
+  b.shmRingBytes = options_.shmRingBytes;
+  b.timeout = options_.timeout;
+  b.endpoint = options_.endpoint;
+  endpoint_ = transport::bootstrapEndpoint(b);
+}
+
+Group::~Group() = default;
+
+std::shared_ptr<Group> Group::create(std::shared_ptr<store::Store> store, int rank, int size,
+                                     GroupOptions options) {
+  SHOAL_CHECK(store != nullptr, "Group::create needs a store");
+  SHOAL_CHECK(size >= 1, "world size {} must be at least 1", size);
+  SHOAL_CHECK(rank >= 0 && rank < size, "rank {} outside 0..{}", rank, size - 1);
+  const std::string prefix = "shoal";
+  store::PrefixStore scoped(prefix, store);
+  auto secret = transport::resolveJobSecret(options.secret, options.secretFile, scoped, rank,
+                                            options.timeout);
+  return std::shared_ptr<Group>(new Group(store, prefix, rank, size, fnv1a(prefix),
+                                          std::move(options), std::move(secret.bytes),
+                                          std::move(secret.holder)));
+}
+
+std::shared_ptr<Group> Group::split(int color, int key) {
+  // Runs in issue order like a collective: the split number must agree on every rank.
+  std::shared_ptr<Group> result;
+  FrameHeader base;
+  execute(OpCode::kInternal, base, {}, [&](OpContext& ctx) {
+    const uint64_t n = splits_++;
+    store_->set(fmt::format("split/{}/{}", n, rank_), fmt::format("{} {}", color, key));
+    struct Member {
+      int color, key, rank;
+    };
+    std::vector<Member> members;
+    for (int p = 0; p < size_; ++p) {
+      std::string v = store_->get(fmt::format("split/{}/{}", n, p), ctx.deadline().remaining());
+      Member m{0, 0, p};
+      if (std::sscanf(v.c_str(), "%d %d", &m.color, &m.key) != 2) {
+        SHOAL_THROW(ProtocolError, "split: malformed entry '{}' from rank {}", v, p);
+      }
+      if (m.color == color) members.push_back(m);
+    }
+    if (color < 0) return;
+    std::stable_sort(members.begin(), members.end(), [](const Member& a, const Member& b) {
+      return a.key != b.key ? a.key < b.key : a.rank < b.rank;
+    });
+    int newRank = 0;
+    while (members[newRank].rank != rank_) ++newRank;
+    std::string prefix = fmt::format("{}/split{}/c{}", prefix_, n, color);
+    GroupOptions o = options_;
+    o.timeout = ctx.deadline().remaining();
+    result = std::shared_ptr<Group>(new Group(root_, prefix, newRank,
+                                              static_cast<int>(members.size()), fnv1a(prefix),
+                                              o, secret_, secretHolder_));
+    result->options_.timeout = options_.timeout;
+  });
+  return result;
+}
+
+AllreduceAlgorithm Group::allreduceAlgorithm(const CallOptions& call) const {
+  return call.algorithm != AllreduceAlgorithm::kAuto ? call.algorithm : options_.allreduce;
+}
+
+std::string Group::arrivalReport(uint64_t seq) {
+  std::vector<int> in, out;
+  try {
+    for (int p = 0; p < size_; ++p) {
+      (store_->check({fmt::format("arrived/{}/{}", seq, p)}) ? in : out).push_back(p);
+    }
+  } catch (const Error&) {
+    return " (the store could not be asked which ranks arrived)";
+  }
+  return fmt::format("; ranks blocked in this operation: [{}]; ranks that did not reach it: [{}]",
+                     fmt::join(in, ", "), fmt::join(out, ", "));
+}
+
+void Group::runOp(OpCode op, FrameHeader base, const CallOptions& call,
+                  const std::function<void(OpContext&)>& body) {
+  base.group = id_;
+  base.op = static_cast<uint8_t>(op);
+  if (op != OpCode::kSendRecv) base.seq = nextSeq_++;
+  OpContext ctx(*this, base, call.timeout.value_or(options_.timeout));
+  try {
+    body(ctx);
+  } catch (const TimeoutError& e) {
+    std::string msg = std::string(e.what()) + arrivalReport(base.seq);
+    endpoint_->abort(AbortKind::kTimeout, msg);
+    throw TimeoutError(msg);
+  } catch (const MismatchError& e) {
+    endpoint_->abort(AbortKind::kMismatch, e.what());
+    throw;
+  } catch (const ProtocolError& e) {
+    endpoint_->abort(AbortKind::kProtocol, e.what());
+    throw;
+  } catch (const PeerError& e) {
+    endpoint_->abort(AbortKind::kPeer, e.what());
+    throw;
+  }
+}
+
+void Group::execute(OpCode op, const FrameHeader& base, const CallOptions& call,
+                    std::function<void(OpContext&)> body) {
+  if (executor_.tryRunInline([&] { runOp(op, base, call, body); })) return;
+  submit(op, base, call, std::move(body))->wait();
+}
+
+std::shared_ptr<Work> Group::submit(OpCode op, const FrameHeader& base, const CallOptions& call,
+                                    std::function<void(OpContext&)> body) {
+  auto work = std::make_shared<Work>();
+  // `this` outlives the task: the executor is the first member destroyed, and it drains.
+  executor_.submit([this, work, op, base, call, body = std::move(body)] {
+    try {
+      runOp(op, base, call, body);
+      work->finish(nullptr);
+    } catch (...) {
+      work->finish(std::current_exception());
+    }
+  });
+  return work;
+}
+
+}  // namespace shoal::comm

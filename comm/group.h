@@ -1,0 +1,152 @@
+// A group of ranks that run collectives together (MPI's communicator, Gloo's context).
+//
+// Contract:
+// - Every rank of a group issues the same collectives in the same order (any thread, but one
+//   issuing thread at a time per group). The sequence number of each collective is assigned in
+//   that order and travels in every frame, so a rank that diverges is caught (MismatchError on
+//   every rank) instead of mixing data.
+// - Each group has its own connections, sequence counter and executor: sub-groups made by
+//   split() never interfere with their parent.
+// - Every operation has a deadline: the per-call timeout, else the group's (default 60 s,
+//   SHOAL_TIMEOUT). After any failure (timeout, peer error, mismatch) the group is aborted:
+//   every peer is told, and every later call throws at once. Make a new group to go on.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "comm/executor.h"
+#include "comm/work.h"
+#include "common/env.h"
+#include "common/types.h"
+#include "store/store.h"
+#include "transport/endpoint.h"
+
+namespace shoal::comm {
+
+enum class AllreduceAlgorithm : uint8_t {
+  kAuto = 0,
+  kRing = 1,
+  kRecursiveDoubling = 2,  // recursive halving/doubling (Rabenseifner) for large messages
+  kDriver = 3,             // reduce to rank 0, then broadcast: the baseline
+};
+std::string_view toString(AllreduceAlgorithm a);
+AllreduceAlgorithm parseAllreduceAlgorithm(std::string_view name);
+
+struct GroupOptions {
+  Duration timeout = std::chrono::seconds(60);
+  TransportKind transport = TransportKind::kAuto;
+  AllreduceAlgorithm allreduce = AllreduceAlgorithm::kAuto;
+  std::string listenAddress = "127.0.0.1";
+  size_t shmRingBytes = 4u << 20;
+  std::optional<std::string> secret;
+  std::optional<std::string> secretFile;
+  transport::EndpointOptions endpoint;
+
+  // The SHOAL_* environment (see common/env.h), validated.
+  static GroupOptions fromEnv();
+  static GroupOptions from(const EnvConfig& env);
+};
+
+// Per-call overrides.
+struct CallOptions {
+  std::optional<Duration> timeout;
+  AllreduceAlgorithm algorithm = AllreduceAlgorithm::kAuto;  // kAuto: the group's choice
+};
+
+class Group;
+
+// What an algorithm sees while it runs: the frame template for this operation, the deadline,
+// and helpers to move framed messages.
+class OpContext {
+ public:
+  OpContext(Group& group, transport::FrameHeader base, Duration timeout);
+
+  int rank() const;
+  int size() const;
+  const transport::FrameHeader& base() const { return base_; }
+  void setAlgorithm(uint8_t algo) { base_.algo = algo; }
+  const Deadline& deadline() const { return deadline_; }
+
+  transport::FrameHeader header(uint32_t step, uint64_t bytes) const;
+
+  // Runs a batch (see transport::Endpoint::run).
+  void run(std::vector<transport::Transfer>& batch);
+
+  // Builders for batch entries; `step` must be computed identically by sender and receiver.
+  transport::Transfer send(int peer, uint32_t step, const void* data, size_t bytes) const;
+  transport::Transfer recv(int peer, uint32_t step, void* data, size_t bytes) const;
+  transport::Transfer recvReduce(int peer, uint32_t step, void* data, size_t bytes) const;
+
+  Group& group() { return group_; }
+
+ private:
+  Group& group_;
+  transport::FrameHeader base_;
+  Deadline deadline_;
+};
+
+class Group : public std::enable_shared_from_this<Group> {
+ public:
+  // Collective over `size` ranks sharing `store` (unscoped: the group scopes its keys).
+  // Blocks until every rank joined and all connections are authenticated, or the timeout.
+  static std::shared_ptr<Group> create(std::shared_ptr<store::Store> store, int rank, int size,
+                                       GroupOptions options = GroupOptions::fromEnv());
+
+  ~Group();
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  const GroupOptions& options() const { return options_; }
+  uint32_t id() const { return id_; }
+  transport::LinkKind linkKind(int peer) const { return endpoint_->linkKind(peer); }
+
+  // Collective (like MPI_Comm_split): ranks with the same color form a new group, ordered by
+  // key then by rank in this group. A negative color joins no group and gets nullptr.
+  std::shared_ptr<Group> split(int color, int key);
+
+  // Runs `body` as operation `op` in issue order (see the class comment). Synchronous:
+  // throws what the operation threw. Used by the collectives; not needed by applications.
+  void execute(transport::OpCode op, const transport::FrameHeader& base,
+               const CallOptions& call, std::function<void(OpContext&)> body);
+  std::shared_ptr<Work> submit(transport::OpCode op, const transport::FrameHeader& base,
+                               const CallOptions& call, std::function<void(OpContext&)> body);
+
+  // Point-to-point ordering: a per-peer sequence number for each direction.
+  uint64_t nextSendSeq(int peer) { return sendSeq_.at(peer)++; }
+  uint64_t nextRecvSeq(int peer) { return recvSeq_.at(peer)++; }
+
+  transport::Endpoint& endpoint() { return *endpoint_; }
+  AllreduceAlgorithm allreduceAlgorithm(const CallOptions& call) const;
+
+ private:
+  friend class OpContext;
+  Group(std::shared_ptr<store::Store> root, std::string prefix, int rank, int size,
+        uint32_t id, GroupOptions options, std::string secret,
+        std::shared_ptr<void> secretHolder);
+  void runOp(transport::OpCode op, transport::FrameHeader base, const CallOptions& call,
+             const std::function<void(OpContext&)>& body);
+  std::string arrivalReport(uint64_t seq);
+
+  std::shared_ptr<store::Store> root_;   // unscoped, for sub-groups
+  std::string prefix_;
+  std::shared_ptr<store::Store> store_;  // scoped to this group
+  int rank_;
+  int size_;
+  uint32_t id_;
+  GroupOptions options_;
+  std::string secret_;
+  std::shared_ptr<void> secretHolder_;
+  std::unique_ptr<transport::Endpoint> endpoint_;
+  uint64_t nextSeq_ = 0;
+  uint64_t splits_ = 0;
+  std::vector<uint64_t> sendSeq_;
+  std::vector<uint64_t> recvSeq_;
+  Executor executor_;  // last: destroyed (drained) first
+};
+
+}  // namespace shoal::comm

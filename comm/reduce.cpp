@@ -1,0 +1,56 @@
+// Reduce to `root` along a binomial tree: each rank reduces what its children send (all
+// children at once, reduced as bytes arrive) into a scratch copy of its own buffer, then sends
+// the partial result to its parent. The root reduces straight into its buffer; the other
+// ranks' buffers are left as they were.
+#include <cstring>
+
+#include "comm/algorithms.h"
+#include "comm/collective_util.h"
+#include "comm/collectives.h"
+#include "common/reduce.h"
+
+namespace shoal::comm {
+
+namespace {
+
+std::shared_ptr<Work> reduceImpl(Group& g, bool async, void* data, size_t count, DataType type,
+                                 ReduceOp op, int root, const CallOptions& call) {
+  detail::checkBuffer(g, data, count, type, "reduce");
+  detail::checkRoot(g, root, "reduce");
+  detail::checkReduceOp(op);
+  auto base = detail::baseHeader(count, type, op, root);
+  return detail::dispatch(g, async, transport::OpCode::kReduce, base, call, [=](OpContext& ctx) {
+    const size_t total = count * elementSize(type);
+    const auto tree = algo::binomialTree(ctx.rank(), root, ctx.size());
+    std::vector<uint8_t> scratch;
+    void* acc = data;
+    if (tree.parent >= 0) {
+      scratch.assign(static_cast<uint8_t*>(data), static_cast<uint8_t*>(data) + total);
+      acc = scratch.data();
+    }
+    std::vector<transport::Transfer> batch;
+    for (int child : tree.children) batch.push_back(ctx.recvReduce(child, 0, acc, total));
+    ctx.run(batch);
+    if (tree.parent >= 0) {
+      batch.clear();
+      batch.push_back(ctx.send(tree.parent, 0, acc, total));
+      ctx.run(batch);
+    } else if (op == ReduceOp::kAvg) {
+      scaleAverage(data, count, type, ctx.size());
+    }
+  });
+}
+
+}  // namespace
+
+void reduce(Group& g, void* data, size_t count, DataType type, ReduceOp op, int root,
+            const CallOptions& call) {
+  reduceImpl(g, false, data, count, type, op, root, call);
+}
+
+std::shared_ptr<Work> reduceAsync(Group& g, void* data, size_t count, DataType type, ReduceOp op,
+                                  int root, const CallOptions& call) {
+  return reduceImpl(g, true, data, count, type, op, root, call);
+}
+
+}  // namespace shoal::comm

@@ -1,0 +1,205 @@
+#include "common/socket.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <thread>
+
+#include "common/error.h"
+
+namespace shoal {
+
+void Fd::reset() {
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = -1;
+}
+
+std::string HostPort::str() const { return fmt::format("{}:{}", host, port); }
+
+HostPort parseHostPort(const std::string& s) {
+  auto colon = s.rfind(':');
+  if (colon == std::string::npos || colon == 0 || colon + 1 == s.size()) {
+    SHOAL_THROW(InvalidArgument, "address '{}': expected host:port", s);
+  }
+  HostPort hp;
+  hp.host = s.substr(0, colon);
+  char* end = nullptr;
+  long port = std::strtol(s.c_str() + colon + 1, &end, 10);
+  if (*end != '\0' || port <= 0 || port > 65535) {
+    SHOAL_THROW(InvalidArgument, "address '{}': port must be 1..65535", s);
+  }
+  hp.port = static_cast<int>(port);
+  return hp;
+}
+
+void setNonBlocking(int fd) {
+  int flags = ::fcntl(fd, F_GETFL, 0);
+  if (flags < 0 || ::fcntl(fd, F_SETFL, flags | O_NONBLOCK) < 0) {
+    throwSystemError("fcntl(O_NONBLOCK)", errno);
+  }
+}
+
+void setNoDelay(int fd) {
+  int one = 1;
+  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+}
+
+namespace {
+
+sockaddr_in resolve(const std::string& host, int port) {
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_port = htons(static_cast<uint16_t>(port));
+  if (host.empty() || host == "*" || host == "0.0.0.0") {
+    sa.sin_addr.s_addr = htonl(INADDR_ANY);
+    return sa;
+  }
+  if (::inet_pton(AF_INET, host.c_str(), &sa.sin_addr) == 1) return sa;
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  int rc = ::getaddrinfo(host.c_str(), nullptr, &hints, &res);
+  if (rc != 0 || res == nullptr) {
+    SHOAL_THROW(InvalidArgument, "cannot resolve host '{}': {}", host, ::gai_strerror(rc));
+  }
+  sa.sin_addr = reinterpret_cast<sockaddr_in*>(res->ai_addr)->sin_addr;
+  ::freeaddrinfo(res);
+  return sa;
+}
+
+// Waits for `events` on fd; false when the deadline passed.
+bool pollFor(int fd, short events, const Deadline& deadline) {
+  for (;;) {
+    pollfd p{fd, events, 0};
+    int rc = ::poll(&p, 1, deadline.remainingMs());
+    if (rc > 0) return true;
+    if (rc == 0) return false;
+    if (errno != EINTR) throwSystemError("poll", errno);
+  }
+}
+
+}  // namespace
+
+Fd listenTcp(const std::string& host, int port, int* boundPort, int backlog) {
+  Fd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!fd.valid()) throwSystemError("socket", errno);
+  int one = 1;
+  ::setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  sockaddr_in sa = resolve(host, port);
+  if (::bind(fd.get(), reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) < 0) {
+    int err = errno;
+    SHOAL_THROW(SystemError, "cannot listen on {}:{}: {}", host, port, std::strerror(err));
+  }
+  if (::listen(fd.get(), backlog) < 0) throwSystemError("listen", errno);
+  socklen_t len = sizeof(sa);
+  ::getsockname(fd.get(), reinterpret_cast<sockaddr*>(&sa), &len);
+  if (boundPort) *boundPort = ntohs(sa.sin_port);
+  setNonBlocking(fd.get());
+  return fd;
+}
+
+Fd connectTcp(const HostPort& addr, const Deadline& deadline, const std::string& what) {
+  sockaddr_in sa = resolve(addr.host, addr.port);
+  int lastErr = 0;
+  auto backoff = std::chrono::milliseconds(1);
+  while (!deadline.expired()) {
+    Fd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+    if (!fd.valid()) throwSystemError("socket", errno);
+    int rc = ::connect(fd.get(), reinterpret_cast<sockaddr*>(&sa), sizeof(sa));
+    if (rc < 0 && errno == EINPROGRESS) {
+      if (pollFor(fd.get(), POLLOUT, deadline)) {
+        int err = 0;
+        socklen_t len = sizeof(err);
+        ::getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &err, &len);
+        rc = err == 0 ? 0 : -1;
+        errno = err;
+      } else {
+        errno = ETIMEDOUT;
+      }
+    }
+    if (rc == 0) {
+      setNoDelay(fd.get());
+      return fd;
+    }
+    lastErr = errno;
+    // Refused: the listener is not up yet. Retry with a short, growing pause (never a spin).
+    auto pause = std::min<Duration>(backoff, deadline.remaining());
+    std::this_thread::sleep_for(pause);
+    backoff = std::min(backoff * 2, std::chrono::milliseconds(100));
+  }
+  SHOAL_THROW(TimeoutError, "{}: could not connect to {} within {:.1f} s (last error: {})", what,
+              addr.str(), deadline.timeoutSeconds(),
+              lastErr ? std::strerror(lastErr) : "none");
+}
+
+Fd acceptTcp(int listenFd, const Deadline& deadline, const std::string& what) {
+  for (;;) {
+    int fd = ::accept4(listenFd, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    if (fd >= 0) {
+      setNoDelay(fd);
+      return Fd(fd);
+    }
+    if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+      throwSystemError("accept", errno);
+    }
+    if (!pollFor(listenFd, POLLIN, deadline)) {
+      SHOAL_THROW(TimeoutError, "{}: no connection arrived within {:.1f} s", what,
+                  deadline.timeoutSeconds());
+    }
+  }
+}
+
+void writeAll(int fd, const void* data, size_t n, const Deadline& deadline,
+              const std::string& what) {
+  auto* p = static_cast<const char*>(data);
+  while (n > 0) {
+    ssize_t w = ::send(fd, p, n, MSG_NOSIGNAL);
+    if (w > 0) {
+      p += w;
+      n -= static_cast<size_t>(w);
+      continue;
+    }
+    if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
+      if (!pollFor(fd, POLLOUT, deadline)) {
+        SHOAL_THROW(TimeoutError, "{}: send timed out after {:.1f} s", what,
+                    deadline.timeoutSeconds());
+      }
+      continue;
+    }
+    SHOAL_THROW(PeerError, "{}: connection lost while sending ({})", what,
+                std::strerror(errno));
+  }
+}
+
+void readAll(int fd, void* data, size_t n, const Deadline& deadline, const std::string& what) {
+  auto* p = static_cast<char*>(data);
+  while (n > 0) {
+    ssize_t r = ::recv(fd, p, n, 0);
+    if (r > 0) {
+      p += r;
+      n -= static_cast<size_t>(r);
+      continue;
+    }
+    if (r == 0) SHOAL_THROW(PeerError, "{}: connection closed by peer", what);
+    if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) {
+      if (!pollFor(fd, POLLIN, deadline)) {
+        SHOAL_THROW(TimeoutError, "{}: receive timed out after {:.1f} s", what,
+                    deadline.timeoutSeconds());
+      }
+      continue;
+    }
+    SHOAL_THROW(PeerError, "{}: connection lost while receiving ({})", what,
+                std::strerror(errno));
+  }
+}
+
+}  // namespace shoal

@@ -1,0 +1,67 @@
+// TCP socket helpers shared by the store and the transports. All sockets are non-blocking;
+// the blocking helpers here wait with poll(2) against a deadline, never indefinitely.
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <utility>
+
+#include "common/deadline.h"
+
+namespace shoal {
+
+// Owns a file descriptor.
+class Fd {
+ public:
+  Fd() = default;
+  explicit Fd(int fd) : fd_(fd) {}
+  Fd(Fd&& o) noexcept : fd_(std::exchange(o.fd_, -1)) {}
+  Fd& operator=(Fd&& o) noexcept {
+    if (this != &o) {
+      reset();
+      fd_ = std::exchange(o.fd_, -1);
+    }
+    return *this;
+  }
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  ~Fd() { reset(); }
+
+  int get() const { return fd_; }
+  bool valid() const { return fd_ >= 0; }
+  int release() { return std::exchange(fd_, -1); }
+  void reset();
+
+ private:
+  int fd_ = -1;
+};
+
+struct HostPort {
+  std::string host;
+  int port = 0;
+  std::string str() const;
+};
+
+// "host:port" -> HostPort; InvalidArgument on a malformed string.
+HostPort parseHostPort(const std::string& s);
+
+// Listens on host:port (port 0 picks a free one); returns the socket and the bound port.
+Fd listenTcp(const std::string& host, int port, int* boundPort, int backlog = 128);
+
+// Connects, retrying refused/unreachable connections until the deadline. Throws TimeoutError
+// naming the address (`what` says who is connecting to what) when the deadline passes.
+Fd connectTcp(const HostPort& addr, const Deadline& deadline, const std::string& what);
+
+// Accepts one connection or throws TimeoutError.
+Fd acceptTcp(int listenFd, const Deadline& deadline, const std::string& what);
+
+void setNonBlocking(int fd);
+void setNoDelay(int fd);
+
+// Blocking-with-deadline transfers on a non-blocking socket. A closed connection is a
+// PeerError, a deadline a TimeoutError; both name `what`.
+void writeAll(int fd, const void* data, size_t n, const Deadline& deadline,
+              const std::string& what);
+void readAll(int fd, void* data, size_t n, const Deadline& deadline, const std::string& what);
+
+}  // namespace shoal

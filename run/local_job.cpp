@@ -1,0 +1,147 @@
+#include "run/local_job.h"
+
+#include <fcntl.h>
+#include <openssl/rand.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "common/error.h"
+
+extern char** environ;
+
+namespace shoal::run {
+
+std::string RankExit::describe() const {
+  if (signal) return fmt::format("rank {} killed by signal {} ({})", rank, signal, strsignal(signal));
+  return fmt::format("rank {} exited with code {}", rank, exitCode);
+}
+
+namespace {
+std::string randomHex(size_t bytes) {
+  std::vector<unsigned char> b(bytes);
+  if (RAND_bytes(b.data(), static_cast<int>(bytes)) != 1) {
+    SHOAL_THROW(SystemError, "OpenSSL RAND_bytes failed");
+  }
+  std::string s;
+  for (unsigned char c : b) s += fmt::format("{:02x}", c);
+  return s;
+}
+}  // namespace
+
+LocalJob::LocalJob(LocalJobOptions options) : options_(std::move(options)) {
+  SHOAL_CHECK(options_.ranks >= 1, "a job needs at least one rank, got {}", options_.ranks);
+  SHOAL_CHECK(!options_.argv.empty(), "a job needs a program");
+  if (::access(options_.argv[0].c_str(), X_OK) != 0) {
+    SHOAL_THROW(InvalidArgument, "program '{}' not found or not executable", options_.argv[0]);
+  }
+  store_ = std::make_unique<store::TcpStoreServer>("127.0.0.1", 0);
+  const std::string secret = randomHex(32);
+
+  std::vector<std::string> baseEnv;
+  for (char** e = environ; *e; ++e) {
+    std::string kv(*e);
+    // The job's own variables replace whatever the caller's environment had.
+    if (kv.rfind("SHOAL_RANK=", 0) == 0 || kv.rfind("SHOAL_WORLD_SIZE=", 0) == 0 ||
+        kv.rfind("SHOAL_STORE_ADDR=", 0) == 0 || kv.rfind("SHOAL_SECRET=", 0) == 0) {
+      continue;
+    }
+    baseEnv.push_back(kv);
+  }
+  for (auto& [k, v] : options_.env) baseEnv.push_back(k + "=" + v);
+
+  for (int r = 0; r < options_.ranks; ++r) {
+    std::vector<std::string> env = baseEnv;
+    env.push_back(fmt::format("SHOAL_RANK={}", r));
+    env.push_back(fmt::format("SHOAL_WORLD_SIZE={}", options_.ranks));
+    env.push_back("SHOAL_STORE_ADDR=" + storeAddress());
+    env.push_back("SHOAL_SECRET=" + secret);
+    std::vector<char*> envp, argv;
+    for (auto& s : env) envp.push_back(s.data());
+    envp.push_back(nullptr);
+    for (auto& s : options_.argv) argv.push_back(const_cast<char*>(s.c_str()));
+    argv.push_back(nullptr);
+
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    std::string log;
+    if (!options_.outputDir.empty()) {
+      log = fmt::format("{}/rank{}.log", options_.outputDir, r);
+      posix_spawn_file_actions_addopen(&fa, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      posix_spawn_file_actions_adddup2(&fa, 1, 2);
+    }
+    pid_t pid = 0;
+    int rc = ::posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), envp.data());
+    posix_spawn_file_actions_destroy(&fa);
+    if (rc != 0) {
+      SHOAL_THROW(SystemError, "cannot start rank {} ({}): {}", r, options_.argv[0],
+                  std::strerror(rc));
+    }
+    pids_.push_back(pid);
+  }
+  exits_.resize(pids_.size());
+  reaped_.assign(pids_.size(), false);
+}
+
+LocalJob::~LocalJob() {
+  for (size_t r = 0; r < pids_.size(); ++r) {
+    if (reaped_[r]) continue;
+    ::kill(pids_[r], SIGKILL);
+    ::waitpid(pids_[r], nullptr, 0);
+  }
+}
+
+std::string LocalJob::storeAddress() const { return fmt::format("127.0.0.1:{}", store_->port()); }
+
+void LocalJob::signal(int rank, int sig) { ::kill(pids_.at(rank), sig); }
+
+std::vector<RankExit> LocalJob::wait(Duration timeout, bool* timedOut) {
+  Deadline deadline(timeout);
+  if (timedOut) *timedOut = false;
+  auto pause = std::chrono::milliseconds(1);
+  for (;;) {
+    bool all = true;
+    for (size_t r = 0; r < pids_.size(); ++r) {
+      if (reaped_[r]) continue;
+      int status = 0;
+      pid_t got = ::waitpid(pids_[r], &status, WNOHANG);
+      if (got == pids_[r]) {
+        reaped_[r] = true;
+        exits_[r].rank = static_cast<int>(r);
+        if (WIFSIGNALED(status)) exits_[r].signal = WTERMSIG(status);
+        else exits_[r].exitCode = WEXITSTATUS(status);
+      } else {
+        all = false;
+      }
+    }
+    if (all) return exits_;
+    if (deadline.expired()) {
+      if (timedOut) *timedOut = true;
+      for (size_t r = 0; r < pids_.size(); ++r) {
+        if (!reaped_[r]) {
+          ::kill(pids_[r], SIGKILL);
+          ::kill(pids_[r], SIGCONT);
+        }
+      }
+      return wait(std::chrono::seconds(10), nullptr);
+    }
+    std::this_thread::sleep_for(std::min<Duration>(pause, deadline.remaining()));
+    pause = std::min(pause * 2, std::chrono::milliseconds(20));
+  }
+}
+
+std::string LocalJob::output(int rank) const {
+  std::ifstream in(fmt::format("{}/rank{}.log", options_.outputDir, rank));
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+}  // namespace shoal::run

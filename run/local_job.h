@@ -1,0 +1,65 @@
+// Starts N ranks of a program on this machine: hosts the job's TCP store, generates the job
+// secret, and spawns each rank with SHOAL_RANK, SHOAL_WORLD_SIZE, SHOAL_STORE_ADDR and
+// SHOAL_SECRET set. The seed of `shoal run`; used by the demo, the process tests and benches.
+//
+// Not thread-safe. The destructor kills (SIGKILL) and reaps every rank still running, so no
+// process outlives the job.
+#pragma once
+
+#include <sys/types.h>
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "common/deadline.h"
+#include "store/tcp_store.h"
+
+namespace shoal::run {
+
+struct LocalJobOptions {
+  int ranks = 1;
+  std::vector<std::string> argv;  // argv[0] is the program path
+  std::vector<std::pair<std::string, std::string>> env;  // extra variables for every rank
+  // If set, each rank's stdout+stderr go to <outputDir>/rank<r>.log instead of the terminal.
+  std::string outputDir;
+};
+
+struct RankExit {
+  int rank = 0;
+  int exitCode = -1;  // valid when signal == 0
+  int signal = 0;     // the signal that killed it, or 0
+  bool ok() const { return signal == 0 && exitCode == 0; }
+  std::string describe() const;
+};
+
+class LocalJob {
+ public:
+  explicit LocalJob(LocalJobOptions options);
+  ~LocalJob();
+  LocalJob(const LocalJob&) = delete;
+  LocalJob& operator=(const LocalJob&) = delete;
+
+  pid_t pid(int rank) const { return pids_.at(rank); }
+  std::string storeAddress() const;
+
+  // Sends `sig` to one rank.
+  void signal(int rank, int sig);
+
+  // Waits for every rank to exit. Ranks still running at the deadline are killed and reported
+  // with their signal; `timedOut` (if given) says whether that happened.
+  std::vector<RankExit> wait(Duration timeout, bool* timedOut = nullptr);
+
+  // The captured output of a rank (with outputDir set).
+  std::string output(int rank) const;
+
+ private:
+  LocalJobOptions options_;
+  std::unique_ptr<store::TcpStoreServer> store_;
+  std::vector<pid_t> pids_;
+  std::vector<RankExit> exits_;
+  std::vector<bool> reaped_;
+};
+
+}  // namespace shoal::run

@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+# Installs missing dependencies (Debian packages), then configures and builds into build/.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
+cmake --build build --parallel "$(nproc)"

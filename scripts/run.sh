@@ -1,0 +1,6 @@
+#!/usr/bin/env bash
+# Set-up, build, and the main job. The README's run command.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/build.sh
+exec build/shoal_demo --ranks "${SHOAL_DEMO_RANKS:-4}" "$@"

@@ -1,0 +1,68 @@
+// TCP store: a small server any rank or the launcher can host, and a client.
+//
+// Wire format (both directions): u32 length of the rest, u8 command/status, u32 field count,
+// then each field as u32 length + bytes. Frames over 64 MiB or with inconsistent lengths are
+// rejected and the offending client is disconnected (the server keeps serving the others).
+//
+// Blocking requests (get, wait) park on the server until the keys exist; the client enforces
+// its own deadline and drops the connection when it passes, which removes the parked request.
+#pragma once
+
+#include <atomic>
+#include <mutex>
+#include <thread>
+
+#include "common/socket.h"
+#include "store/store.h"
+
+namespace shoal::store {
+
+class TcpStoreServer {
+ public:
+  // Listens on host:port (0 = pick a free port; see port()). Serves on a background thread
+  // until destroyed. Throws SystemError if the address cannot be bound.
+  TcpStoreServer(const std::string& host, int port);
+  ~TcpStoreServer();
+  TcpStoreServer(const TcpStoreServer&) = delete;
+  TcpStoreServer& operator=(const TcpStoreServer&) = delete;
+
+  int port() const { return port_; }
+
+ private:
+  void serve();
+
+  Fd listen_;
+  Fd wakeRead_;
+  Fd wakeWrite_;
+  int port_ = 0;
+  std::thread thread_;
+};
+
+class TcpStore : public Store {
+ public:
+  // Connects lazily and reconnects on failure, retrying within each call's deadline.
+  // `connectTimeout` bounds calls that take no timeout of their own (set, add, ...).
+  TcpStore(HostPort address, Duration connectTimeout);
+
+  void set(const std::string& key, const std::string& value) override;
+  std::string get(const std::string& key, Duration timeout) override;
+  int64_t add(const std::string& key, int64_t delta) override;
+  std::string compareSet(const std::string& key, const std::string& expected,
+                         const std::string& desired) override;
+  void wait(const std::vector<std::string>& keys, Duration timeout) override;
+  bool deleteKey(const std::string& key) override;
+  bool check(const std::vector<std::string>& keys) override;
+
+  const HostPort& address() const { return address_; }
+
+ private:
+  std::vector<std::string> request(uint8_t cmd, const std::vector<std::string>& fields,
+                                   const Deadline& deadline, bool idempotent);
+
+  HostPort address_;
+  Duration connectTimeout_;
+  std::mutex mutex_;  // one request at a time on the connection
+  Fd conn_;
+};
+
+}  // namespace shoal::store

@@ -1,0 +1,106 @@
+#include <cerrno>
+#include <cstring>
+#include <thread>
+
+#include "common/error.h"
+#include "store/memory_store.h"
+#include "store/tcp_store.h"
+#include "store/tcp_store_protocol.h"
+
+namespace shoal::store {
+
+TcpStore::TcpStore(HostPort address, Duration connectTimeout)
+    : address_(std::move(address)), connectTimeout_(connectTimeout) {}
+
+std::vector<std::string> TcpStore::request(uint8_t cmd, const std::vector<std::string>& fields,
+                                           const Deadline& deadline, bool idempotent) {
+  const std::string what = fmt::format("store {}", address_.str());
+  const std::string frame = wire::encode(cmd, fields);
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::string lastError;
+  while (!deadline.expired()) {
+    bool sent = false;
+    bool connected = conn_.valid();
+    try {
+      if (!connected) conn_ = connectTcp(address_, deadline, what);
+      connected = true;
+      writeAll(conn_.get(), frame.data(), frame.size(), deadline, what);
+      sent = true;
+      uint32_t len = 0;
+      readAll(conn_.get(), &len, 4, deadline, what);
+      if (len < 5 || len > wire::kMaxFrame) {
+        SHOAL_THROW(ProtocolError, "{}: reply length {} is invalid", what, len);
+      }
+      std::string buf(4 + len, '\0');
+      std::memcpy(buf.data(), &len, 4);
+      readAll(conn_.get(), buf.data() + 4, len, deadline, what);
+      auto reply = wire::tryDecode(buf);
+      if (!reply) SHOAL_THROW(ProtocolError, "{}: truncated reply", what);
+      if (reply->code != wire::kOk) {
+        SHOAL_THROW(StoreError, "{}: {}", what,
+                    reply->fields.empty() ? std::string("request failed") : reply->fields[0]);
+      }
+      return std::move(reply->fields);
+    } catch (const TimeoutError& e) {
+      // A late reply would be taken for the next request's: start over on a new connection.
+      conn_.reset();
+      if (!connected) SHOAL_THROW(StoreError, "{} (store unreachable)", e.what());
+      throw;
+    } catch (const PeerError& e) {
+      conn_.reset();
+      lastError = e.what();
+      // A non-idempotent request (add) that reached the server may have been applied.
+      if (sent && !idempotent) SHOAL_THROW(StoreError, "{}: {}", what, lastError);
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    } catch (const ProtocolError&) {
+      conn_.reset();
+      throw;
+    }
+  }
+  SHOAL_THROW(StoreError, "{}: unreachable within {:.1f} s{}{}", what, deadline.timeoutSeconds(),
+              lastError.empty() ? "" : ": ", lastError);
+}
+
+void TcpStore::set(const std::string& key, const std::string& value) {
+  request(wire::kSet, {key, value}, Deadline(connectTimeout_), true);
+}
+
+std::string TcpStore::get(const std::string& key, Duration timeout) {
+  try {
+    return request(wire::kGet, {key}, Deadline(timeout), true).at(0);
+  } catch (const TimeoutError& e) {
+    SHOAL_THROW(TimeoutError, "store {}: key '{}' did not appear within {:.1f} s",
+                address_.str(), key, std::chrono::duration<double>(timeout).count());
+  }
+}
+
+int64_t TcpStore::add(const std::string& key, int64_t delta) {
+  auto r = request(wire::kAdd, {key, std::to_string(delta)}, Deadline(connectTimeout_), false);
+  return parseCounter(key, r.at(0));
+}
+
+std::string TcpStore::compareSet(const std::string& key, const std::string& expected,
+                                 const std::string& desired) {
+  return request(wire::kCompareSet, {key, expected, desired}, Deadline(connectTimeout_), false)
+      .at(0);
+}
+
+void TcpStore::wait(const std::vector<std::string>& keys, Duration timeout) {
+  Deadline deadline(timeout);
+  try {
+    request(wire::kWait, keys, deadline, true);
+  } catch (const TimeoutError&) {
+    SHOAL_THROW(TimeoutError, "store {}: keys [{}] did not appear within {:.1f} s",
+                address_.str(), joinKeys(keys), deadline.timeoutSeconds());
+  }
+}
+
+bool TcpStore::deleteKey(const std::string& key) {
+  return request(wire::kDelete, {key}, Deadline(connectTimeout_), true).at(0) == "1";
+}
+
+bool TcpStore::check(const std::vector<std::string>& keys) {
+  return request(wire::kCheck, keys, Deadline(connectTimeout_), true).at(0) == "1";
+}
+
+}  // namespace shoal::store

@@ -1,0 +1,34 @@
+// Builds an Endpoint: every rank of a group listens, publishes how to reach it in the group's
+// store, connects to each lower rank and accepts each higher one, authenticates every
+// connection, and then picks per pair shared memory (same host) or TCP.
+//
+// Blocking, with `timeout` for the whole bootstrap. A rank that never shows up gives a
+// TimeoutError naming it. A connection that fails authentication is closed and logged and the
+// rank keeps waiting for the real peer.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "common/env.h"
+#include "store/store.h"
+#include "transport/endpoint.h"
+
+namespace shoal::transport {
+
+struct BootstrapOptions {
+  int rank = 0;
+  int size = 1;
+  uint32_t groupId = 0;
+  std::shared_ptr<store::Store> store;  // already scoped to this group
+  std::string secret;
+  TransportKind transport = TransportKind::kAuto;
+  std::string listenAddress = "127.0.0.1";
+  size_t shmRingBytes = 4u << 20;
+  Duration timeout = std::chrono::seconds(60);
+  EndpointOptions endpoint;
+};
+
+std::unique_ptr<Endpoint> bootstrapEndpoint(const BootstrapOptions& options);
+
+}  // namespace shoal::transport

@@ -1,0 +1,307 @@
+#include "transport/endpoint.h"
+
+#include <sys/epoll.h>
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "common/error.h"
+#include "common/reduce.h"
+#include "transport/shm/doorbell.h"
+
+namespace shoal::transport {
+
+namespace {
+constexpr size_t kHeaderBytes = sizeof(FrameHeader);
+constexpr size_t kStagingBytes = 256 << 10;
+}  // namespace
+
+std::string_view toString(LinkKind kind) { return kind == LinkKind::kTcp ? "tcp" : "shm"; }
+
+Endpoint::Endpoint(int rank, int size, std::vector<std::unique_ptr<Link>> links,
+                   std::shared_ptr<shm::Segment> ownBell, EndpointOptions options)
+    : rank_(rank),
+      size_(size),
+      links_(std::move(links)),
+      ownBell_(std::move(ownBell)),
+      options_(options),
+      epoll_(::epoll_create1(EPOLL_CLOEXEC)),
+      staging_(static_cast<size_t>(size)),
+      midFrame_(static_cast<size_t>(size), 0) {
+  if (!epoll_.valid()) throwSystemError("epoll_create1", errno);
+  for (int p = 0; p < size_; ++p) {
+    if (!links_[p]) continue;
+    if (links_[p]->kind() == LinkKind::kShm && !ownBell_) {
+      SHOAL_THROW(InvalidArgument, "rank {}: shared-memory link to {} without a doorbell", rank,
+                  p);
+    }
+    // Edge-triggered: a wake-up per arrival, so data parked for a later operation on a link
+    // nobody reads right now cannot keep waking the loop.
+    epoll_event ev{};
+    ev.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET;
+    ev.data.u32 = static_cast<uint32_t>(p);
+    if (::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, links_[p]->socketFd(), &ev) < 0) {
+      throwSystemError("epoll_ctl", errno);
+    }
+  }
+}
+
+Endpoint::~Endpoint() = default;
+
+bool Endpoint::advanceSend(Transfer& t) {
+  Link& link = *links_[t.peer];
+  const size_t total = kHeaderBytes + t.header.bytes;
+  bool progressed = false;
+  while (t.done < total) {
+    iovec iov[2];
+    int n = 0;
+    if (t.done < kHeaderBytes) {
+      iov[n++] = {reinterpret_cast<char*>(&t.header) + t.done, kHeaderBytes - t.done};
+      if (t.header.bytes > 0) iov[n++] = {const_cast<void*>(t.src), t.header.bytes};
+    } else {
+      iov[n++] = {const_cast<char*>(static_cast<const char*>(t.src)) + (t.done - kHeaderBytes),
+                  total - t.done};
+    }
+    size_t w = link.writeSome(iov, n);
+    if (w == 0) break;
+    t.done += w;
+    progressed = true;
+  }
+  midFrame_[t.peer] = t.done > 0 && t.done < total;
+  return progressed;
+}
+
+size_t Endpoint::recvReduceSome(Transfer& t, Link& link) {
+  const size_t esize = elementSize(t.dtype);
+  const size_t remaining = t.header.bytes - t.done;
+  auto* dst = static_cast<uint8_t*>(t.dst);
+  if (t.carry == 0) {
+    // Zero-copy: reduce straight out of the shared ring.
+    auto [p, avail] = link.peek();
+    size_t whole = std::min(avail, remaining) / esize * esize;
+    if (whole > 0) {
+      reduceInto(dst + t.done, p, whole / esize, t.dtype, t.redop);
+      link.consume(whole);
+      t.done += whole;
+      return whole;
+    }
+  }
+  auto& stage = staging_[t.peer];
+  if (stage.empty()) stage.resize(kStagingBytes);
+  size_t r = link.readSome(stage.data() + t.carry, std::min(remaining, kStagingBytes - t.carry));
+  if (r == 0) return 0;
+  const size_t reducedUpTo = t.done - t.carry;
+  size_t staged = t.carry + r;
+  size_t whole = staged / esize * esize;
+  reduceInto(dst + reducedUpTo, stage.data(), whole / esize, t.dtype, t.redop);
+  t.carry = staged - whole;
+  if (t.carry) std::memmove(stage.data(), stage.data() + whole, t.carry);
+  t.done += r;
+  return r;
+}
+
+bool Endpoint::advanceRecv(Transfer& t) {
+  Link& link = *links_[t.peer];
+  bool progressed = false;
+  while (t.headerDone < kHeaderBytes) {
+    size_t r = link.readSome(reinterpret_cast<char*>(&t.got) + t.headerDone,
+                             kHeaderBytes - t.headerDone);
+    if (r == 0) return progressed;
+    t.headerDone += r;
+    progressed = true;
+  }
+  if (t.done == 0 && t.carry == 0 && progressed) {
+    if (t.got.magic == kFrameMagic && t.got.kind == static_cast<uint8_t>(FrameKind::kAbort)) {
+      readAbortFrame(t.peer, t.got);
+    }
+    checkFrame(t.header, t.got, link.context());
+  }
+  auto* dst = static_cast<uint8_t*>(t.dst);
+  while (t.done < t.header.bytes) {
+    size_t r = t.kind == Transfer::Kind::kRecvReduce
+                   ? recvReduceSome(t, link)
+                   : link.readSome(dst + t.done, t.header.bytes - t.done);
+    if (r == 0) break;
+    if (t.kind == Transfer::Kind::kRecv) t.done += r;
+    progressed = true;
+  }
+  return progressed;
+}
+
+void Endpoint::readAbortFrame(int peer, const FrameHeader& h) {
+  LinkContext ctx{rank_, peer};
+  if (h.bytes > kMaxAbortText) {
+    SHOAL_THROW(ProtocolError, "rank {} ← peer {}: abort frame of {} bytes (limit {})", rank_,
+                peer, h.bytes, kMaxAbortText);
+  }
+  std::string text(h.bytes, '\0');
+  try {
+    readAll(links_[peer]->socketFd(), text.data(), text.size(), Deadline(std::chrono::seconds(1)),
+            fmt::format("rank {} ← peer {}: abort message", rank_, peer));
+  } catch (const Error&) {
+    text = "(peer aborted; its message was lost)";
+  }
+  throwAbort(h, text, ctx);
+}
+
+void Endpoint::checkSocket(int peer) {
+  FrameHeader h{};
+  int fd = links_[peer]->socketFd();
+  ssize_t r = ::recv(fd, &h, kHeaderBytes, MSG_PEEK | MSG_DONTWAIT);
+  if (r == 0) {
+    SHOAL_THROW(PeerError, "rank {} ← peer {}: connection closed by peer {} (exited or died)",
+                rank_, peer, peer);
+  }
+  if (r < 0) {
+    if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return;
+    SHOAL_THROW(PeerError, "rank {} ← peer {}: connection lost ({})", rank_, peer,
+                std::strerror(errno));
+  }
+  bool isAbort = static_cast<size_t>(r) == kHeaderBytes && h.magic == kFrameMagic &&
+                 h.kind == static_cast<uint8_t>(FrameKind::kAbort);
+  if (isAbort) {
+    ::recv(fd, &h, kHeaderBytes, MSG_DONTWAIT);
+    readAbortFrame(peer, h);
+  }
+  if (links_[peer]->kind() == LinkKind::kShm && static_cast<size_t>(r) == kHeaderBytes) {
+    SHOAL_THROW(ProtocolError, "rank {} ← peer {}: unexpected bytes on the control socket",
+                rank_, peer);
+  }
+  // Otherwise: the beginning of a later operation's frame on a TCP link; read in its turn.
+}
+
+void Endpoint::pollSockets(int timeoutMs, const std::vector<char>& recvPending) {
+  epoll_event events[64];
+  int k = ::epoll_wait(epoll_.get(), events, 64, timeoutMs);
+  if (k < 0) {
+    if (errno == EINTR) return;
+    throwSystemError("epoll_wait", errno);
+  }
+  for (int i = 0; i < k; ++i) {
+    int peer = static_cast<int>(events[i].data.u32);
+    // A TCP link being read is checked by the read itself; every other socket is looked at
+    // here, so a peer that died or aborted is noticed even while we wait on someone else.
+    if (links_[peer]->kind() == LinkKind::kShm || !recvPending[peer]) checkSocket(peer);
+  }
+}
+
+void Endpoint::throwTimeout(const Transfer* ts, size_t n, const Deadline& deadline) {
+  std::string waiting;
+  const FrameHeader* op = nullptr;
+  for (size_t i = 0; i < n; ++i) {
+    const Transfer& t = ts[i];
+    bool isSend = t.kind == Transfer::Kind::kSend;
+    size_t total = isSend ? kHeaderBytes + t.header.bytes : t.header.bytes;
+    bool finished = isSend ? t.done == total : (t.headerDone == kHeaderBytes && t.done == total);
+    if (finished) continue;
+    op = &t.header;
+    if (!waiting.empty()) waiting += ", ";
+    waiting += fmt::format("peer {} ({} step {}: {}/{} bytes)", t.peer,
+                           isSend ? "send" : "receive", t.header.step, t.done, total);
+  }
+  SHOAL_THROW(TimeoutError, "rank {}: {} timed out after {:.1f} s; still waiting on {}", rank_,
+              op ? describe(*op) : std::string("operation"), deadline.timeoutSeconds(), waiting);
+}
+
+void Endpoint::run(Transfer* ts, size_t n, const Deadline& deadline,
+                   const std::function<void()>& onSlow) {
+  if (aborted_) {
+    SHOAL_THROW(PeerError, "rank {}: this group failed earlier and cannot be used: {}", rank_,
+                abortReason_);
+  }
+  auto* bell = ownBell_ ? static_cast<shm::DoorbellWord*>(ownBell_->data()) : nullptr;
+  // One FIFO per (peer, direction): only its front transfer can move.
+  struct Queue {
+    int peer;
+    bool send;
+    std::vector<size_t> items;
+    size_t front = 0;
+  };
+  std::vector<Queue> queues;
+  for (size_t i = 0; i < n; ++i) {
+    Transfer& t = ts[i];
+    SHOAL_CHECK(t.peer >= 0 && t.peer < size_ && t.peer != rank_, "rank {}: transfer to peer {}",
+                rank_, t.peer);
+    bool send = t.kind == Transfer::Kind::kSend;
+    auto it = std::find_if(queues.begin(), queues.end(),
+                           [&](const Queue& q) { return q.peer == t.peer && q.send == send; });
+    if (it == queues.end()) {
+      queues.push_back({t.peer, send, {}, 0});
+      it = queues.end() - 1;
+    }
+    it->items.push_back(i);
+  }
+  std::vector<char> finished(n, 0), recvBlocked(size_, 0);
+  size_t remaining = n;
+  const auto start = Clock::now();
+  bool slowFired = !onSlow;
+  while (remaining > 0) {
+    uint32_t seen = bell ? bell->seq.load(std::memory_order_acquire) : 0;
+    bool progressed = false, shmPending = false, tcpPending = false;
+    for (auto& q : queues) {
+      recvBlocked[q.peer] = 0;
+      while (q.front < q.items.size()) {
+        size_t i = q.items[q.front];
+        Transfer& t = ts[i];
+        if (t.after >= 0 && !finished[t.after]) break;
+        progressed |= q.send ? advanceSend(t) : advanceRecv(t);
+        bool done = q.send ? t.done == kHeaderBytes + t.header.bytes
+                           : t.headerDone == kHeaderBytes && t.done == t.header.bytes;
+        if (!done) break;
+        finished[i] = 1;
+        --remaining;
+        ++q.front;
+      }
+      if (q.front < q.items.size()) {
+        if (!q.send) recvBlocked[q.peer] = 1;
+        (links_[q.peer]->kind() == LinkKind::kShm ? shmPending : tcpPending) = true;
+      }
+    }
+    if (remaining == 0 || progressed) continue;
+    if (deadline.expired()) throwTimeout(ts, n, deadline);
+    if (!slowFired && Clock::now() - start >= options_.slowAfter) {
+      slowFired = true;
+      onSlow();
+    }
+    if (shmPending) {
+      // Sleep on the doorbell in slices; between slices look at the sockets for a dead or
+      // aborting peer (and, with TCP links in the batch, for their data).
+      Duration slice = tcpPending ? std::chrono::milliseconds(1) : std::chrono::milliseconds(20);
+      slice = std::min(slice, deadline.remaining());
+      if (!shm::waitForRing(bell, seen, tcpPending ? Duration(0) : options_.spinTime, slice)) {
+        pollSockets(0, recvBlocked);
+      }
+    } else {
+      int ms = deadline.remainingMs();
+      if (!slowFired) ms = std::min(ms, 100);
+      pollSockets(ms, recvBlocked);
+    }
+  }
+}
+
+void Endpoint::abort(AbortKind kind, const std::string& text) noexcept {
+  if (aborted_) return;
+  aborted_ = true;
+  abortReason_ = text;
+  FrameHeader h;
+  h.kind = static_cast<uint8_t>(FrameKind::kAbort);
+  h.abortKind = static_cast<uint8_t>(kind);
+  h.bytes = std::min<size_t>(text.size(), kMaxAbortText);
+  for (int p = 0; p < size_; ++p) {
+    if (!links_[p]) continue;
+    // In the middle of a frame the abort frame would be read as payload: then only the
+    // shutdown speaks (the peer sees the connection close).
+    if (!(links_[p]->kind() == LinkKind::kTcp && midFrame_[p])) {
+      iovec iov[2] = {{&h, kHeaderBytes}, {const_cast<char*>(text.data()), h.bytes}};
+      msghdr msg{};
+      msg.msg_iov = iov;
+      msg.msg_iovlen = 2;
+      ::sendmsg(links_[p]->socketFd(), &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+    }
+    links_[p]->shutdown();
+  }
+}
+
+}  // namespace shoal::transport

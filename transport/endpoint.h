@@ -1,0 +1,128 @@
+// An Endpoint is this rank's set of links to every peer of one group, and the progress loop
+// that moves framed messages over them.
+//
+// Contract:
+// - Threading: one thread at a time calls run()/abort() (the group's executor). Not reentrant.
+// - run() completes a batch of transfers. Transfers to the same peer in the same direction
+//   complete in batch order; all others progress concurrently, so a batch may hold the send to
+//   the right neighbour and the receive from the left one without deadlock. Buffers belong to
+//   the caller and must stay valid until run() returns or throws.
+// - run() blocks, never spins for long: shared-memory links spin for `spinTime` on the
+//   doorbell and then sleep on a futex; TCP links sleep in epoll_wait.
+// - run() throws TimeoutError at the deadline (naming the peers it still waits on),
+//   PeerError when a peer closes or aborts, Mismatch/ProtocolError for a bad frame. After a
+//   throw the streams are out of step: the caller must abort() the endpoint, which tells every
+//   peer (abort frame, then shutdown) so that all ranks fail fast instead of timing out.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/deadline.h"
+#include "common/socket.h"
+#include "common/types.h"
+#include "transport/link.h"
+#include "transport/shm/segment.h"
+
+namespace shoal::transport {
+
+struct Transfer {
+  enum class Kind : uint8_t { kSend, kRecv, kRecvReduce };
+
+  static Transfer send(int peer, const FrameHeader& h, const void* src) {
+    Transfer t;
+    t.kind = Kind::kSend;
+    t.peer = peer;
+    t.header = h;
+    t.src = src;
+    return t;
+  }
+  static Transfer recv(int peer, const FrameHeader& expected, void* dst) {
+    Transfer t;
+    t.kind = Kind::kRecv;
+    t.peer = peer;
+    t.header = expected;
+    t.dst = dst;
+    return t;
+  }
+  // Reduces the incoming payload into dst (dst = dst op payload) as it arrives.
+  static Transfer recvReduce(int peer, const FrameHeader& expected, void* dst, DataType type,
+                             ReduceOp op) {
+    Transfer t = recv(peer, expected, dst);
+    t.kind = Kind::kRecvReduce;
+    t.dtype = type;
+    t.redop = op;
+    return t;
+  }
+
+  Kind kind = Kind::kSend;
+  int peer = -1;
+  FrameHeader header;  // send: written as is; receive: what must arrive (bytes = payload size)
+  const void* src = nullptr;
+  void* dst = nullptr;
+  DataType dtype = DataType::kUInt8;
+  ReduceOp redop = ReduceOp::kSum;
+  // Index (in the same batch) of a transfer that must complete before this one starts: a ring
+  // forwards segment k as soon as it has been received, while later segments still arrive.
+  int after = -1;
+
+  // Progress, owned by the Endpoint.
+  size_t done = 0;     // send: header+payload bytes written; receive: payload bytes read
+  size_t headerDone = 0;
+  size_t carry = 0;    // receive-reduce: bytes staged but not yet reduced
+  FrameHeader got{};
+};
+
+struct EndpointOptions {
+  Duration spinTime = std::chrono::microseconds(5);
+  // run() calls onSlow once when a batch has been blocked longer than slowAfter (used to
+  // publish diagnostics only on the slow path).
+  Duration slowAfter = std::chrono::seconds(1);
+};
+
+class Endpoint {
+ public:
+  // links[peer] is null for this rank. ownBell is this rank's doorbell segment (null if no
+  // link is shared-memory).
+  Endpoint(int rank, int size, std::vector<std::unique_ptr<Link>> links,
+           std::shared_ptr<shm::Segment> ownBell, EndpointOptions options);
+  ~Endpoint();
+
+  void run(Transfer* transfers, size_t count, const Deadline& deadline,
+           const std::function<void()>& onSlow = {});
+
+  // Best effort, never throws: sends an abort frame with `text` to every peer that can take
+  // one without corrupting a half-written frame, then shuts every link down.
+  void abort(AbortKind kind, const std::string& text) noexcept;
+  bool aborted() const { return aborted_; }
+  const std::string& abortReason() const { return abortReason_; }
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  LinkKind linkKind(int peer) const { return links_.at(peer)->kind(); }
+
+ private:
+  bool advanceSend(Transfer& t);
+  bool advanceRecv(Transfer& t);
+  size_t recvReduceSome(Transfer& t, Link& link);
+  [[noreturn]] void readAbortFrame(int peer, const FrameHeader& h);
+  void checkSocket(int peer);
+  void pollSockets(int timeoutMs, const std::vector<char>& recvPending);
+  [[noreturn]] void throwTimeout(const Transfer* transfers, size_t count,
+                                 const Deadline& deadline);
+
+  int rank_;
+  int size_;
+  std::vector<std::unique_ptr<Link>> links_;
+  std::shared_ptr<shm::Segment> ownBell_;
+  EndpointOptions options_;
+  Fd epoll_;
+  std::vector<std::vector<uint8_t>> staging_;
+  std::vector<char> midFrame_;  // a send to this peer stopped inside a frame
+  bool aborted_ = false;
+  std::string abortReason_;
+};
+
+}  // namespace shoal::transport

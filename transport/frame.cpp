@@ -1,0 +1,91 @@
+#include "transport/frame.h"
+
+#include "common/error.h"
+
+namespace shoal::transport {
+
+std::string_view toString(OpCode op) {
+  switch (op) {
+    case OpCode::kNone: return "none";
+    case OpCode::kAllreduce: return "allreduce";
+    case OpCode::kBroadcast: return "broadcast";
+    case OpCode::kReduce: return "reduce";
+    case OpCode::kAllgather: return "allgather";
+    case OpCode::kReduceScatter: return "reduce_scatter";
+    case OpCode::kAlltoall: return "alltoall";
+    case OpCode::kGather: return "gather";
+    case OpCode::kScatter: return "scatter";
+    case OpCode::kBarrier: return "barrier";
+    case OpCode::kSendRecv: return "send/recv";
+    case OpCode::kInternal: return "internal";
+  }
+  return "unknown-op";
+}
+
+std::string describe(const FrameHeader& h) {
+  auto op = static_cast<OpCode>(h.op);
+  std::string s = fmt::format("{} #{}", toString(op), h.seq);
+  if (op == OpCode::kBarrier) return s;
+  s += fmt::format(" of {} x {}", h.count,
+                   validDataType(h.dtype) ? toString(static_cast<DataType>(h.dtype)) : "?");
+  if (op == OpCode::kAllreduce || op == OpCode::kReduce || op == OpCode::kReduceScatter) {
+    s += fmt::format(" ({})",
+                     validReduceOp(h.redop) ? toString(static_cast<ReduceOp>(h.redop)) : "?");
+  }
+  if (op == OpCode::kBroadcast || op == OpCode::kReduce || op == OpCode::kGather ||
+      op == OpCode::kScatter) {
+    s += fmt::format(" root {}", h.root);
+  }
+  return s;
+}
+
+void checkFrame(const FrameHeader& e, const FrameHeader& g, const LinkContext& c) {
+  if (g.magic != kFrameMagic) {
+    SHOAL_THROW(ProtocolError,
+                "rank {} ← peer {}: received bytes that are not a Shoal frame (magic 0x{:08x}) "
+                "while expecting {}",
+                c.rank, c.peer, g.magic, describe(e));
+  }
+  if (g.version != kProtocolVersion) {
+    SHOAL_THROW(ProtocolError, "rank {} ← peer {}: protocol version {} but this rank speaks {}",
+                c.rank, c.peer, g.version, kProtocolVersion);
+  }
+  if (g.kind != static_cast<uint8_t>(FrameKind::kData)) {
+    SHOAL_THROW(ProtocolError, "rank {} ← peer {}: unknown frame kind {} while expecting {}",
+                c.rank, c.peer, g.kind, describe(e));
+  }
+  if (g.group != e.group) {
+    SHOAL_THROW(ProtocolError, "rank {} ← peer {}: frame for group {:08x} on group {:08x}",
+                c.rank, c.peer, g.group, e.group);
+  }
+  if (g.op != e.op || g.seq != e.seq || g.count != e.count || g.dtype != e.dtype ||
+      g.redop != e.redop || g.root != e.root) {
+    SHOAL_THROW(MismatchError, "rank {} ← peer {}: rank {} is in {}, peer {} sent {}", c.rank,
+                c.peer, c.rank, describe(e), c.peer, describe(g));
+  }
+  if (g.algo != e.algo) {
+    SHOAL_THROW(MismatchError,
+                "rank {} ← peer {}: {}: rank {} runs algorithm {}, peer {} runs algorithm {} "
+                "(check SHOAL_ALLREDUCE_ALGORITHM and per-call overrides)",
+                c.rank, c.peer, describe(e), c.rank, e.algo, c.peer, g.algo);
+  }
+  if (g.step != e.step || g.bytes != e.bytes) {
+    SHOAL_THROW(ProtocolError,
+                "rank {} ← peer {}: {}: frame for step {} with {} bytes, expected step {} with "
+                "{} bytes",
+                c.rank, c.peer, describe(e), g.step, g.bytes, e.step, e.bytes);
+  }
+}
+
+void throwAbort(const FrameHeader& g, const std::string& text, const LinkContext& c) {
+  std::string msg = fmt::format("rank {} ← peer {}: peer aborted: {}", c.rank, c.peer, text);
+  switch (static_cast<AbortKind>(g.abortKind)) {
+    case AbortKind::kTimeout: throw TimeoutError(msg);
+    case AbortKind::kMismatch: throw MismatchError(msg);
+    case AbortKind::kProtocol: throw ProtocolError(msg);
+    case AbortKind::kPeer: break;
+  }
+  throw PeerError(msg);
+}
+
+}  // namespace shoal::transport

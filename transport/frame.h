@@ -1,0 +1,83 @@
+// The header every message carries, and the checks a receiver makes before trusting a byte.
+//
+// A receiver always knows what it expects next from a peer (collectives are issued in the same
+// order on every rank), so it compares the arriving header field by field:
+// - magic/version/group wrong, or a payload size other than expected: ProtocolError (the bytes
+//   are not ours, are corrupt, or the stream is out of step); the payload is never read.
+// - another operation, sequence number, count, dtype, reduce op, root or algorithm:
+//   MismatchError naming both sides ("rank 1 has allreduce #5 of 77 x float32, peer 3 sent
+//   allreduce #5 of 100 x float32").
+// - an abort frame: the peer failed; its message travels in the payload (at most kMaxAbortText).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "common/types.h"
+
+namespace shoal::transport {
+
+inline constexpr uint32_t kFrameMagic = 0x4c4f4853;  // "SHOL" little-endian
+inline constexpr uint8_t kProtocolVersion = 1;
+inline constexpr uint32_t kMaxAbortText = 4096;
+
+enum class FrameKind : uint8_t { kData = 1, kAbort = 2 };
+
+// What a frame belongs to. Names only; the algorithms live in comm/.
+enum class OpCode : uint8_t {
+  kNone = 0,
+  kAllreduce,
+  kBroadcast,
+  kReduce,
+  kAllgather,
+  kReduceScatter,
+  kAlltoall,
+  kGather,
+  kScatter,
+  kBarrier,
+  kSendRecv,
+  kInternal,  // group bookkeeping (split, diagnostics)
+};
+std::string_view toString(OpCode op);
+
+// How an abort frame's error should be re-thrown on the receiving rank.
+enum class AbortKind : uint8_t { kPeer = 0, kTimeout = 1, kMismatch = 2, kProtocol = 3 };
+
+#pragma pack(push, 1)
+struct FrameHeader {
+  uint32_t magic = kFrameMagic;
+  uint8_t version = kProtocolVersion;
+  uint8_t kind = static_cast<uint8_t>(FrameKind::kData);
+  uint8_t op = 0;
+  uint8_t dtype = 0;
+  uint8_t redop = 0;
+  uint8_t algo = 0;
+  uint8_t abortKind = 0;
+  uint8_t reserved = 0;
+  uint32_t group = 0;
+  uint32_t root = 0;
+  uint32_t step = 0;
+  uint64_t seq = 0;
+  uint64_t count = 0;  // elements in the whole collective (not this frame), for mismatch checks
+  uint64_t bytes = 0;  // payload bytes that follow this header
+};
+#pragma pack(pop)
+static_assert(sizeof(FrameHeader) == 48, "frame header is 48 bytes on the wire");
+
+// "allreduce #5 of 77 x float32 (sum)"
+std::string describe(const FrameHeader& h);
+
+// Who is checking: used in error messages ("rank 1 ← peer 3").
+struct LinkContext {
+  int rank = 0;
+  int peer = 0;
+};
+
+// Throws the right error if `got` is not the frame `expected` (see the file comment). An abort
+// frame is not checked here: the caller reads its text and calls throwAbort.
+void checkFrame(const FrameHeader& expected, const FrameHeader& got, const LinkContext& ctx);
+
+[[noreturn]] void throwAbort(const FrameHeader& got, const std::string& text,
+                             const LinkContext& ctx);
+
+}  // namespace shoal::transport

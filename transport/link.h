@@ -1,0 +1,53 @@
+// One connection between this rank and one peer: a reliable, ordered, full-duplex byte stream.
+// Framing, checking and progress live in Endpoint; a Link only moves bytes without blocking.
+//
+// Threading: a Link is driven by one thread at a time (its Endpoint's caller).
+#pragma once
+
+#include <sys/uio.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <utility>
+
+#include "transport/frame.h"
+
+namespace shoal::transport {
+
+enum class LinkKind : uint8_t { kTcp, kShm };
+std::string_view toString(LinkKind kind);
+
+class Link {
+ public:
+  explicit Link(LinkContext ctx) : ctx_(ctx) {}
+  virtual ~Link() = default;
+
+  virtual LinkKind kind() const = 0;
+
+  // Writes a prefix of the iovecs without blocking; returns the bytes written (0 if the link is
+  // full). Throws PeerError if the peer is gone.
+  virtual size_t writeSome(const iovec* iov, int iovcnt) = 0;
+
+  // Reads up to n bytes without blocking; returns 0 if nothing is available. Throws PeerError
+  // when the peer closed the stream.
+  virtual size_t readSome(void* dst, size_t n) = 0;
+
+  // Zero-copy read (shared memory): the contiguous readable bytes, to be released by consume().
+  // Links that cannot offer it return {nullptr, 0}.
+  virtual std::pair<const uint8_t*, size_t> peek() { return {nullptr, 0}; }
+  virtual void consume(size_t) {}
+
+  // The TCP socket of this pair: it carries the data for TCP links and, for shared-memory
+  // links, the handshake, abort frames and the end-of-file that tells a peer died.
+  virtual int socketFd() const = 0;
+
+  // Stops both directions; a peer reading sees end-of-file after what was already sent.
+  virtual void shutdown() = 0;
+
+  const LinkContext& context() const { return ctx_; }
+
+ protected:
+  LinkContext ctx_;
+};
+
+}  // namespace shoal::transport

@@ -1,0 +1,57 @@
+#include "transport/shm/doorbell.h"
+
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <climits>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+namespace shoal::transport::shm {
+
+namespace {
+inline void cpuRelax() {
+#if defined(__x86_64__)
+  _mm_pause();
+#endif
+}
+
+long futex(std::atomic<uint32_t>* addr, int op, uint32_t val, const timespec* ts) {
+  // Shared (not FUTEX_PRIVATE_FLAG): the word lives in memory mapped by several processes.
+  return ::syscall(SYS_futex, reinterpret_cast<uint32_t*>(addr), op, val, ts, nullptr, 0);
+}
+}  // namespace
+
+void ring(DoorbellWord* w) {
+  w->seq.fetch_add(1, std::memory_order_seq_cst);
+  if (w->sleeping.load(std::memory_order_seq_cst) != 0) {
+    futex(&w->seq, FUTEX_WAKE, INT_MAX, nullptr);
+  }
+}
+
+bool waitForRing(DoorbellWord* w, uint32_t seen, Duration spin, Duration timeout) {
+  auto start = Clock::now();
+  // Spin briefly: a peer on another core usually answers within microseconds, and a futex
+  // round trip costs more than that. Check the clock only every 64 pauses.
+  for (int i = 0;; ++i) {
+    if (w->seq.load(std::memory_order_acquire) != seen) return true;
+    if ((i & 63) == 63 && Clock::now() - start >= spin) break;
+    cpuRelax();
+  }
+  auto left = timeout - (Clock::now() - start);
+  if (left <= Duration(0)) return false;
+  timespec ts{static_cast<time_t>(left.count() / 1'000'000'000),
+              static_cast<long>(left.count() % 1'000'000'000)};
+  w->sleeping.store(1, std::memory_order_seq_cst);
+  if (w->seq.load(std::memory_order_seq_cst) == seen) {
+    futex(&w->seq, FUTEX_WAIT, seen, &ts);
+  }
+  w->sleeping.store(0, std::memory_order_relaxed);
+  return w->seq.load(std::memory_order_acquire) != seen;
+}
+
+}  // namespace shoal::transport::shm

@@ -1,0 +1,32 @@
+// A doorbell is how a rank sleeps until a shared-memory peer has done something for it.
+//
+// Each rank owns one doorbell word in shared memory that all its local peers map. A peer that
+// writes into a ring this rank reads, or frees space in a ring this rank writes, rings it:
+// increments `seq` and, only if the owner announced it is sleeping, wakes it with FUTEX_WAKE.
+// The owner reads `seq` before trying to make progress and sleeps with FUTEX_WAIT on that value,
+// so a ring that happens between the check and the sleep makes the wait return at once. The
+// `sleeping` flag and `seq` form a Dekker pair (both sequentially consistent): either the ringer
+// sees the sleeper or the sleeper sees the new seq.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+
+#include "common/deadline.h"
+
+namespace shoal::transport::shm {
+
+struct alignas(64) DoorbellWord {
+  std::atomic<uint32_t> seq;
+  std::atomic<uint32_t> sleeping;
+};
+static_assert(std::atomic<uint32_t>::is_always_lock_free);
+
+// Wakes the owner of `w` (any thread, any process that maps it).
+void ring(DoorbellWord* w);
+
+// Owner only: spins up to `spin`, then sleeps until seq != seen or `timeout` passed.
+// Returns true if the bell rang.
+bool waitForRing(DoorbellWord* w, uint32_t seen, Duration spin, Duration timeout);
+
+}  // namespace shoal::transport::shm
