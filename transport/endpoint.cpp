@@ -29,7 +29,8 @@ Endpoint::Endpoint(int rank, int size, std::vector<std::unique_ptr<Link>> links,
       options_(options),
       epoll_(::epoll_create1(EPOLL_CLOEXEC)),
       staging_(static_cast<size_t>(size)),
-      midFrame_(static_cast<size_t>(size), 0) {
+      midFrame_(static_cast<size_t>(size), 0),
+      departed_(static_cast<size_t>(size), 0) {
   if (!epoll_.valid()) throwSystemError("epoll_create1", errno);
   for (int p = 0; p < size_; ++p) {
     if (!links_[p]) continue;
@@ -48,7 +49,32 @@ Endpoint::Endpoint(int rank, int size, std::vector<std::unique_ptr<Link>> links,
   }
 }
 
-Endpoint::~Endpoint() = default;
+Endpoint::~Endpoint() {
+  if (aborted_) return;
+  FrameHeader bye;
+  bye.kind = static_cast<uint8_t>(FrameKind::kGoodbye);
+  for (int p = 0; p < size_; ++p) {
+    if (links_[p] && !(links_[p]->kind() == LinkKind::kTcp && midFrame_[p])) {
+      sendControl(p, bye, "");
+    }
+  }
+}
+
+void Endpoint::sendControl(int peer, FrameHeader h, const std::string& text) noexcept {
+  h.bytes = std::min<size_t>(text.size(), kMaxAbortText);
+  iovec iov[2] = {{&h, kHeaderBytes}, {const_cast<char*>(text.data()), h.bytes}};
+  msghdr msg{};
+  msg.msg_iov = iov;
+  msg.msg_iovlen = h.bytes ? 2 : 1;
+  ::sendmsg(links_[peer]->socketFd(), &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+}
+
+void Endpoint::throwDeparted(int peer, const FrameHeader& expected) {
+  SHOAL_THROW(PeerError,
+              "rank {} ← peer {}: peer {} left the group (destroyed it normally) while rank {} "
+              "still expects {} from it",
+              rank_, peer, peer, rank_, describe(expected));
+}
 
 bool Endpoint::advanceSend(Transfer& t) {
   Link& link = *links_[t.peer];
@@ -116,6 +142,10 @@ bool Endpoint::advanceRecv(Transfer& t) {
     if (t.got.magic == kFrameMagic && t.got.kind == static_cast<uint8_t>(FrameKind::kAbort)) {
       readAbortFrame(t.peer, t.got);
     }
+    if (t.got.magic == kFrameMagic && t.got.kind == static_cast<uint8_t>(FrameKind::kGoodbye)) {
+      departed_[t.peer] = 1;
+      throwDeparted(t.peer, t.header);
+    }
     checkFrame(t.header, t.got, link.context());
   }
   auto* dst = static_cast<uint8_t*>(t.dst);
@@ -150,6 +180,7 @@ void Endpoint::checkSocket(int peer) {
   FrameHeader h{};
   int fd = links_[peer]->socketFd();
   ssize_t r = ::recv(fd, &h, kHeaderBytes, MSG_PEEK | MSG_DONTWAIT);
+  if (r == 0 && departed_[peer]) return;
   if (r == 0) {
     SHOAL_THROW(PeerError, "rank {} ← peer {}: connection closed by peer {} (exited or died)",
                 rank_, peer, peer);
@@ -164,6 +195,15 @@ void Endpoint::checkSocket(int peer) {
   if (isAbort) {
     ::recv(fd, &h, kHeaderBytes, MSG_DONTWAIT);
     readAbortFrame(peer, h);
+  }
+  bool isGoodbye = static_cast<size_t>(r) == kHeaderBytes && h.magic == kFrameMagic &&
+                   h.kind == static_cast<uint8_t>(FrameKind::kGoodbye);
+  if (isGoodbye) {
+    // Normal departure: stop watching the socket; a later transfer with this peer fails.
+    ::recv(fd, &h, kHeaderBytes, MSG_DONTWAIT);
+    departed_[peer] = 1;
+    ::epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, fd, nullptr);
+    return;
   }
   if (links_[peer]->kind() == LinkKind::kShm && static_cast<size_t>(r) == kHeaderBytes) {
     SHOAL_THROW(ProtocolError, "rank {} ← peer {}: unexpected bytes on the control socket",
@@ -224,6 +264,7 @@ void Endpoint::run(Transfer* ts, size_t n, const Deadline& deadline,
     Transfer& t = ts[i];
     SHOAL_CHECK(t.peer >= 0 && t.peer < size_ && t.peer != rank_, "rank {}: transfer to peer {}",
                 rank_, t.peer);
+    if (departed_[t.peer]) throwDeparted(t.peer, t.header);
     bool send = t.kind == Transfer::Kind::kSend;
     auto it = std::find_if(queues.begin(), queues.end(),
                            [&](const Queue& q) { return q.peer == t.peer && q.send == send; });
@@ -288,18 +329,11 @@ void Endpoint::abort(AbortKind kind, const std::string& text) noexcept {
   FrameHeader h;
   h.kind = static_cast<uint8_t>(FrameKind::kAbort);
   h.abortKind = static_cast<uint8_t>(kind);
-  h.bytes = std::min<size_t>(text.size(), kMaxAbortText);
   for (int p = 0; p < size_; ++p) {
     if (!links_[p]) continue;
     // In the middle of a frame the abort frame would be read as payload: then only the
     // shutdown speaks (the peer sees the connection close).
-    if (!(links_[p]->kind() == LinkKind::kTcp && midFrame_[p])) {
-      iovec iov[2] = {{&h, kHeaderBytes}, {const_cast<char*>(text.data()), h.bytes}};
-      msghdr msg{};
-      msg.msg_iov = iov;
-      msg.msg_iovlen = 2;
-      ::sendmsg(links_[p]->socketFd(), &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
-    }
+    if (!(links_[p]->kind() == LinkKind::kTcp && midFrame_[p])) sendControl(p, h, text);
     links_[p]->shutdown();
   }
 }

@@ -88,6 +88,8 @@ class Endpoint {
   // link is shared-memory).
   Endpoint(int rank, int size, std::vector<std::unique_ptr<Link>> links,
            std::shared_ptr<shm::Segment> ownBell, EndpointOptions options);
+  // Unless aborted, says goodbye to every peer first: a peer that sees this end close while
+  // it still waits on others must not take it for a crash.
   ~Endpoint();
 
   void run(Transfer* transfers, size_t count, const Deadline& deadline,
@@ -109,6 +111,8 @@ class Endpoint {
   size_t recvReduceSome(Transfer& t, Link& link);
   [[noreturn]] void readAbortFrame(int peer, const FrameHeader& h);
   void checkSocket(int peer);
+  void sendControl(int peer, FrameHeader h, const std::string& text) noexcept;
+  [[noreturn]] void throwDeparted(int peer, const FrameHeader& expected);
   void pollSockets(int timeoutMs, const std::vector<char>& recvPending);
   [[noreturn]] void throwTimeout(const Transfer* transfers, size_t count,
                                  const Deadline& deadline);
@@ -121,6 +125,7 @@ class Endpoint {
   Fd epoll_;
   std::vector<std::vector<uint8_t>> staging_;
   std::vector<char> midFrame_;  // a send to this peer stopped inside a frame
+  std::vector<char> departed_;  // the peer said goodbye
   bool aborted_ = false;
   std::string abortReason_;
 };

@@ -21,7 +21,8 @@ inline constexpr uint32_t kFrameMagic = 0x4c4f4853;  // "SHOL" little-endian
 inline constexpr uint8_t kProtocolVersion = 1;
 inline constexpr uint32_t kMaxAbortText = 4096;
 
-enum class FrameKind : uint8_t { kData = 1, kAbort = 2 };
+// kGoodbye: the peer destroyed its end of the group normally; end-of-file after it is benign.
+enum class FrameKind : uint8_t { kData = 1, kAbort = 2, kGoodbye = 3 };
 
 // What a frame belongs to. Names only; the algorithms live in comm/.
 enum class OpCode : uint8_t {
