@@ -94,15 +94,25 @@ Transfer OpContext::recvReduce(int peer, uint32_t step, void* data, size_t bytes
 
 void OpContext::run(std::vector<Transfer>& batch) {
   if (batch.empty()) return;
-  // Only an operation blocked for a while publishes that it arrived, for the timeout report.
-  auto onSlow = [this] {
+  // Only an operation blocked for a while says so in the store, for the timeout report of
+  // whichever rank gives up first (see Group::arrivalReport).
+  const std::string key = fmt::format("blocked/{}", group_.rank());
+  bool posted = false;
+  auto onSlow = [&] {
     try {
-      group_.store_->set(fmt::format("arrived/{}/{}", base_.seq, group_.rank()), "1");
+      group_.store_->set(key, fmt::format("{}", transport::describe(base_)));
+      posted = true;
     } catch (const Error&) {
       // Diagnostics only; the operation's own deadline still applies.
     }
   };
   group_.endpoint_->run(batch.data(), batch.size(), deadline_, onSlow);
+  if (posted) {
+    try {
+      group_.store_->deleteKey(key);
+    } catch (const Error&) {
+    }
+  }
 }
 
 // ---- Group
@@ -194,17 +204,29 @@ AllreduceAlgorithm Group::allreduceAlgorithm(const CallOptions& call) const {
   return call.algorithm != AllreduceAlgorithm::kAuto ? call.algorithm : options_.allreduce;
 }
 
-std::string Group::arrivalReport(uint64_t seq) {
-  std::vector<int> in, out;
+std::string Group::arrivalReport(uint64_t) {
+  std::vector<std::string> blocked;
+  std::vector<int> silent;
   try {
     for (int p = 0; p < size_; ++p) {
-      (store_->check({fmt::format("arrived/{}/{}", seq, p)}) ? in : out).push_back(p);
+      std::string key = fmt::format("blocked/{}", p);
+      if (store_->check({key})) {
+        blocked.push_back(fmt::format("{} in {}", p, store_->get(key, std::chrono::seconds(1))));
+      } else {
+        silent.push_back(p);
+      }
     }
   } catch (const Error&) {
-    return " (the store could not be asked which ranks arrived)";
+    return " (the store could not be asked where the other ranks are)";
   }
-  return fmt::format("; ranks blocked in this operation: [{}]; ranks that did not reach it: [{}]",
-                     fmt::join(in, ", "), fmt::join(out, ", "));
+  return fmt::format("; ranks blocked: {}; silent ranks (stopped, dead, or busy outside this "
+                     "group): [{}]",
+                     blocked.empty() ? std::string("none") : fmt::format("{}", fmt::join(blocked, ", ")),
+                     fmt::join(silent, ", "));
+}
+
+std::string Group::withContext(const FrameHeader& base, const std::string& what) const {
+  return fmt::format("rank {}: {} failed: {}", rank_, transport::describe(base), what);
 }
 
 void Group::runOp(OpCode op, FrameHeader base, const CallOptions& call,
@@ -223,11 +245,13 @@ void Group::runOp(OpCode op, FrameHeader base, const CallOptions& call,
     endpoint_->abort(AbortKind::kMismatch, e.what());
     throw;
   } catch (const ProtocolError& e) {
-    endpoint_->abort(AbortKind::kProtocol, e.what());
-    throw;
+    std::string msg = withContext(base, e.what());
+    endpoint_->abort(AbortKind::kProtocol, msg);
+    throw ProtocolError(msg);
   } catch (const PeerError& e) {
-    endpoint_->abort(AbortKind::kPeer, e.what());
-    throw;
+    std::string msg = withContext(base, e.what());
+    endpoint_->abort(AbortKind::kPeer, msg);
+    throw PeerError(msg);
   }
 }
 

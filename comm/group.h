@@ -131,6 +131,7 @@ class Group : public std::enable_shared_from_this<Group> {
   void runOp(transport::OpCode op, transport::FrameHeader base, const CallOptions& call,
              const std::function<void(OpContext&)>& body);
   std::string arrivalReport(uint64_t seq);
+  std::string withContext(const transport::FrameHeader& base, const std::string& what) const;
 
   std::shared_ptr<store::Store> root_;   // unscoped, for sub-groups
   std::string prefix_;

@@ -108,19 +108,7 @@ std::vector<RankExit> LocalJob::wait(Duration timeout, bool* timedOut) {
   auto pause = std::chrono::milliseconds(1);
   for (;;) {
     bool all = true;
-    for (size_t r = 0; r < pids_.size(); ++r) {
-      if (reaped_[r]) continue;
-      int status = 0;
-      pid_t got = ::waitpid(pids_[r], &status, WNOHANG);
-      if (got == pids_[r]) {
-        reaped_[r] = true;
-        exits_[r].rank = static_cast<int>(r);
-        if (WIFSIGNALED(status)) exits_[r].signal = WTERMSIG(status);
-        else exits_[r].exitCode = WEXITSTATUS(status);
-      } else {
-        all = false;
-      }
-    }
+    for (size_t r = 0; r < pids_.size(); ++r) all = poll(static_cast<int>(r)).has_value() && all;
     if (all) return exits_;
     if (deadline.expired()) {
       if (timedOut) *timedOut = true;
@@ -135,6 +123,22 @@ std::vector<RankExit> LocalJob::wait(Duration timeout, bool* timedOut) {
     std::this_thread::sleep_for(std::min<Duration>(pause, deadline.remaining()));
     pause = std::min(pause * 2, std::chrono::milliseconds(20));
   }
+}
+
+std::optional<RankExit> LocalJob::poll(int rank) {
+  const size_t r = static_cast<size_t>(rank);
+  if (!reaped_.at(r)) {
+    int status = 0;
+    if (::waitpid(pids_[r], &status, WNOHANG) != pids_[r]) return std::nullopt;
+    reaped_[r] = true;
+    exits_[r].rank = rank;
+    if (WIFSIGNALED(status)) {
+      exits_[r].signal = WTERMSIG(status);
+    } else {
+      exits_[r].exitCode = WEXITSTATUS(status);
+    }
+  }
+  return exits_[r];
 }
 
 std::string LocalJob::output(int rank) const {

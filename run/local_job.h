@@ -9,6 +9,7 @@
 #include <sys/types.h>
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -50,6 +51,9 @@ class LocalJob {
   // Waits for every rank to exit. Ranks still running at the deadline are killed and reported
   // with their signal; `timedOut` (if given) says whether that happened.
   std::vector<RankExit> wait(Duration timeout, bool* timedOut = nullptr);
+
+  // Non-blocking: the rank's exit if it has exited (reaping it), else nothing.
+  std::optional<RankExit> poll(int rank);
 
   // The captured output of a rank (with outputDir set).
   std::string output(int rank) const;

@@ -41,6 +41,7 @@ class TcpStoreServer {
 class TcpStore : public Store {
  public:
   // Connects lazily and reconnects on failure, retrying within each call's deadline.
+  // Thread-safe; concurrent calls use separate connections.
   // `connectTimeout` bounds calls that take no timeout of their own (set, add, ...).
   TcpStore(HostPort address, Duration connectTimeout);
 
@@ -61,8 +62,10 @@ class TcpStore : public Store {
 
   HostPort address_;
   Duration connectTimeout_;
-  std::mutex mutex_;  // one request at a time on the connection
-  Fd conn_;
+  // Idle connections. A request takes one (or opens one) for its whole exchange, so a get()
+  // parked on the server never holds up another thread's set().
+  std::mutex mutex_;
+  std::vector<Fd> idle_;
 };
 
 }  // namespace shoal::store

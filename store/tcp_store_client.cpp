@@ -16,7 +16,14 @@ std::vector<std::string> TcpStore::request(uint8_t cmd, const std::vector<std::s
                                            const Deadline& deadline, bool idempotent) {
   const std::string what = fmt::format("store {}", address_.str());
   const std::string frame = wire::encode(cmd, fields);
-  std::lock_guard<std::mutex> lock(mutex_);
+  Fd conn_;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!idle_.empty()) {
+      conn_ = std::move(idle_.back());
+      idle_.pop_back();
+    }
+  }
   std::string lastError;
   while (!deadline.expired()) {
     bool sent = false;
@@ -40,6 +47,8 @@ std::vector<std::string> TcpStore::request(uint8_t cmd, const std::vector<std::s
         SHOAL_THROW(StoreError, "{}: {}", what,
                     reply->fields.empty() ? std::string("request failed") : reply->fields[0]);
       }
+      std::lock_guard<std::mutex> lock(mutex_);
+      idle_.push_back(std::move(conn_));
       return std::move(reply->fields);
     } catch (const TimeoutError& e) {
       // A late reply would be taken for the next request's: start over on a new connection.

@@ -230,12 +230,15 @@ void Endpoint::pollSockets(int timeoutMs, const std::vector<char>& recvPending) 
 void Endpoint::throwTimeout(const Transfer* ts, size_t n, const Deadline& deadline) {
   std::string waiting;
   const FrameHeader* op = nullptr;
+  std::vector<char> listed(2 * static_cast<size_t>(size_), 0);
   for (size_t i = 0; i < n; ++i) {
     const Transfer& t = ts[i];
     bool isSend = t.kind == Transfer::Kind::kSend;
     size_t total = isSend ? kHeaderBytes + t.header.bytes : t.header.bytes;
     bool finished = isSend ? t.done == total : (t.headerDone == kHeaderBytes && t.done == total);
-    if (finished) continue;
+    // Name only the first transfer still pending per peer and direction.
+    if (finished || listed[2 * t.peer + isSend]) continue;
+    listed[2 * t.peer + isSend] = 1;
     op = &t.header;
     if (!waiting.empty()) waiting += ", ";
     waiting += fmt::format("peer {} ({} step {}: {}/{} bytes)", t.peer,

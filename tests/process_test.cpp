@@ -1,0 +1,187 @@
+// Real processes over real sockets and shared memory: the collective matrix, fault injection
+// (SIGKILL and SIGSTOP of one rank in the middle of each collective), mismatched calls and a
+// rank with the wrong secret. Every job runs under a deadline: a hang fails the test.
+#include <gtest/gtest.h>
+#include <fmt/format.h>
+#include <signal.h>
+
+#include <filesystem>
+#include <set>
+#include <fstream>
+#include <thread>
+
+#include "run/local_job.h"
+
+namespace shoal::test {
+namespace {
+
+using namespace std::chrono_literals;
+
+std::string workerPath() { return std::string(SHOAL_TEST_WORKER); }
+
+struct TempDir {
+  std::string path;
+  TempDir() {
+    char tmpl[] = "/tmp/shoal-proc-XXXXXX";
+    path = ::mkdtemp(tmpl);
+  }
+  ~TempDir() { std::filesystem::remove_all(path); }
+};
+
+std::set<std::string> shmEntries() {
+  std::set<std::string> out;
+  for (auto& e : std::filesystem::directory_iterator("/dev/shm")) out.insert(e.path().string());
+  return out;
+}
+
+run::LocalJobOptions job(int n, std::vector<std::string> args, const TempDir& dir,
+                         std::vector<std::pair<std::string, std::string>> env = {}) {
+  run::LocalJobOptions o;
+  o.ranks = n;
+  o.argv = {workerPath()};
+  o.argv.insert(o.argv.end(), args.begin(), args.end());
+  o.env = std::move(env);
+  o.outputDir = dir.path;
+  return o;
+}
+
+std::string allOutput(const run::LocalJob& j, int n) {
+  std::string s;
+  for (int r = 0; r < n; ++r) s += fmt::format("--- rank {}:\n{}", r, j.output(r));
+  return s;
+}
+
+class ProcessMatrix : public ::testing::TestWithParam<std::tuple<std::string, int>> {};
+
+TEST_P(ProcessMatrix, EveryCollectiveMatchesTheReference) {
+  const auto [transport, n] = GetParam();
+  TempDir dir;
+  run::LocalJob j(job(n, {"matrix"}, dir, {{"SHOAL_TRANSPORT", transport}}));
+  bool timedOut = false;
+  auto exits = j.wait(300s, &timedOut);
+  ASSERT_FALSE(timedOut) << allOutput(j, n);
+  for (auto& e : exits) EXPECT_TRUE(e.ok()) << e.describe() << "\n" << allOutput(j, n);
+  for (int r = 0; r < n; ++r) {
+    EXPECT_NE(j.output(r).find("matrix done"), std::string::npos) << j.output(r);
+    EXPECT_NE(j.output(r).find(", 0 failures"), std::string::npos) << j.output(r);
+  }
+  if (n > 1) {
+    EXPECT_NE(j.output(0).find("over " + transport), std::string::npos) << j.output(0);
+  }
+  std::printf("%s", j.output(0).c_str());
+}
+
+INSTANTIATE_TEST_SUITE_P(, ProcessMatrix,
+                         ::testing::Combine(::testing::Values("tcp", "shm"),
+                                            ::testing::Values(2, 3, 4)));
+
+// --- Fault injection
+
+struct FaultCase {
+  std::string collective;
+  int signal;
+  std::string transport;
+};
+
+class FaultInjection : public ::testing::TestWithParam<FaultCase> {};
+
+TEST_P(FaultInjection, EverySurvivorFailsNamingTheVictimBeforeTheDeadline) {
+  const auto& c = GetParam();
+  constexpr int n = 4, victim = 2;
+  constexpr double timeout = 4.0;
+  const auto shmBefore = shmEntries();
+  TempDir dir;
+  run::LocalJob j(job(n, {"loop", c.collective}, dir,
+                      {{"SHOAL_TIMEOUT", fmt::format("{}", timeout)},
+                       {"SHOAL_TRANSPORT", c.transport}}));
+  // Wait until every rank is inside the loop.
+  Deadline ready(60s);
+  for (int r = 0; r < n; ++r) {
+    while (j.output(r).find("ready") == std::string::npos) {
+      ASSERT_FALSE(ready.expired()) << "ranks never became ready\n" << allOutput(j, n);
+      std::this_thread::sleep_for(5ms);
+    }
+  }
+  std::this_thread::sleep_for(50ms);
+  j.signal(victim, c.signal);
+  auto t0 = Clock::now();
+  // Survivors must be done within the collective deadline (plus slack); waiting longer than
+  // that means one hung. A stopped victim never exits by itself: it is not waited for.
+  std::vector<run::RankExit> exits(n);
+  Deadline hang(seconds(timeout + 20));
+  for (int r = 0; r < n; ++r) {
+    if (r == victim) continue;
+    std::optional<run::RankExit> e;
+    while (!(e = j.poll(r))) {
+      ASSERT_FALSE(hang.expired()) << "rank " << r << " hung\n" << allOutput(j, n);
+      std::this_thread::sleep_for(5ms);
+    }
+    exits[r] = *e;
+  }
+  double took = std::chrono::duration<double>(Clock::now() - t0).count();
+  for (int r = 0; r < n; ++r) {
+    if (r == victim) continue;
+    std::string out = j.output(r);
+    EXPECT_EQ(exits[r].exitCode, 3) << exits[r].describe() << "\n" << out;
+    EXPECT_NE(out.find("ERROR"), std::string::npos) << out;
+    bool names = out.find("peer 2") != std::string::npos ||
+                 out.find("rank 2") != std::string::npos ||
+                 out.find("silent ranks (stopped, dead, or busy outside this group): [2]") !=
+                     std::string::npos;
+    EXPECT_TRUE(names) << "rank " << r << " does not name rank 2:\n" << out;
+    EXPECT_NE(out.find("#"), std::string::npos) << "no operation sequence number:\n" << out;
+  }
+  EXPECT_LT(took, timeout + 5) << allOutput(j, n);
+  EXPECT_EQ(shmEntries(), shmBefore) << "files left in /dev/shm";
+}
+
+std::vector<FaultCase> faultCases() {
+  std::vector<FaultCase> cases;
+  for (const char* coll : {"allreduce_ring", "allreduce_recursive_doubling", "allreduce_driver",
+                           "broadcast", "reduce", "allgather", "reduce_scatter", "alltoall",
+                           "gather", "scatter", "barrier", "sendrecv"}) {
+    for (int sig : {SIGKILL, SIGSTOP}) cases.push_back({coll, sig, "shm"});
+  }
+  cases.push_back({"allreduce_ring", SIGKILL, "tcp"});
+  cases.push_back({"allreduce_ring", SIGSTOP, "tcp"});
+  cases.push_back({"alltoall", SIGKILL, "tcp"});
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(, FaultInjection, ::testing::ValuesIn(faultCases()),
+                         [](const ::testing::TestParamInfo<FaultCase>& info) {
+                           return info.param.collective + "_" +
+                                  (info.param.signal == SIGKILL ? "kill" : "stop") + "_" +
+                                  info.param.transport;
+                         });
+
+TEST(Mismatch, EveryRankGetsAMismatchErrorNamingBothSides) {
+  constexpr int n = 4;
+  TempDir dir;
+  run::LocalJob j(job(n, {"mismatch"}, dir, {{"SHOAL_TIMEOUT", "10"}}));
+  bool timedOut = false;
+  auto exits = j.wait(30s, &timedOut);
+  ASSERT_FALSE(timedOut) << allOutput(j, n);
+  for (int r = 0; r < n; ++r) {
+    std::string out = j.output(r);
+    EXPECT_EQ(exits[r].exitCode, 4) << exits[r].describe() << "\n" << out;
+    EXPECT_NE(out.find("ERROR MismatchError"), std::string::npos) << out;
+    EXPECT_NE(out.find("100 x float32"), std::string::npos) << out;
+    EXPECT_NE(out.find("77 x float32"), std::string::npos) << out;
+  }
+}
+
+TEST(WrongSecret, TheImpostorIsRejectedAndNobodyHangs) {
+  constexpr int n = 3;
+  TempDir dir;
+  run::LocalJob j(job(n, {"wrong-secret"}, dir, {{"SHOAL_TIMEOUT", "5"}}));
+  bool timedOut = false;
+  auto exits = j.wait(40s, &timedOut);
+  ASSERT_FALSE(timedOut) << allOutput(j, n);
+  for (auto& e : exits) EXPECT_FALSE(e.ok()) << e.describe();
+  EXPECT_NE(j.output(1).find("secret"), std::string::npos) << j.output(1);
+  EXPECT_NE(j.output(0).find("rejected a connection"), std::string::npos) << j.output(0);
+}
+
+}  // namespace
+}  // namespace shoal::test

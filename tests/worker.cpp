@@ -1,0 +1,129 @@
+// A rank program for the multi-process tests, started by run::LocalJob.
+//
+//   shoal_test_worker matrix                 run the collective matrix, exit 1 on a mismatch
+//   shoal_test_worker loop <collective>      run the collective over and over until it fails;
+//                                            print "ready" once, then the error; exit 3
+//   shoal_test_worker mismatch               the last rank all-reduces 100 floats, others 77
+//   shoal_test_worker wrong-secret           rank 1 joins with another secret
+// Errors are printed as "ERROR <Type>: <message>".
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "comm/collectives.h"
+#include "comm/world.h"
+#include "common/error.h"
+#include "tests/matrix.h"
+
+using namespace shoal;
+
+namespace {
+
+const char* typeName(const std::exception& e) {
+  if (dynamic_cast<const TimeoutError*>(&e)) return "TimeoutError";
+  if (dynamic_cast<const PeerError*>(&e)) return "PeerError";
+  if (dynamic_cast<const MismatchError*>(&e)) return "MismatchError";
+  if (dynamic_cast<const ProtocolError*>(&e)) return "ProtocolError";
+  if (dynamic_cast<const StoreError*>(&e)) return "StoreError";
+  if (dynamic_cast<const InvalidArgument*>(&e)) return "InvalidArgument";
+  return "Error";
+}
+
+void loopOnce(comm::Group& g, const std::string& what, std::vector<float>& a,
+              std::vector<float>& b) {
+  const size_t count = a.size() / g.size();
+  const int root = 0;
+  if (what == "allreduce_ring" || what == "allreduce_recursive_doubling" ||
+      what == "allreduce_driver") {
+    auto algo = comm::parseAllreduceAlgorithm(what.substr(10));
+    comm::allreduce(g, a.data(), a.size(), DataType::kFloat32, ReduceOp::kSum,
+                    {.algorithm = algo});
+  } else if (what == "broadcast") {
+    comm::broadcast(g, a.data(), a.size(), DataType::kFloat32, root);
+  } else if (what == "reduce") {
+    comm::reduce(g, a.data(), a.size(), DataType::kFloat32, ReduceOp::kSum, root);
+  } else if (what == "allgather") {
+    comm::allgather(g, a.data(), b.data(), count, DataType::kFloat32);
+  } else if (what == "reduce_scatter") {
+    comm::reduceScatter(g, a.data(), b.data(), count, DataType::kFloat32, ReduceOp::kSum);
+  } else if (what == "alltoall") {
+    comm::alltoall(g, a.data(), b.data(), count, DataType::kFloat32);
+  } else if (what == "gather") {
+    comm::gather(g, a.data(), b.data(), count, DataType::kFloat32, root);
+  } else if (what == "scatter") {
+    comm::scatter(g, a.data(), b.data(), count, DataType::kFloat32, root);
+  } else if (what == "barrier") {
+    comm::barrier(g);
+  } else if (what == "sendrecv") {
+    // Around the ring, even ranks sending first.
+    const int n = g.size(), r = g.rank();
+    if (r % 2 == 0) {
+      comm::send(g, a.data(), count, DataType::kFloat32, (r + 1) % n);
+      comm::recv(g, b.data(), count, DataType::kFloat32, (r + n - 1) % n);
+    } else {
+      comm::recv(g, b.data(), count, DataType::kFloat32, (r + n - 1) % n);
+      comm::send(g, a.data(), count, DataType::kFloat32, (r + 1) % n);
+    }
+  } else {
+    SHOAL_THROW(InvalidArgument, "unknown collective '{}'", what);
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
+  if (argc < 2) {
+    std::fprintf(stderr, "usage: shoal_test_worker matrix|loop <collective>|mismatch|wrong-secret\n");
+    return 2;
+  }
+  const std::string scenario = argv[1];
+  try {
+    if (scenario == "wrong-secret" && std::atoi(std::getenv("SHOAL_RANK")) == 1) {
+      ::setenv("SHOAL_SECRET", "an impostor's guess", 1);
+    }
+    auto world = comm::joinWorld();
+    if (scenario == "matrix") {
+      test::MatrixOptions o;
+      o.lengths = {0, 1, 5, 1003, 70001};
+      auto failures = test::runMatrix(*world, o);
+      for (auto& f : failures) std::printf("FAIL %s\n", f.c_str());
+      std::printf("rank %d: matrix done over %s, %zu failures\n", world->rank(),
+                  world->size() > 1 ? std::string(toString(world->linkKind((world->rank() + 1) %
+                                                                           world->size())))
+                                          .c_str()
+                                    : "nothing",
+                  failures.size());
+      return failures.empty() ? 0 : 1;
+    }
+    if (scenario == "loop") {
+      const std::string what = argc > 2 ? argv[2] : "allreduce_ring";
+      // Big enough that a rank is almost always in the middle of moving data.
+      std::vector<float> a(world->size() * 65536, 1.0f), b(a.size());
+      for (long i = 0; i < 1000000; ++i) {
+        loopOnce(*world, what, a, b);
+        if (i == 0) std::printf("ready\n");
+      }
+      return 0;
+    }
+    if (scenario == "mismatch") {
+      const size_t count = world->rank() == world->size() - 1 ? 100 : 77;
+      std::vector<float> a(count, 1.0f);
+      comm::allreduce(*world, a.data(), count, DataType::kFloat32, ReduceOp::kSum);
+      return 0;
+    }
+    if (scenario == "wrong-secret") {
+      comm::barrier(*world);
+      return 0;
+    }
+    std::fprintf(stderr, "unknown scenario %s\n", scenario.c_str());
+    return 2;
+  } catch (const std::exception& e) {
+    std::printf("ERROR %s: %s\n", typeName(e), e.what());
+    return scenario == "mismatch" && dynamic_cast<const MismatchError*>(&e) ? 4 : 3;
+  }
+}
