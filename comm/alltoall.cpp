@@ -11,13 +11,12 @@ namespace shoal::comm {
 
 namespace {
 
-std::shared_ptr<Work> alltoallImpl(Group& g, bool async, const void* send, void* recv,
-                                   size_t count, DataType type, const CallOptions& call) {
+std::shared_ptr<Work> alltoallImpl(Group& g, bool async, const void* send, void* recv, size_t count,
+                                   DataType type, const CallOptions& call) {
   detail::checkBuffer(g, send, count, type, "alltoall");
   detail::checkBuffer(g, recv, count, type, "alltoall");
   auto base = detail::baseHeader(count, type);
-  return detail::dispatch(g, async, transport::OpCode::kAlltoall, base, call,
-                          [=](OpContext& ctx) {
+  return detail::dispatch(g, async, transport::OpCode::kAlltoall, base, call, [=](OpContext& ctx) {
     const int n = ctx.size(), r = ctx.rank();
     const size_t block = count * elementSize(type);
     const auto* in = static_cast<const uint8_t*>(send);

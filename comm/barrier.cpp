@@ -28,7 +28,9 @@ std::shared_ptr<Work> barrierImpl(Group& g, bool async, const CallOptions& call)
 
 }  // namespace
 
-void barrier(Group& g, const CallOptions& call) { barrierImpl(g, false, call); }
+void barrier(Group& g, const CallOptions& call) {
+  barrierImpl(g, false, call);
+}
 
 std::shared_ptr<Work> barrierAsync(Group& g, const CallOptions& call) {
   return barrierImpl(g, true, call);

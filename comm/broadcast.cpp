@@ -32,19 +32,18 @@ namespace {
 
 constexpr size_t kSegmentBytes = 1 << 20;
 
-std::shared_ptr<Work> broadcastImpl(Group& g, bool async, void* data, size_t count,
-                                    DataType type, int root, const CallOptions& call) {
+std::shared_ptr<Work> broadcastImpl(Group& g, bool async, void* data, size_t count, DataType type,
+                                    int root, const CallOptions& call) {
   detail::checkBuffer(g, data, count, type, "broadcast");
   detail::checkRoot(g, root, "broadcast");
   auto base = detail::baseHeader(count, type, ReduceOp::kSum, root);
-  return detail::dispatch(g, async, transport::OpCode::kBroadcast, base, call,
-                          [=](OpContext& ctx) {
+  return detail::dispatch(g, async, transport::OpCode::kBroadcast, base, call, [=](OpContext& ctx) {
     if (ctx.size() == 1) return;
     const size_t total = count * elementSize(type);
     auto* bytes = static_cast<uint8_t*>(data);
     const auto tree = algo::binomialTree(ctx.rank(), root, ctx.size());
-    const int nseg = static_cast<int>(std::max<size_t>(1, (total + kSegmentBytes - 1) /
-                                                              kSegmentBytes));
+    const int nseg =
+        static_cast<int>(std::max<size_t>(1, (total + kSegmentBytes - 1) / kSegmentBytes));
     std::vector<transport::Transfer> batch;
     for (int k = 0; k < nseg; ++k) {
       const size_t off = algo::blockBegin(total, nseg, k);

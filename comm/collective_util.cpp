@@ -18,13 +18,12 @@ void checkBuffer(const Group& g, const void* p, size_t count, DataType type, con
     SHOAL_THROW(InvalidArgument, "rank {}: {}: invalid data type {}", g.rank(), what,
                 static_cast<int>(type));
   }
-  if (count > std::numeric_limits<size_t>::max() / 16 / elementSize(type) /
-                  static_cast<size_t>(g.size())) {
+  if (count >
+      std::numeric_limits<size_t>::max() / 16 / elementSize(type) / static_cast<size_t>(g.size())) {
     SHOAL_THROW(InvalidArgument, "rank {}: {}: count {} is too large", g.rank(), what, count);
   }
   if (count > 0 && p == nullptr) {
-    SHOAL_THROW(InvalidArgument, "rank {}: {}: null buffer for {} elements", g.rank(), what,
-                count);
+    SHOAL_THROW(InvalidArgument, "rank {}: {}: null buffer for {} elements", g.rank(), what, count);
   }
 }
 

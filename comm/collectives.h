@@ -21,8 +21,8 @@ namespace shoal::comm {
 // In place: data = op over all ranks' data. kAvg divides the sum by size().
 void allreduce(Group& g, void* data, size_t count, DataType type, ReduceOp op,
                const CallOptions& call = {});
-std::shared_ptr<Work> allreduceAsync(Group& g, void* data, size_t count, DataType type,
-                                     ReduceOp op, const CallOptions& call = {});
+std::shared_ptr<Work> allreduceAsync(Group& g, void* data, size_t count, DataType type, ReduceOp op,
+                                     const CallOptions& call = {});
 
 // root's data is copied into every rank's data.
 void broadcast(Group& g, void* data, size_t count, DataType type, int root,
@@ -43,11 +43,10 @@ std::shared_ptr<Work> allgatherAsync(Group& g, const void* send, void* recv, siz
                                      DataType type, const CallOptions& call = {});
 
 // send is per rank; recv (count elements) = op over all ranks of their send block `rank`.
-void reduceScatter(Group& g, const void* send, void* recv, size_t count, DataType type,
-                   ReduceOp op, const CallOptions& call = {});
+void reduceScatter(Group& g, const void* send, void* recv, size_t count, DataType type, ReduceOp op,
+                   const CallOptions& call = {});
 std::shared_ptr<Work> reduceScatterAsync(Group& g, const void* send, void* recv, size_t count,
-                                         DataType type, ReduceOp op,
-                                         const CallOptions& call = {});
+                                         DataType type, ReduceOp op, const CallOptions& call = {});
 
 // send and recv per rank: recv block j = rank j's send block `rank`.
 void alltoall(Group& g, const void* send, void* recv, size_t count, DataType type,

@@ -10,9 +10,8 @@ namespace shoal::comm {
 
 namespace {
 
-std::shared_ptr<Work> gatherImpl(Group& g, bool async, const void* send, void* recv,
-                                 size_t count, DataType type, int root,
-                                 const CallOptions& call) {
+std::shared_ptr<Work> gatherImpl(Group& g, bool async, const void* send, void* recv, size_t count,
+                                 DataType type, int root, const CallOptions& call) {
   detail::checkBuffer(g, send, count, type, "gather");
   detail::checkRoot(g, root, "gather");
   if (g.rank() == root) detail::checkBuffer(g, recv, count, type, "gather");

@@ -38,8 +38,10 @@ AllreduceAlgorithm parseAllreduceAlgorithm(std::string_view name) {
   for (int i = 0; i < 4; ++i) {
     if (kAlgorithmNames[i] == name) return static_cast<AllreduceAlgorithm>(i);
   }
-  SHOAL_THROW(InvalidArgument, "unknown all-reduce algorithm '{}' (auto, ring, "
-              "recursive_doubling, driver)", name);
+  SHOAL_THROW(InvalidArgument,
+              "unknown all-reduce algorithm '{}' (auto, ring, "
+              "recursive_doubling, driver)",
+              name);
 }
 
 GroupOptions GroupOptions::from(const EnvConfig& env) {
@@ -70,8 +72,12 @@ GroupOptions GroupOptions::fromEnv() {
 OpContext::OpContext(Group& group, FrameHeader base, Duration timeout)
     : group_(group), base_(base), deadline_(timeout) {}
 
-int OpContext::rank() const { return group_.rank(); }
-int OpContext::size() const { return group_.size(); }
+int OpContext::rank() const {
+  return group_.rank();
+}
+int OpContext::size() const {
+  return group_.size();
+}
 
 FrameHeader OpContext::header(uint32_t step, uint64_t bytes) const {
   FrameHeader h = base_;
@@ -87,8 +93,7 @@ Transfer OpContext::recv(int peer, uint32_t step, void* data, size_t bytes) cons
   return Transfer::recv(peer, header(step, bytes), data);
 }
 Transfer OpContext::recvReduce(int peer, uint32_t step, void* data, size_t bytes) const {
-  return Transfer::recvReduce(peer, header(step, bytes), data,
-                              static_cast<DataType>(base_.dtype),
+  return Transfer::recvReduce(peer, header(step, bytes), data, static_cast<DataType>(base_.dtype),
                               static_cast<ReduceOp>(base_.redop));
 }
 
@@ -146,6 +151,10 @@ Group::Group(std::shared_ptr<store::Store> root, std::string prefix, int rank, i
   b.timeout = options_.timeout;
   b.endpoint = options_.endpoint;
   endpoint_ = transport::bootstrapEndpoint(b);
+  allShm_ = size_ > 1;
+  for (int p = 0; p < size_; ++p) {
+    if (p != rank_) allShm_ = allShm_ && endpoint_->linkKind(p) == transport::LinkKind::kShm;
+  }
 }
 
 Group::~Group() = default;
@@ -192,9 +201,9 @@ std::shared_ptr<Group> Group::split(int color, int key) {
     std::string prefix = fmt::format("{}/split{}/c{}", prefix_, n, color);
     GroupOptions o = options_;
     o.timeout = ctx.deadline().remaining();
-    result = std::shared_ptr<Group>(new Group(root_, prefix, newRank,
-                                              static_cast<int>(members.size()), fnv1a(prefix),
-                                              o, secret_, secretHolder_));
+    result =
+        std::shared_ptr<Group>(new Group(root_, prefix, newRank, static_cast<int>(members.size()),
+                                         fnv1a(prefix), o, secret_, secretHolder_));
     result->options_.timeout = options_.timeout;
   });
   return result;
@@ -219,10 +228,11 @@ std::string Group::arrivalReport(uint64_t) {
   } catch (const Error&) {
     return " (the store could not be asked where the other ranks are)";
   }
-  return fmt::format("; ranks blocked: {}; silent ranks (stopped, dead, or busy outside this "
-                     "group): [{}]",
-                     blocked.empty() ? std::string("none") : fmt::format("{}", fmt::join(blocked, ", ")),
-                     fmt::join(silent, ", "));
+  return fmt::format(
+      "; ranks blocked: {}; silent ranks (stopped, dead, or busy outside this "
+      "group): [{}]",
+      blocked.empty() ? std::string("none") : fmt::format("{}", fmt::join(blocked, ", ")),
+      fmt::join(silent, ", "));
 }
 
 std::string Group::withContext(const FrameHeader& base, const std::string& what) const {

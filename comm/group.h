@@ -104,6 +104,8 @@ class Group : public std::enable_shared_from_this<Group> {
   const GroupOptions& options() const { return options_; }
   uint32_t id() const { return id_; }
   transport::LinkKind linkKind(int peer) const { return endpoint_->linkKind(peer); }
+  // Every peer is reached over shared memory (false for a group of one).
+  bool allLinksShm() const { return allShm_; }
 
   // Collective (like MPI_Comm_split): ranks with the same color form a new group, ordered by
   // key then by rank in this group. A negative color joins no group and gets nullptr.
@@ -111,8 +113,8 @@ class Group : public std::enable_shared_from_this<Group> {
 
   // Runs `body` as operation `op` in issue order (see the class comment). Synchronous:
   // throws what the operation threw. Used by the collectives; not needed by applications.
-  void execute(transport::OpCode op, const transport::FrameHeader& base,
-               const CallOptions& call, std::function<void(OpContext&)> body);
+  void execute(transport::OpCode op, const transport::FrameHeader& base, const CallOptions& call,
+               std::function<void(OpContext&)> body);
   std::shared_ptr<Work> submit(transport::OpCode op, const transport::FrameHeader& base,
                                const CallOptions& call, std::function<void(OpContext&)> body);
 
@@ -125,15 +127,14 @@ class Group : public std::enable_shared_from_this<Group> {
 
  private:
   friend class OpContext;
-  Group(std::shared_ptr<store::Store> root, std::string prefix, int rank, int size,
-        uint32_t id, GroupOptions options, std::string secret,
-        std::shared_ptr<void> secretHolder);
+  Group(std::shared_ptr<store::Store> root, std::string prefix, int rank, int size, uint32_t id,
+        GroupOptions options, std::string secret, std::shared_ptr<void> secretHolder);
   void runOp(transport::OpCode op, transport::FrameHeader base, const CallOptions& call,
              const std::function<void(OpContext&)>& body);
   std::string arrivalReport(uint64_t seq);
   std::string withContext(const transport::FrameHeader& base, const std::string& what) const;
 
-  std::shared_ptr<store::Store> root_;   // unscoped, for sub-groups
+  std::shared_ptr<store::Store> root_;  // unscoped, for sub-groups
   std::string prefix_;
   std::shared_ptr<store::Store> store_;  // scoped to this group
   int rank_;
@@ -143,6 +144,7 @@ class Group : public std::enable_shared_from_this<Group> {
   std::string secret_;
   std::shared_ptr<void> secretHolder_;
   std::unique_ptr<transport::Endpoint> endpoint_;
+  bool allShm_ = false;
   uint64_t nextSeq_ = 0;
   uint64_t splits_ = 0;
   std::vector<uint64_t> sendSeq_;

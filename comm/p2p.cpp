@@ -20,14 +20,14 @@ std::shared_ptr<Work> p2pImpl(Group& g, bool async, bool isSend, void* data, siz
   detail::checkBuffer(g, data, count, type, what);
   checkPeer(g, peer, what);
   auto base = detail::baseHeader(count, type);
-  return detail::dispatch(g, async, transport::OpCode::kSendRecv, base, call,
-                          [=, &g](OpContext& ctx) {
-    auto h = ctx.header(0, count * elementSize(type));
-    h.seq = isSend ? g.nextSendSeq(peer) : g.nextRecvSeq(peer);
-    std::vector<transport::Transfer> batch{isSend ? transport::Transfer::send(peer, h, data)
-                                                  : transport::Transfer::recv(peer, h, data)};
-    ctx.run(batch);
-  });
+  return detail::dispatch(
+      g, async, transport::OpCode::kSendRecv, base, call, [=, &g](OpContext& ctx) {
+        auto h = ctx.header(0, count * elementSize(type));
+        h.seq = isSend ? g.nextSendSeq(peer) : g.nextRecvSeq(peer);
+        std::vector<transport::Transfer> batch{isSend ? transport::Transfer::send(peer, h, data)
+                                                      : transport::Transfer::recv(peer, h, data)};
+        ctx.run(batch);
+      });
 }
 
 }  // namespace

@@ -2,12 +2,13 @@
 // children at once, reduced as bytes arrive) into a scratch copy of its own buffer, then sends
 // the partial result to its parent. The root reduces straight into its buffer; the other
 // ranks' buffers are left as they were.
+#include "common/reduce.h"
+
 #include <cstring>
 
 #include "comm/algorithms.h"
 #include "comm/collective_util.h"
 #include "comm/collectives.h"
-#include "common/reduce.h"
 
 namespace shoal::comm {
 

@@ -20,33 +20,33 @@ std::shared_ptr<Work> reduceScatterImpl(Group& g, bool async, const void* send, 
   detail::checkBuffer(g, recv, count, type, "reduce_scatter");
   detail::checkReduceOp(op);
   auto base = detail::baseHeader(count, type, op);
-  return detail::dispatch(g, async, transport::OpCode::kReduceScatter, base, call,
-                          [=](OpContext& ctx) {
-    const int n = ctx.size(), r = ctx.rank();
-    const size_t block = count * elementSize(type);
-    auto mod = [n](int x) { return ((x % n) + n) % n; };
-    const auto* in = static_cast<const uint8_t*>(send);
-    std::vector<uint8_t> scratch(in, in + block * n);
-    std::vector<transport::Transfer> batch;
-    int lastRecv = -1;
-    for (int s = 0; s < n - 1; ++s) {
-      batch.push_back(ctx.send((r + 1) % n, static_cast<uint32_t>(s),
-                               scratch.data() + mod(r - s - 1) * block, block));
-      batch.back().after = lastRecv;
-      batch.push_back(ctx.recvReduce((r + n - 1) % n, static_cast<uint32_t>(s),
-                                     scratch.data() + mod(r - s - 2) * block, block));
-      lastRecv = static_cast<int>(batch.size() - 1);
-    }
-    ctx.run(batch);
-    if (block > 0) std::memcpy(recv, scratch.data() + r * block, block);
-    if (op == ReduceOp::kAvg) scaleAverage(recv, count, type, n);
-  });
+  return detail::dispatch(
+      g, async, transport::OpCode::kReduceScatter, base, call, [=](OpContext& ctx) {
+        const int n = ctx.size(), r = ctx.rank();
+        const size_t block = count * elementSize(type);
+        auto mod = [n](int x) { return ((x % n) + n) % n; };
+        const auto* in = static_cast<const uint8_t*>(send);
+        std::vector<uint8_t> scratch(in, in + block * n);
+        std::vector<transport::Transfer> batch;
+        int lastRecv = -1;
+        for (int s = 0; s < n - 1; ++s) {
+          batch.push_back(ctx.send((r + 1) % n, static_cast<uint32_t>(s),
+                                   scratch.data() + mod(r - s - 1) * block, block));
+          batch.back().after = lastRecv;
+          batch.push_back(ctx.recvReduce((r + n - 1) % n, static_cast<uint32_t>(s),
+                                         scratch.data() + mod(r - s - 2) * block, block));
+          lastRecv = static_cast<int>(batch.size() - 1);
+        }
+        ctx.run(batch);
+        if (block > 0) std::memcpy(recv, scratch.data() + r * block, block);
+        if (op == ReduceOp::kAvg) scaleAverage(recv, count, type, n);
+      });
 }
 
 }  // namespace
 
-void reduceScatter(Group& g, const void* send, void* recv, size_t count, DataType type,
-                   ReduceOp op, const CallOptions& call) {
+void reduceScatter(Group& g, const void* send, void* recv, size_t count, DataType type, ReduceOp op,
+                   const CallOptions& call) {
   reduceScatterImpl(g, false, send, recv, count, type, op, call);
 }
 

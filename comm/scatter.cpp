@@ -10,15 +10,13 @@ namespace shoal::comm {
 
 namespace {
 
-std::shared_ptr<Work> scatterImpl(Group& g, bool async, const void* send, void* recv,
-                                  size_t count, DataType type, int root,
-                                  const CallOptions& call) {
+std::shared_ptr<Work> scatterImpl(Group& g, bool async, const void* send, void* recv, size_t count,
+                                  DataType type, int root, const CallOptions& call) {
   detail::checkBuffer(g, recv, count, type, "scatter");
   detail::checkRoot(g, root, "scatter");
   if (g.rank() == root) detail::checkBuffer(g, send, count, type, "scatter");
   auto base = detail::baseHeader(count, type, ReduceOp::kSum, root);
-  return detail::dispatch(g, async, transport::OpCode::kScatter, base, call,
-                          [=](OpContext& ctx) {
+  return detail::dispatch(g, async, transport::OpCode::kScatter, base, call, [=](OpContext& ctx) {
     const size_t block = count * elementSize(type);
     std::vector<transport::Transfer> batch;
     if (ctx.rank() == root) {

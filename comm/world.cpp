@@ -20,8 +20,7 @@ std::shared_ptr<Group> joinWorld() {
   }
   if (*env.rank == 0) SHOAL_LOG_INFO("configuration: {}", describe(env));
   GroupOptions options = GroupOptions::from(env);
-  auto store = std::make_shared<store::TcpStore>(parseHostPort(*env.storeAddress),
-                                                 options.timeout);
+  auto store = std::make_shared<store::TcpStore>(parseHostPort(*env.storeAddress), options.timeout);
   return Group::create(store, *env.rank, *env.worldSize, options);
 }
 

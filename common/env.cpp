@@ -27,8 +27,8 @@ size_t parseBytes(const char* name, const std::string& v) {
   char* end = nullptr;
   unsigned long long n = std::strtoull(v.c_str(), &end, 10);
   if (end == v.c_str() || *end != '\0' || n < 4096 || n > (1ull << 32)) {
-    SHOAL_THROW(InvalidArgument, "{}='{}': expected a byte count between 4096 and 4294967296",
-                name, v);
+    SHOAL_THROW(InvalidArgument, "{}='{}': expected a byte count between 4096 and 4294967296", name,
+                v);
   }
   return static_cast<size_t>(n);
 }
@@ -54,9 +54,12 @@ LogLevel parseLogLevel(const std::string& v) {
 
 std::string_view toString(TransportKind kind) {
   switch (kind) {
-    case TransportKind::kAuto: return "auto";
-    case TransportKind::kTcp: return "tcp";
-    case TransportKind::kShm: return "shm";
+    case TransportKind::kAuto:
+      return "auto";
+    case TransportKind::kTcp:
+      return "tcp";
+    case TransportKind::kShm:
+      return "shm";
   }
   return "invalid";
 }

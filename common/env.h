@@ -12,17 +12,17 @@ namespace shoal {
 enum class TransportKind { kAuto, kTcp, kShm };
 
 struct EnvConfig {
-  double timeoutSeconds = 60.0;           // SHOAL_TIMEOUT
+  double timeoutSeconds = 60.0;                    // SHOAL_TIMEOUT
   TransportKind transport = TransportKind::kAuto;  // SHOAL_TRANSPORT = auto | tcp | shm
-  std::string allreduceAlgorithm = "auto";  // SHOAL_ALLREDUCE_ALGORITHM
-  std::optional<std::string> secret;      // SHOAL_SECRET (never logged)
-  std::optional<std::string> secretFile;  // SHOAL_SECRET_FILE
+  std::string allreduceAlgorithm = "auto";         // SHOAL_ALLREDUCE_ALGORITHM
+  std::optional<std::string> secret;               // SHOAL_SECRET (never logged)
+  std::optional<std::string> secretFile;           // SHOAL_SECRET_FILE
   std::string listenAddress = "127.0.0.1";  // SHOAL_ADDR: address this rank listens on/advertises
-  size_t shmRingBytes = 4u << 20;         // SHOAL_SHM_RING_BYTES, per direction per pair
-  LogLevel logLevel = LogLevel::kWarn;    // SHOAL_LOG_LEVEL = error | warn | info | debug
+  size_t shmRingBytes = 4u << 20;           // SHOAL_SHM_RING_BYTES, per direction per pair
+  LogLevel logLevel = LogLevel::kWarn;      // SHOAL_LOG_LEVEL = error | warn | info | debug
   // Set by whatever started the ranks (shoal's local job today, the launcher later):
-  std::optional<int> rank;                // SHOAL_RANK
-  std::optional<int> worldSize;           // SHOAL_WORLD_SIZE
+  std::optional<int> rank;                  // SHOAL_RANK
+  std::optional<int> worldSize;             // SHOAL_WORLD_SIZE
   std::optional<std::string> storeAddress;  // SHOAL_STORE_ADDR = host:port of the TCP store
 };
 

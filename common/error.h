@@ -66,23 +66,23 @@ class SystemError : public Error {
 #define SHOAL_THROW(Type, ...) throw ::shoal::Type(::fmt::format(__VA_ARGS__))
 
 // Checks print both sides: "count == expected (77 vs 100): <context>".
-#define SHOAL_CHECK(cond, ...)                                                                    \
-  do {                                                                                            \
-    if (!(cond)) {                                                                                \
-      throw ::shoal::InvalidArgument(                                                             \
-          ::fmt::format("check failed: {}: {}", #cond, ::fmt::format(__VA_ARGS__)));              \
-    }                                                                                             \
+#define SHOAL_CHECK(cond, ...)                                                       \
+  do {                                                                               \
+    if (!(cond)) {                                                                   \
+      throw ::shoal::InvalidArgument(                                                \
+          ::fmt::format("check failed: {}: {}", #cond, ::fmt::format(__VA_ARGS__))); \
+    }                                                                                \
   } while (0)
 
-#define SHOAL_CHECK_OP(a, b, op, ...)                                                             \
-  do {                                                                                            \
-    const auto& shoal_a_ = (a);                                                                   \
-    const auto& shoal_b_ = (b);                                                                   \
-    if (!(shoal_a_ op shoal_b_)) {                                                                \
-      throw ::shoal::InvalidArgument(::fmt::format("check failed: {} {} {} ({} vs {}): {}", #a,   \
-                                                   #op, #b, shoal_a_, shoal_b_,                   \
-                                                   ::fmt::format(__VA_ARGS__)));                  \
-    }                                                                                             \
+#define SHOAL_CHECK_OP(a, b, op, ...)                                                           \
+  do {                                                                                          \
+    const auto& shoal_a_ = (a);                                                                 \
+    const auto& shoal_b_ = (b);                                                                 \
+    if (!(shoal_a_ op shoal_b_)) {                                                              \
+      throw ::shoal::InvalidArgument(::fmt::format("check failed: {} {} {} ({} vs {}): {}", #a, \
+                                                   #op, #b, shoal_a_, shoal_b_,                 \
+                                                   ::fmt::format(__VA_ARGS__)));                \
+    }                                                                                           \
   } while (0)
 
 #define SHOAL_CHECK_EQ(a, b, ...) SHOAL_CHECK_OP(a, b, ==, __VA_ARGS__)

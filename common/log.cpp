@@ -14,8 +14,12 @@ std::atomic<int>& levelStore() {
 constexpr std::string_view kNames[] = {"error", "warn", "info", "debug"};
 }  // namespace
 
-void setLogLevel(LogLevel level) { levelStore().store(static_cast<int>(level)); }
-LogLevel logLevel() { return static_cast<LogLevel>(levelStore().load(std::memory_order_relaxed)); }
+void setLogLevel(LogLevel level) {
+  levelStore().store(static_cast<int>(level));
+}
+LogLevel logLevel() {
+  return static_cast<LogLevel>(levelStore().load(std::memory_order_relaxed));
+}
 
 void logLine(LogLevel level, std::string_view line) {
   std::string out = fmt::format("shoal {}: {}\n", kNames[static_cast<int>(level)], line);

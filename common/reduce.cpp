@@ -47,10 +47,14 @@ void dispatchOp(void* dst, const void* a, const void* b, size_t n, ReduceOp op) 
   auto* y = static_cast<const T*>(b);
   switch (op) {
     case ReduceOp::kSum:
-    case ReduceOp::kAvg: return loop<T, Sum>(d, x, y, n);
-    case ReduceOp::kProduct: return loop<T, Prod>(d, x, y, n);
-    case ReduceOp::kMin: return loop<T, Min>(d, x, y, n);
-    case ReduceOp::kMax: return loop<T, Max>(d, x, y, n);
+    case ReduceOp::kAvg:
+      return loop<T, Sum>(d, x, y, n);
+    case ReduceOp::kProduct:
+      return loop<T, Prod>(d, x, y, n);
+    case ReduceOp::kMin:
+      return loop<T, Min>(d, x, y, n);
+    case ReduceOp::kMax:
+      return loop<T, Max>(d, x, y, n);
   }
   SHOAL_THROW(InvalidArgument, "invalid reduce op {}", static_cast<int>(op));
 }
@@ -62,26 +66,36 @@ void dispatchOp16(void* dst, const void* a, const void* b, size_t n, ReduceOp op
   auto* y = static_cast<const uint16_t*>(b);
   switch (op) {
     case ReduceOp::kSum:
-    case ReduceOp::kAvg: return loop16<Sum, Widen, Narrow>(d, x, y, n);
-    case ReduceOp::kProduct: return loop16<Prod, Widen, Narrow>(d, x, y, n);
-    case ReduceOp::kMin: return loop16<Min, Widen, Narrow>(d, x, y, n);
-    case ReduceOp::kMax: return loop16<Max, Widen, Narrow>(d, x, y, n);
+    case ReduceOp::kAvg:
+      return loop16<Sum, Widen, Narrow>(d, x, y, n);
+    case ReduceOp::kProduct:
+      return loop16<Prod, Widen, Narrow>(d, x, y, n);
+    case ReduceOp::kMin:
+      return loop16<Min, Widen, Narrow>(d, x, y, n);
+    case ReduceOp::kMax:
+      return loop16<Max, Widen, Narrow>(d, x, y, n);
   }
   SHOAL_THROW(InvalidArgument, "invalid reduce op {}", static_cast<int>(op));
 }
 
 }  // namespace
 
-void reduceTo(void* dst, const void* a, const void* b, size_t count, DataType type,
-              ReduceOp op) {
+void reduceTo(void* dst, const void* a, const void* b, size_t count, DataType type, ReduceOp op) {
   switch (type) {
-    case DataType::kFloat32: return dispatchOp<float>(dst, a, b, count, op);
-    case DataType::kFloat64: return dispatchOp<double>(dst, a, b, count, op);
-    case DataType::kInt32: return dispatchOp<int32_t>(dst, a, b, count, op);
-    case DataType::kInt64: return dispatchOp<int64_t>(dst, a, b, count, op);
-    case DataType::kUInt8: return dispatchOp<uint8_t>(dst, a, b, count, op);
-    case DataType::kFloat16: return dispatchOp16<halfToFloat, floatToHalf>(dst, a, b, count, op);
-    case DataType::kBFloat16: return dispatchOp16<bf16ToFloat, floatToBf16>(dst, a, b, count, op);
+    case DataType::kFloat32:
+      return dispatchOp<float>(dst, a, b, count, op);
+    case DataType::kFloat64:
+      return dispatchOp<double>(dst, a, b, count, op);
+    case DataType::kInt32:
+      return dispatchOp<int32_t>(dst, a, b, count, op);
+    case DataType::kInt64:
+      return dispatchOp<int64_t>(dst, a, b, count, op);
+    case DataType::kUInt8:
+      return dispatchOp<uint8_t>(dst, a, b, count, op);
+    case DataType::kFloat16:
+      return dispatchOp16<halfToFloat, floatToHalf>(dst, a, b, count, op);
+    case DataType::kBFloat16:
+      return dispatchOp16<bf16ToFloat, floatToBf16>(dst, a, b, count, op);
   }
   SHOAL_THROW(InvalidArgument, "invalid data type {}", static_cast<int>(type));
 }
@@ -112,13 +126,20 @@ void divide16(void* data, size_t n, int by) {
 void scaleAverage(void* data, size_t count, DataType type, int n) {
   if (n == 1) return;
   switch (type) {
-    case DataType::kFloat32: return divideAll<float>(data, count, n);
-    case DataType::kFloat64: return divideAll<double>(data, count, n);
-    case DataType::kInt32: return divideAll<int32_t>(data, count, n);
-    case DataType::kInt64: return divideAll<int64_t>(data, count, n);
-    case DataType::kUInt8: return divideAll<uint8_t>(data, count, n);
-    case DataType::kFloat16: return divide16<halfToFloat, floatToHalf>(data, count, n);
-    case DataType::kBFloat16: return divide16<bf16ToFloat, floatToBf16>(data, count, n);
+    case DataType::kFloat32:
+      return divideAll<float>(data, count, n);
+    case DataType::kFloat64:
+      return divideAll<double>(data, count, n);
+    case DataType::kInt32:
+      return divideAll<int32_t>(data, count, n);
+    case DataType::kInt64:
+      return divideAll<int64_t>(data, count, n);
+    case DataType::kUInt8:
+      return divideAll<uint8_t>(data, count, n);
+    case DataType::kFloat16:
+      return divide16<halfToFloat, floatToHalf>(data, count, n);
+    case DataType::kBFloat16:
+      return divide16<bf16ToFloat, floatToBf16>(data, count, n);
   }
   SHOAL_THROW(InvalidArgument, "invalid data type {}", static_cast<int>(type));
 }

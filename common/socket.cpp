@@ -22,7 +22,9 @@ void Fd::reset() {
   fd_ = -1;
 }
 
-std::string HostPort::str() const { return fmt::format("{}:{}", host, port); }
+std::string HostPort::str() const {
+  return fmt::format("{}:{}", host, port);
+}
 
 HostPort parseHostPort(const std::string& s) {
   auto colon = s.rfind(':');
@@ -137,8 +139,7 @@ Fd connectTcp(const HostPort& addr, const Deadline& deadline, const std::string&
     backoff = std::min(backoff * 2, std::chrono::milliseconds(100));
   }
   SHOAL_THROW(TimeoutError, "{}: could not connect to {} within {:.1f} s (last error: {})", what,
-              addr.str(), deadline.timeoutSeconds(),
-              lastErr ? std::strerror(lastErr) : "none");
+              addr.str(), deadline.timeoutSeconds(), lastErr ? std::strerror(lastErr) : "none");
 }
 
 Fd acceptTcp(int listenFd, const Deadline& deadline, const std::string& what) {
@@ -175,8 +176,7 @@ void writeAll(int fd, const void* data, size_t n, const Deadline& deadline,
       }
       continue;
     }
-    SHOAL_THROW(PeerError, "{}: connection lost while sending ({})", what,
-                std::strerror(errno));
+    SHOAL_THROW(PeerError, "{}: connection lost while sending ({})", what, std::strerror(errno));
   }
 }
 
@@ -197,8 +197,7 @@ void readAll(int fd, void* data, size_t n, const Deadline& deadline, const std::
       }
       continue;
     }
-    SHOAL_THROW(PeerError, "{}: connection lost while receiving ({})", what,
-                std::strerror(errno));
+    SHOAL_THROW(PeerError, "{}: connection lost while receiving ({})", what, std::strerror(errno));
   }
 }
 

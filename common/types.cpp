@@ -11,10 +11,16 @@ constexpr size_t kTypeSizes[] = {4, 8, 2, 2, 4, 8, 1};
 constexpr std::string_view kOpNames[] = {"sum", "avg", "min", "max", "product"};
 }  // namespace
 
-bool validDataType(uint8_t raw) { return raw < kNumDataTypes; }
-bool validReduceOp(uint8_t raw) { return raw < kNumReduceOps; }
+bool validDataType(uint8_t raw) {
+  return raw < kNumDataTypes;
+}
+bool validReduceOp(uint8_t raw) {
+  return raw < kNumReduceOps;
+}
 
-size_t elementSize(DataType t) { return kTypeSizes[static_cast<int>(t)]; }
+size_t elementSize(DataType t) {
+  return kTypeSizes[static_cast<int>(t)];
+}
 std::string_view toString(DataType t) {
   return validDataType(static_cast<uint8_t>(t)) ? kTypeNames[static_cast<int>(t)] : "invalid";
 }
@@ -30,8 +36,10 @@ DataType parseDataType(std::string_view name) {
   for (int i = 0; i < kNumDataTypes; ++i) {
     if (kTypeNames[i] == name) return static_cast<DataType>(i);
   }
-  SHOAL_THROW(InvalidArgument, "unknown data type '{}' (float32, float64, float16, bfloat16, "
-              "int32, int64, uint8)", name);
+  SHOAL_THROW(InvalidArgument,
+              "unknown data type '{}' (float32, float64, float16, bfloat16, "
+              "int32, int64, uint8)",
+              name);
 }
 
 ReduceOp parseReduceOp(std::string_view name) {

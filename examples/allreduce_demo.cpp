@@ -1,10 +1,10 @@
 // A short all-reduce demo: started plainly it launches itself as N local ranks; each rank
 // all-reduces a buffer with every algorithm, checks the result against the closed-form sum, and
 // rank 0 reports what happened and how long it took.
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <CLI/CLI.hpp>
 #include <chrono>
 #include <cstdlib>
 #include <vector>
@@ -22,8 +22,7 @@ int runRank(size_t count, int iterations) {
   const int rank = world->rank(), n = world->size();
   if (rank == 0) {
     fmt::print("shoal demo: {} ranks, all-reduce of {} float32 ({:.1f} MiB); rank 0 ↔ 1 over {}\n",
-               n, count, count * 4.0 / (1 << 20),
-               n > 1 ? toString(world->linkKind(1)) : "nothing");
+               n, count, count * 4.0 / (1 << 20), n > 1 ? toString(world->linkKind(1)) : "nothing");
   }
   std::vector<float> data(count);
   for (auto algo : {comm::AllreduceAlgorithm::kRing, comm::AllreduceAlgorithm::kRecursiveDoubling,
@@ -35,8 +34,8 @@ int runRank(size_t count, int iterations) {
       auto t0 = std::chrono::steady_clock::now();
       comm::allreduce(*world, data.data(), count, DataType::kFloat32, ReduceOp::kSum,
                       {.algorithm = algo});
-      best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
-                                .count());
+      best = std::min(best,
+                      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     }
     // sum over ranks of (r+1) * (i % 7) = n(n+1)/2 * (i % 7)
     const float factor = n * (n + 1) / 2.0f;
@@ -45,8 +44,8 @@ int runRank(size_t count, int iterations) {
     int bad = wrong > 0;
     comm::allreduce(*world, &bad, 1, DataType::kInt32, ReduceOp::kMax);
     if (rank == 0) {
-      fmt::print("  {:<19} {:8.3f} ms  {:6.2f} GB/s algbw  result {}\n", toString(algo),
-                 best * 1e3, count * 4.0 / best / 1e9, bad ? "WRONG" : "verified on every rank");
+      fmt::print("  {:<19} {:8.3f} ms  {:6.2f} GB/s algbw  result {}\n", toString(algo), best * 1e3,
+                 count * 4.0 / best / 1e9, bad ? "WRONG" : "verified on every rank");
     }
     if (bad) return 1;
   }

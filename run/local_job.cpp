@@ -20,7 +20,8 @@ extern char** environ;
 namespace shoal::run {
 
 std::string RankExit::describe() const {
-  if (signal) return fmt::format("rank {} killed by signal {} ({})", rank, signal, strsignal(signal));
+  if (signal)
+    return fmt::format("rank {} killed by signal {} ({})", rank, signal, strsignal(signal));
   return fmt::format("rank {} exited with code {}", rank, exitCode);
 }
 
@@ -98,9 +99,13 @@ LocalJob::~LocalJob() {
   }
 }
 
-std::string LocalJob::storeAddress() const { return fmt::format("127.0.0.1:{}", store_->port()); }
+std::string LocalJob::storeAddress() const {
+  return fmt::format("127.0.0.1:{}", store_->port());
+}
 
-void LocalJob::signal(int rank, int sig) { ::kill(pids_.at(rank), sig); }
+void LocalJob::signal(int rank, int sig) {
+  ::kill(pids_.at(rank), sig);
+}
 
 std::vector<RankExit> LocalJob::wait(Duration timeout, bool* timedOut) {
   Deadline deadline(timeout);

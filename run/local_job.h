@@ -21,7 +21,7 @@ namespace shoal::run {
 
 struct LocalJobOptions {
   int ranks = 1;
-  std::vector<std::string> argv;  // argv[0] is the program path
+  std::vector<std::string> argv;                         // argv[0] is the program path
   std::vector<std::pair<std::string, std::string>> env;  // extra variables for every rank
   // If set, each rank's stdout+stderr go to <outputDir>/rank<r>.log instead of the terminal.
   std::string outputDir;

@@ -9,7 +9,7 @@ PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libcli11-dev nlohmann-json3-dev libfmt-dev
   openmpi-bin libopenmpi-dev
-  libtorch-dev libopenblas-dev
+  libtorch-dev libopenblas-dev libgloo-dev
   python3
 )
 

@@ -23,8 +23,8 @@ namespace {
 // Holds the directory's lock file for the scope of one read-modify-write.
 class DirLock {
  public:
-  explicit DirLock(const std::string& dir) : fd_(::open((dir + "/.lock").c_str(),
-                                                        O_RDWR | O_CREAT | O_CLOEXEC, 0600)) {
+  explicit DirLock(const std::string& dir)
+      : fd_(::open((dir + "/.lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600)) {
     if (!fd_.valid()) throwSystemError("file store: open lock in " + dir, errno);
     while (::flock(fd_.get(), LOCK_EX) < 0) {
       if (errno != EINTR) throwSystemError("file store: flock in " + dir, errno);
@@ -41,8 +41,7 @@ class DirLock {
 FileStore::FileStore(std::string directory) : dir_(std::move(directory)) {
   if (::mkdir(dir_.c_str(), 0700) < 0 && errno != EEXIST) {
     int err = errno;
-    SHOAL_THROW(StoreError, "file store: cannot create directory {}: {}", dir_,
-                std::strerror(err));
+    SHOAL_THROW(StoreError, "file store: cannot create directory {}: {}", dir_, std::strerror(err));
   }
 }
 
@@ -79,7 +78,9 @@ void FileStore::write(const std::string& key, const std::string& value) {
   }
 }
 
-void FileStore::set(const std::string& key, const std::string& value) { write(key, value); }
+void FileStore::set(const std::string& key, const std::string& value) {
+  write(key, value);
+}
 
 std::string FileStore::get(const std::string& key, Duration timeout) {
   wait({key}, timeout);
@@ -124,6 +125,8 @@ void FileStore::wait(const std::vector<std::string>& keys, Duration timeout) {
   }
 }
 
-bool FileStore::deleteKey(const std::string& key) { return ::unlink(pathOf(key).c_str()) == 0; }
+bool FileStore::deleteKey(const std::string& key) {
+  return ::unlink(pathOf(key).c_str()) == 0;
+}
 
 }  // namespace shoal::store

@@ -33,7 +33,9 @@ std::string PrefixStore::compareSet(const std::string& key, const std::string& e
 void PrefixStore::wait(const std::vector<std::string>& keys, Duration timeout) {
   inner_->wait(scoped(keys), timeout);
 }
-bool PrefixStore::deleteKey(const std::string& key) { return inner_->deleteKey(scoped(key)); }
+bool PrefixStore::deleteKey(const std::string& key) {
+  return inner_->deleteKey(scoped(key));
+}
 bool PrefixStore::check(const std::vector<std::string>& keys) {
   return inner_->check(scoped(keys));
 }

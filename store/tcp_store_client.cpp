@@ -78,8 +78,8 @@ std::string TcpStore::get(const std::string& key, Duration timeout) {
   try {
     return request(wire::kGet, {key}, Deadline(timeout), true).at(0);
   } catch (const TimeoutError& e) {
-    SHOAL_THROW(TimeoutError, "store {}: key '{}' did not appear within {:.1f} s",
-                address_.str(), key, std::chrono::duration<double>(timeout).count());
+    SHOAL_THROW(TimeoutError, "store {}: key '{}' did not appear within {:.1f} s", address_.str(),
+                key, std::chrono::duration<double>(timeout).count());
   }
 }
 
@@ -99,8 +99,8 @@ void TcpStore::wait(const std::vector<std::string>& keys, Duration timeout) {
   try {
     request(wire::kWait, keys, deadline, true);
   } catch (const TimeoutError&) {
-    SHOAL_THROW(TimeoutError, "store {}: keys [{}] did not appear within {:.1f} s",
-                address_.str(), joinKeys(keys), deadline.timeoutSeconds());
+    SHOAL_THROW(TimeoutError, "store {}: keys [{}] did not appear within {:.1f} s", address_.str(),
+                joinKeys(keys), deadline.timeoutSeconds());
   }
 }
 

@@ -7,7 +7,9 @@
 namespace shoal::store::wire {
 
 namespace {
-void putU32(std::string& out, uint32_t v) { out.append(reinterpret_cast<const char*>(&v), 4); }
+void putU32(std::string& out, uint32_t v) {
+  out.append(reinterpret_cast<const char*>(&v), 4);
+}
 uint32_t getU32(const std::string& buf, size_t at) {
   uint32_t v;
   std::memcpy(&v, buf.data() + at, 4);
@@ -24,8 +26,8 @@ std::string encode(uint8_t code, const std::vector<std::string>& fields) {
     body += f;
   }
   if (body.size() > kMaxFrame) {
-    SHOAL_THROW(InvalidArgument, "store message of {} bytes exceeds the {} byte limit",
-                body.size(), kMaxFrame);
+    SHOAL_THROW(InvalidArgument, "store message of {} bytes exceeds the {} byte limit", body.size(),
+                kMaxFrame);
   }
   std::string out;
   putU32(out, static_cast<uint32_t>(body.size()));

@@ -1,3 +1,5 @@
+#include "transport/auth.h"
+
 #include <gtest/gtest.h>
 #include <sys/socket.h>
 
@@ -9,7 +11,6 @@
 #include "common/error.h"
 #include "common/socket.h"
 #include "tests/thread_ranks.h"
-#include "transport/auth.h"
 
 namespace shoal {
 namespace {
@@ -25,8 +26,7 @@ std::pair<std::string, std::string> handshake(const std::string& connectorSecret
   std::string connectorError, acceptorError;
   std::thread acceptor([&] {
     try {
-      EXPECT_EQ(transport::authenticateAcceptor(b.get(), acceptorSecret, 9, 0, 2, Deadline(2s)),
-                1);
+      EXPECT_EQ(transport::authenticateAcceptor(b.get(), acceptorSecret, 9, 0, 2, Deadline(2s)), 1);
     } catch (const Error& e) {
       acceptorError = e.what();
       b.reset();
@@ -65,9 +65,9 @@ TEST(Auth, RogueConnectionsAreRejectedAndTheGroupStillForms) {
     std::string garbage(64, 'x');
     writeAll(junk.get(), garbage.data(), garbage.size(), Deadline(1s), "rogue");
     Fd liar = connectTcp(hp, Deadline(2s), "rogue");
-    EXPECT_THROW(transport::authenticateConnector(liar.get(), "not the secret", 0, 1, 0,
-                                                  Deadline(2s)),
-                 Error);
+    EXPECT_THROW(
+        transport::authenticateConnector(liar.get(), "not the secret", 0, 1, 0, Deadline(2s)),
+        Error);
   });
   std::vector<std::string> errors(2);
   std::thread rank0([&] {

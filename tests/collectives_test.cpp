@@ -24,9 +24,9 @@ TEST_P(CollectiveMatrix, EveryCollectiveAlgorithmTypeAndOp) {
   std::vector<std::string> failures;
   auto errors = runThreadRanks(n, testOptions(transport), [&](comm::Group& g) {
     if (n > 1) {
-      EXPECT_EQ(g.linkKind((g.rank() + 1) % n),
-                transport == TransportKind::kShm ? transport::LinkKind::kShm
-                                                 : transport::LinkKind::kTcp);
+      EXPECT_EQ(g.linkKind((g.rank() + 1) % n), transport == TransportKind::kShm
+                                                    ? transport::LinkKind::kShm
+                                                    : transport::LinkKind::kTcp);
     }
     auto f = runMatrix(g, o);
     std::lock_guard<std::mutex> lock(mutex);
@@ -40,22 +40,18 @@ std::string name(const ::testing::TestParamInfo<Param>& info) {
   return std::string(toString(info.param.transport)) + "_n" + std::to_string(info.param.size);
 }
 
-INSTANTIATE_TEST_SUITE_P(Tcp, CollectiveMatrix,
-                         ::testing::Values(Param{TransportKind::kTcp, 1},
-                                           Param{TransportKind::kTcp, 2},
-                                           Param{TransportKind::kTcp, 3},
-                                           Param{TransportKind::kTcp, 4},
-                                           Param{TransportKind::kTcp, 7},
-                                           Param{TransportKind::kTcp, 8}),
-                         name);
-INSTANTIATE_TEST_SUITE_P(Shm, CollectiveMatrix,
-                         ::testing::Values(Param{TransportKind::kShm, 1},
-                                           Param{TransportKind::kShm, 2},
-                                           Param{TransportKind::kShm, 3},
-                                           Param{TransportKind::kShm, 4},
-                                           Param{TransportKind::kShm, 7},
-                                           Param{TransportKind::kShm, 8}),
-                         name);
+INSTANTIATE_TEST_SUITE_P(
+    Tcp, CollectiveMatrix,
+    ::testing::Values(Param{TransportKind::kTcp, 1}, Param{TransportKind::kTcp, 2},
+                      Param{TransportKind::kTcp, 3}, Param{TransportKind::kTcp, 4},
+                      Param{TransportKind::kTcp, 7}, Param{TransportKind::kTcp, 8}),
+    name);
+INSTANTIATE_TEST_SUITE_P(
+    Shm, CollectiveMatrix,
+    ::testing::Values(Param{TransportKind::kShm, 1}, Param{TransportKind::kShm, 2},
+                      Param{TransportKind::kShm, 3}, Param{TransportKind::kShm, 4},
+                      Param{TransportKind::kShm, 7}, Param{TransportKind::kShm, 8}),
+    name);
 
 }  // namespace
 }  // namespace shoal::test

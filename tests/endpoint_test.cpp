@@ -1,12 +1,13 @@
 // Frame validation at the receiving end: a real Endpoint over one TCP-like socket whose other
 // end the test writes by hand.
+#include "transport/endpoint.h"
+
 #include <gtest/gtest.h>
 #include <sys/socket.h>
 
 #include <thread>
 
 #include "common/error.h"
-#include "transport/endpoint.h"
 #include "transport/tcp/tcp_link.h"
 
 namespace shoal::transport {

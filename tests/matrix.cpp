@@ -15,13 +15,38 @@ using comm::AllreduceAlgorithm;
 double get(const std::vector<uint8_t>& b, size_t i, DataType t) {
   const uint8_t* p = b.data() + i * elementSize(t);
   switch (t) {
-    case DataType::kFloat32: { float v; std::memcpy(&v, p, 4); return v; }
-    case DataType::kFloat64: { double v; std::memcpy(&v, p, 8); return v; }
-    case DataType::kFloat16: { uint16_t v; std::memcpy(&v, p, 2); return halfToFloat(v); }
-    case DataType::kBFloat16: { uint16_t v; std::memcpy(&v, p, 2); return bf16ToFloat(v); }
-    case DataType::kInt32: { int32_t v; std::memcpy(&v, p, 4); return v; }
-    case DataType::kInt64: { int64_t v; std::memcpy(&v, p, 8); return static_cast<double>(v); }
-    case DataType::kUInt8: return *p;
+    case DataType::kFloat32: {
+      float v;
+      std::memcpy(&v, p, 4);
+      return v;
+    }
+    case DataType::kFloat64: {
+      double v;
+      std::memcpy(&v, p, 8);
+      return v;
+    }
+    case DataType::kFloat16: {
+      uint16_t v;
+      std::memcpy(&v, p, 2);
+      return halfToFloat(v);
+    }
+    case DataType::kBFloat16: {
+      uint16_t v;
+      std::memcpy(&v, p, 2);
+      return bf16ToFloat(v);
+    }
+    case DataType::kInt32: {
+      int32_t v;
+      std::memcpy(&v, p, 4);
+      return v;
+    }
+    case DataType::kInt64: {
+      int64_t v;
+      std::memcpy(&v, p, 8);
+      return static_cast<double>(v);
+    }
+    case DataType::kUInt8:
+      return *p;
   }
   return 0;
 }
@@ -29,13 +54,37 @@ double get(const std::vector<uint8_t>& b, size_t i, DataType t) {
 void put(std::vector<uint8_t>& b, size_t i, DataType t, double v) {
   uint8_t* p = b.data() + i * elementSize(t);
   switch (t) {
-    case DataType::kFloat32: { float x = static_cast<float>(v); std::memcpy(p, &x, 4); break; }
-    case DataType::kFloat64: std::memcpy(p, &v, 8); break;
-    case DataType::kFloat16: { uint16_t x = floatToHalf(static_cast<float>(v)); std::memcpy(p, &x, 2); break; }
-    case DataType::kBFloat16: { uint16_t x = floatToBf16(static_cast<float>(v)); std::memcpy(p, &x, 2); break; }
-    case DataType::kInt32: { int32_t x = static_cast<int32_t>(v); std::memcpy(p, &x, 4); break; }
-    case DataType::kInt64: { int64_t x = static_cast<int64_t>(v); std::memcpy(p, &x, 8); break; }
-    case DataType::kUInt8: *p = static_cast<uint8_t>(static_cast<int64_t>(v) & 0xff); break;
+    case DataType::kFloat32: {
+      float x = static_cast<float>(v);
+      std::memcpy(p, &x, 4);
+      break;
+    }
+    case DataType::kFloat64:
+      std::memcpy(p, &v, 8);
+      break;
+    case DataType::kFloat16: {
+      uint16_t x = floatToHalf(static_cast<float>(v));
+      std::memcpy(p, &x, 2);
+      break;
+    }
+    case DataType::kBFloat16: {
+      uint16_t x = floatToBf16(static_cast<float>(v));
+      std::memcpy(p, &x, 2);
+      break;
+    }
+    case DataType::kInt32: {
+      int32_t x = static_cast<int32_t>(v);
+      std::memcpy(p, &x, 4);
+      break;
+    }
+    case DataType::kInt64: {
+      int64_t x = static_cast<int64_t>(v);
+      std::memcpy(p, &x, 8);
+      break;
+    }
+    case DataType::kUInt8:
+      *p = static_cast<uint8_t>(static_cast<int64_t>(v) & 0xff);
+      break;
   }
 }
 
@@ -52,10 +101,19 @@ double referenceReduce(int n, size_t i, DataType t, ReduceOp op, int salt = 0) {
   for (int r = 1; r < n; ++r) {
     double v = input(r, i, t, op, salt);
     switch (op) {
-      case ReduceOp::kSum: case ReduceOp::kAvg: acc += v; break;
-      case ReduceOp::kProduct: acc *= v; break;
-      case ReduceOp::kMin: acc = std::min(acc, v); break;
-      case ReduceOp::kMax: acc = std::max(acc, v); break;
+      case ReduceOp::kSum:
+      case ReduceOp::kAvg:
+        acc += v;
+        break;
+      case ReduceOp::kProduct:
+        acc *= v;
+        break;
+      case ReduceOp::kMin:
+        acc = std::min(acc, v);
+        break;
+      case ReduceOp::kMax:
+        acc = std::max(acc, v);
+        break;
     }
   }
   if (op == ReduceOp::kProduct && t == DataType::kUInt8) {
@@ -83,8 +141,8 @@ class Checker {
     for (size_t i = 0; i < count; ++i) {
       double w = want(i), g = get(buf, i, t);
       if (!close(g, w, t)) {
-        failures_.push_back(fmt::format("rank {}: {}: element {} is {}, expected {}", rank_, what,
-                                        i, g, w));
+        failures_.push_back(
+            fmt::format("rank {}: {}: element {} is {}, expected {}", rank_, what, i, g, w));
         return;
       }
     }

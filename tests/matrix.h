@@ -13,7 +13,7 @@ namespace shoal::test {
 
 struct MatrixOptions {
   std::vector<size_t> lengths{0, 1, 5, 1003, 70001};
-  std::vector<DataType> types{DataType::kFloat32, DataType::kFloat64, DataType::kFloat16,
+  std::vector<DataType> types{DataType::kFloat32,  DataType::kFloat64, DataType::kFloat16,
                               DataType::kBFloat16, DataType::kInt32,   DataType::kInt64,
                               DataType::kUInt8};
   std::vector<ReduceOp> ops{ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMin, ReduceOp::kMax,

@@ -1,13 +1,13 @@
 // Real processes over real sockets and shared memory: the collective matrix, fault injection
 // (SIGKILL and SIGSTOP of one rank in the middle of each collective), mismatched calls and a
 // rank with the wrong secret. Every job runs under a deadline: a hang fails the test.
-#include <gtest/gtest.h>
 #include <fmt/format.h>
+#include <gtest/gtest.h>
 #include <signal.h>
 
 #include <filesystem>
-#include <set>
 #include <fstream>
+#include <set>
 #include <thread>
 
 #include "run/local_job.h"
@@ -17,7 +17,9 @@ namespace {
 
 using namespace std::chrono_literals;
 
-std::string workerPath() { return std::string(SHOAL_TEST_WORKER); }
+std::string workerPath() {
+  return std::string(SHOAL_TEST_WORKER);
+}
 
 struct TempDir {
   std::string path;
@@ -83,6 +85,10 @@ struct FaultCase {
   std::string transport;
 };
 
+void PrintTo(const FaultCase& c, std::ostream* os) {
+  *os << c.collective << (c.signal == SIGKILL ? " SIGKILL " : " SIGSTOP ") << c.transport;
+}
+
 class FaultInjection : public ::testing::TestWithParam<FaultCase> {};
 
 TEST_P(FaultInjection, EverySurvivorFailsNamingTheVictimBeforeTheDeadline) {
@@ -91,9 +97,9 @@ TEST_P(FaultInjection, EverySurvivorFailsNamingTheVictimBeforeTheDeadline) {
   constexpr double timeout = 4.0;
   const auto shmBefore = shmEntries();
   TempDir dir;
-  run::LocalJob j(job(n, {"loop", c.collective}, dir,
-                      {{"SHOAL_TIMEOUT", fmt::format("{}", timeout)},
-                       {"SHOAL_TRANSPORT", c.transport}}));
+  run::LocalJob j(
+      job(n, {"loop", c.collective}, dir,
+          {{"SHOAL_TIMEOUT", fmt::format("{}", timeout)}, {"SHOAL_TRANSPORT", c.transport}}));
   // Wait until every rank is inside the loop.
   Deadline ready(60s);
   for (int r = 0; r < n; ++r) {
@@ -137,9 +143,9 @@ TEST_P(FaultInjection, EverySurvivorFailsNamingTheVictimBeforeTheDeadline) {
 
 std::vector<FaultCase> faultCases() {
   std::vector<FaultCase> cases;
-  for (const char* coll : {"allreduce_ring", "allreduce_recursive_doubling", "allreduce_driver",
-                           "broadcast", "reduce", "allgather", "reduce_scatter", "alltoall",
-                           "gather", "scatter", "barrier", "sendrecv"}) {
+  for (const char* coll :
+       {"allreduce_ring", "allreduce_recursive_doubling", "allreduce_driver", "broadcast", "reduce",
+        "allgather", "reduce_scatter", "alltoall", "gather", "scatter", "barrier", "sendrecv"}) {
     for (int sig : {SIGKILL, SIGSTOP}) cases.push_back({coll, sig, "shm"});
   }
   cases.push_back({"allreduce_ring", SIGKILL, "tcp"});

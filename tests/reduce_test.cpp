@@ -1,3 +1,5 @@
+#include "common/reduce.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -5,7 +7,6 @@
 
 #include "common/error.h"
 #include "common/half.h"
-#include "common/reduce.h"
 
 namespace shoal {
 namespace {

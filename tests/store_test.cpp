@@ -52,7 +52,7 @@ TEST_P(StoreConformance, SetGetAddCompareSetDeleteCheck) {
   EXPECT_EQ(s.add("n", 5), 5);
   EXPECT_EQ(s.add("n", -2), 3);
   EXPECT_EQ(s.get("n", 1s), "3");
-  EXPECT_EQ(s.compareSet("c", "", "first"), "first");      // absent matches ""
+  EXPECT_EQ(s.compareSet("c", "", "first"), "first");        // absent matches ""
   EXPECT_EQ(s.compareSet("c", "wrong", "second"), "first");  // no change
   EXPECT_EQ(s.compareSet("c", "first", "second"), "second");
   EXPECT_TRUE(s.check({"a", "n", "c"}));

@@ -40,8 +40,7 @@ void loopOnce(comm::Group& g, const std::string& what, std::vector<float>& a,
   if (what == "allreduce_ring" || what == "allreduce_recursive_doubling" ||
       what == "allreduce_driver") {
     auto algo = comm::parseAllreduceAlgorithm(what.substr(10));
-    comm::allreduce(g, a.data(), a.size(), DataType::kFloat32, ReduceOp::kSum,
-                    {.algorithm = algo});
+    comm::allreduce(g, a.data(), a.size(), DataType::kFloat32, ReduceOp::kSum, {.algorithm = algo});
   } else if (what == "broadcast") {
     comm::broadcast(g, a.data(), a.size(), DataType::kFloat32, root);
   } else if (what == "reduce") {
@@ -78,7 +77,8 @@ void loopOnce(comm::Group& g, const std::string& what, std::vector<float>& a,
 int main(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
   if (argc < 2) {
-    std::fprintf(stderr, "usage: shoal_test_worker matrix|loop <collective>|mismatch|wrong-secret\n");
+    std::fprintf(stderr,
+                 "usage: shoal_test_worker matrix|loop <collective>|mismatch|wrong-secret\n");
     return 2;
   }
   const std::string scenario = argv[1];
@@ -92,12 +92,12 @@ int main(int argc, char** argv) {
       o.lengths = {0, 1, 5, 1003, 70001};
       auto failures = test::runMatrix(*world, o);
       for (auto& f : failures) std::printf("FAIL %s\n", f.c_str());
-      std::printf("rank %d: matrix done over %s, %zu failures\n", world->rank(),
-                  world->size() > 1 ? std::string(toString(world->linkKind((world->rank() + 1) %
-                                                                           world->size())))
-                                          .c_str()
-                                    : "nothing",
-                  failures.size());
+      std::printf(
+          "rank %d: matrix done over %s, %zu failures\n", world->rank(),
+          world->size() > 1
+              ? std::string(toString(world->linkKind((world->rank() + 1) % world->size()))).c_str()
+              : "nothing",
+          failures.size());
       return failures.empty() ? 0 : 1;
     }
     if (scenario == "loop") {

@@ -87,9 +87,10 @@ int authenticateAcceptor(int fd, const std::string& secret, uint32_t group, int 
     SHOAL_THROW(ProtocolError, "{}: not a Shoal hello (magic 0x{:08x})", what, hello.magic);
   }
   if (hello.group != group || hello.to != rank || hello.from <= rank || hello.from >= size) {
-    SHOAL_THROW(ProtocolError, "{}: hello for group {:08x} from rank {} to rank {} (this is group "
-                "{:08x}, rank {} of {})", what, hello.group, hello.from, hello.to, group, rank,
-                size);
+    SHOAL_THROW(ProtocolError,
+                "{}: hello for group {:08x} from rank {} to rank {} (this is group "
+                "{:08x}, rank {} of {})",
+                what, hello.group, hello.from, hello.to, group, rank, size);
   }
   uint8_t reply[kNonce + kMac];
   randomBytes(reply, kNonce);
@@ -99,8 +100,10 @@ int authenticateAcceptor(int fd, const std::string& secret, uint32_t group, int 
   readAll(fd, proof, kMac, deadline, what);
   mac(secret, 'C', hello, reply, expected);
   if (CRYPTO_memcmp(expected, proof, kMac) != 0) {
-    SHOAL_THROW(ProtocolError, "{}: connection claiming rank {} failed authentication (wrong "
-                "secret)", what, hello.from);
+    SHOAL_THROW(ProtocolError,
+                "{}: connection claiming rank {} failed authentication (wrong "
+                "secret)",
+                what, hello.from);
   }
   uint32_t ok = kOkMagic;
   writeAll(fd, &ok, sizeof(ok), deadline, what);

@@ -33,8 +33,8 @@ JobSecret resolveJobSecret(const std::optional<std::string>& secret,
 
 // Connector side. Throws ProtocolError if the acceptor cannot prove the secret, PeerError /
 // TimeoutError if it goes away or stalls.
-void authenticateConnector(int fd, const std::string& secret, uint32_t group, int rank,
-                           int peer, const Deadline& deadline);
+void authenticateConnector(int fd, const std::string& secret, uint32_t group, int rank, int peer,
+                           const Deadline& deadline);
 
 // Acceptor side. Returns the rank the connector proved to be. Throws ProtocolError for a hello
 // that is malformed, for another group or rank, or with a wrong proof.

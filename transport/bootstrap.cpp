@@ -53,7 +53,8 @@ struct ShmOffer {
 std::unique_ptr<Endpoint> bootstrapEndpoint(const BootstrapOptions& o) {
   const int rank = o.rank, size = o.size;
   std::vector<std::unique_ptr<Link>> links(static_cast<size_t>(size));
-  if (size == 1) return std::make_unique<Endpoint>(rank, size, std::move(links), nullptr, o.endpoint);
+  if (size == 1)
+    return std::make_unique<Endpoint>(rank, size, std::move(links), nullptr, o.endpoint);
 
   Deadline deadline(o.timeout);
   int port = 0;
@@ -71,16 +72,18 @@ std::unique_ptr<Endpoint> bootstrapEndpoint(const BootstrapOptions& o) {
     try {
       peers[p] = decodeInfo(o.store->get(fmt::format("peer/{}", p), deadline.remaining()), p);
     } catch (const TimeoutError&) {
-      SHOAL_THROW(TimeoutError, "rank {}: rank {} did not join the group within {:.1f} s", rank,
-                  p, deadline.timeoutSeconds());
+      SHOAL_THROW(TimeoutError, "rank {}: rank {} did not join the group within {:.1f} s", rank, p,
+                  deadline.timeoutSeconds());
     }
   }
 
   auto useShm = [&](int p) {
     bool sameHost = peers[p].host == self.host;
     if (o.transport == TransportKind::kShm && !sameHost) {
-      SHOAL_THROW(InvalidArgument, "rank {}: transport shm was forced but rank {} is on another "
-                  "host ({})", rank, p, peers[p].host);
+      SHOAL_THROW(InvalidArgument,
+                  "rank {}: transport shm was forced but rank {} is on another "
+                  "host ({})",
+                  rank, p, peers[p].host);
     }
     return bell != nullptr && sameHost && peers[p].bellFd >= 0;
   };
@@ -121,9 +124,9 @@ std::unique_ptr<Endpoint> bootstrapEndpoint(const BootstrapOptions& o) {
 
   int expected = size - 1 - rank;
   while (expected > 0) {
-    Fd sock = acceptTcp(listener.get(), deadline,
-                        fmt::format("rank {}: waiting for {} higher rank(s) to connect", rank,
-                                    expected));
+    Fd sock =
+        acceptTcp(listener.get(), deadline,
+                  fmt::format("rank {}: waiting for {} higher rank(s) to connect", rank, expected));
     int p;
     try {
       // A stalled or hostile client must not hold the whole bootstrap.

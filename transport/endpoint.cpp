@@ -18,7 +18,9 @@ constexpr size_t kHeaderBytes = sizeof(FrameHeader);
 constexpr size_t kStagingBytes = 256 << 10;
 }  // namespace
 
-std::string_view toString(LinkKind kind) { return kind == LinkKind::kTcp ? "tcp" : "shm"; }
+std::string_view toString(LinkKind kind) {
+  return kind == LinkKind::kTcp ? "tcp" : "shm";
+}
 
 Endpoint::Endpoint(int rank, int size, std::vector<std::unique_ptr<Link>> links,
                    std::shared_ptr<shm::Segment> ownBell, EndpointOptions options)
@@ -35,8 +37,7 @@ Endpoint::Endpoint(int rank, int size, std::vector<std::unique_ptr<Link>> links,
   for (int p = 0; p < size_; ++p) {
     if (!links_[p]) continue;
     if (links_[p]->kind() == LinkKind::kShm && !ownBell_) {
-      SHOAL_THROW(InvalidArgument, "rank {}: shared-memory link to {} without a doorbell", rank,
-                  p);
+      SHOAL_THROW(InvalidArgument, "rank {}: shared-memory link to {} without a doorbell", rank, p);
     }
     // Edge-triggered: a wake-up per arrival, so data parked for a later operation on a link
     // nobody reads right now cannot keep waking the loop.
@@ -132,8 +133,8 @@ bool Endpoint::advanceRecv(Transfer& t) {
   Link& link = *links_[t.peer];
   bool progressed = false;
   while (t.headerDone < kHeaderBytes) {
-    size_t r = link.readSome(reinterpret_cast<char*>(&t.got) + t.headerDone,
-                             kHeaderBytes - t.headerDone);
+    size_t r =
+        link.readSome(reinterpret_cast<char*>(&t.got) + t.headerDone, kHeaderBytes - t.headerDone);
     if (r == 0) return progressed;
     t.headerDone += r;
     progressed = true;
@@ -163,8 +164,8 @@ bool Endpoint::advanceRecv(Transfer& t) {
 void Endpoint::readAbortFrame(int peer, const FrameHeader& h) {
   LinkContext ctx{rank_, peer};
   if (h.bytes > kMaxAbortText) {
-    SHOAL_THROW(ProtocolError, "rank {} ← peer {}: abort frame of {} bytes (limit {})", rank_,
-                peer, h.bytes, kMaxAbortText);
+    SHOAL_THROW(ProtocolError, "rank {} ← peer {}: abort frame of {} bytes (limit {})", rank_, peer,
+                h.bytes, kMaxAbortText);
   }
   std::string text(h.bytes, '\0');
   try {
@@ -206,8 +207,8 @@ void Endpoint::checkSocket(int peer) {
     return;
   }
   if (links_[peer]->kind() == LinkKind::kShm && static_cast<size_t>(r) == kHeaderBytes) {
-    SHOAL_THROW(ProtocolError, "rank {} ← peer {}: unexpected bytes on the control socket",
-                rank_, peer);
+    SHOAL_THROW(ProtocolError, "rank {} ← peer {}: unexpected bytes on the control socket", rank_,
+                peer);
   }
   // Otherwise: the beginning of a later operation's frame on a TCP link; read in its turn.
 }
@@ -241,8 +242,8 @@ void Endpoint::throwTimeout(const Transfer* ts, size_t n, const Deadline& deadli
     listed[2 * t.peer + isSend] = 1;
     op = &t.header;
     if (!waiting.empty()) waiting += ", ";
-    waiting += fmt::format("peer {} ({} step {}: {}/{} bytes)", t.peer,
-                           isSend ? "send" : "receive", t.header.step, t.done, total);
+    waiting += fmt::format("peer {} ({} step {}: {}/{} bytes)", t.peer, isSend ? "send" : "receive",
+                           t.header.step, t.done, total);
   }
   SHOAL_THROW(TimeoutError, "rank {}: {} timed out after {:.1f} s; still waiting on {}", rank_,
               op ? describe(*op) : std::string("operation"), deadline.timeoutSeconds(), waiting);
@@ -284,8 +285,10 @@ void Endpoint::run(Transfer* ts, size_t n, const Deadline& deadline,
   while (remaining > 0) {
     uint32_t seen = bell ? bell->seq.load(std::memory_order_acquire) : 0;
     bool progressed = false, shmPending = false, tcpPending = false;
+    // Reset for every peer first: a peer has two queues, and the send queue must not clear
+    // what the receive queue set (a socket in the middle of a frame is never peeked).
+    std::fill(recvBlocked.begin(), recvBlocked.end(), 0);
     for (auto& q : queues) {
-      recvBlocked[q.peer] = 0;
       while (q.front < q.items.size()) {
         size_t i = q.items[q.front];
         Transfer& t = ts[i];
@@ -314,7 +317,9 @@ void Endpoint::run(Transfer* ts, size_t n, const Deadline& deadline,
       // aborting peer (and, with TCP links in the batch, for their data).
       Duration slice = tcpPending ? std::chrono::milliseconds(1) : std::chrono::milliseconds(20);
       slice = std::min(slice, deadline.remaining());
-      if (!shm::waitForRing(bell, seen, tcpPending ? Duration(0) : options_.spinTime, slice)) {
+      const bool spin = !tcpPending;
+      if (!shm::waitForRing(bell, seen, spin ? options_.spinTime : Duration(0),
+                            spin ? options_.yieldTime : Duration(0), slice)) {
         pollSockets(0, recvBlocked);
       }
     } else {

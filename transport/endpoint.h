@@ -69,14 +69,15 @@ struct Transfer {
   int after = -1;
 
   // Progress, owned by the Endpoint.
-  size_t done = 0;     // send: header+payload bytes written; receive: payload bytes read
+  size_t done = 0;  // send: header+payload bytes written; receive: payload bytes read
   size_t headerDone = 0;
-  size_t carry = 0;    // receive-reduce: bytes staged but not yet reduced
+  size_t carry = 0;  // receive-reduce: bytes staged but not yet reduced
   FrameHeader got{};
 };
 
 struct EndpointOptions {
   Duration spinTime = std::chrono::microseconds(5);
+  Duration yieldTime = std::chrono::microseconds(50);
   // run() calls onSlow once when a batch has been blocked longer than slowAfter (used to
   // publish diagnostics only on the slow path).
   Duration slowAfter = std::chrono::seconds(1);
@@ -114,8 +115,7 @@ class Endpoint {
   void sendControl(int peer, FrameHeader h, const std::string& text) noexcept;
   [[noreturn]] void throwDeparted(int peer, const FrameHeader& expected);
   void pollSockets(int timeoutMs, const std::vector<char>& recvPending);
-  [[noreturn]] void throwTimeout(const Transfer* transfers, size_t count,
-                                 const Deadline& deadline);
+  [[noreturn]] void throwTimeout(const Transfer* transfers, size_t count, const Deadline& deadline);
 
   int rank_;
   int size_;

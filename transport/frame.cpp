@@ -6,18 +6,30 @@ namespace shoal::transport {
 
 std::string_view toString(OpCode op) {
   switch (op) {
-    case OpCode::kNone: return "none";
-    case OpCode::kAllreduce: return "allreduce";
-    case OpCode::kBroadcast: return "broadcast";
-    case OpCode::kReduce: return "reduce";
-    case OpCode::kAllgather: return "allgather";
-    case OpCode::kReduceScatter: return "reduce_scatter";
-    case OpCode::kAlltoall: return "alltoall";
-    case OpCode::kGather: return "gather";
-    case OpCode::kScatter: return "scatter";
-    case OpCode::kBarrier: return "barrier";
-    case OpCode::kSendRecv: return "send/recv";
-    case OpCode::kInternal: return "internal";
+    case OpCode::kNone:
+      return "none";
+    case OpCode::kAllreduce:
+      return "allreduce";
+    case OpCode::kBroadcast:
+      return "broadcast";
+    case OpCode::kReduce:
+      return "reduce";
+    case OpCode::kAllgather:
+      return "allgather";
+    case OpCode::kReduceScatter:
+      return "reduce_scatter";
+    case OpCode::kAlltoall:
+      return "alltoall";
+    case OpCode::kGather:
+      return "gather";
+    case OpCode::kScatter:
+      return "scatter";
+    case OpCode::kBarrier:
+      return "barrier";
+    case OpCode::kSendRecv:
+      return "send/recv";
+    case OpCode::kInternal:
+      return "internal";
   }
   return "unknown-op";
 }
@@ -55,8 +67,8 @@ void checkFrame(const FrameHeader& e, const FrameHeader& g, const LinkContext& c
                 c.rank, c.peer, g.kind, describe(e));
   }
   if (g.group != e.group) {
-    SHOAL_THROW(ProtocolError, "rank {} ← peer {}: frame for group {:08x} on group {:08x}",
-                c.rank, c.peer, g.group, e.group);
+    SHOAL_THROW(ProtocolError, "rank {} ← peer {}: frame for group {:08x} on group {:08x}", c.rank,
+                c.peer, g.group, e.group);
   }
   if (g.op != e.op || g.seq != e.seq || g.count != e.count || g.dtype != e.dtype ||
       g.redop != e.redop || g.root != e.root) {
@@ -80,10 +92,14 @@ void checkFrame(const FrameHeader& e, const FrameHeader& g, const LinkContext& c
 void throwAbort(const FrameHeader& g, const std::string& text, const LinkContext& c) {
   std::string msg = fmt::format("rank {} ← peer {}: peer aborted: {}", c.rank, c.peer, text);
   switch (static_cast<AbortKind>(g.abortKind)) {
-    case AbortKind::kTimeout: throw TimeoutError(msg);
-    case AbortKind::kMismatch: throw MismatchError(msg);
-    case AbortKind::kProtocol: throw ProtocolError(msg);
-    case AbortKind::kPeer: break;
+    case AbortKind::kTimeout:
+      throw TimeoutError(msg);
+    case AbortKind::kMismatch:
+      throw MismatchError(msg);
+    case AbortKind::kProtocol:
+      throw ProtocolError(msg);
+    case AbortKind::kPeer:
+      break;
   }
   throw PeerError(msg);
 }

@@ -1,6 +1,7 @@
 #include "transport/shm/doorbell.h"
 
 #include <linux/futex.h>
+#include <sched.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -33,7 +34,7 @@ void ring(DoorbellWord* w) {
   }
 }
 
-bool waitForRing(DoorbellWord* w, uint32_t seen, Duration spin, Duration timeout) {
+bool waitForRing(DoorbellWord* w, uint32_t seen, Duration spin, Duration yield, Duration timeout) {
   auto start = Clock::now();
   // Spin briefly: a peer on another core usually answers within microseconds, and a futex
   // round trip costs more than that. Check the clock only every 64 pauses.
@@ -41,6 +42,13 @@ bool waitForRing(DoorbellWord* w, uint32_t seen, Duration spin, Duration timeout
     if (w->seq.load(std::memory_order_acquire) != seen) return true;
     if ((i & 63) == 63 && Clock::now() - start >= spin) break;
     cpuRelax();
+  }
+  // Then yield: with more ranks than cores the peer we wait for is often runnable on this very
+  // core, and sched_yield hands it the core at once, where a futex sleep would idle the core
+  // and pay a wake-up (on a VM, an IPI and a VM exit) per message. Bounded, like the spin.
+  while (Clock::now() - start < spin + yield) {
+    if (w->seq.load(std::memory_order_acquire) != seen) return true;
+    sched_yield();
   }
   auto left = timeout - (Clock::now() - start);
   if (left <= Duration(0)) return false;

@@ -25,8 +25,8 @@ static_assert(std::atomic<uint32_t>::is_always_lock_free);
 // Wakes the owner of `w` (any thread, any process that maps it).
 void ring(DoorbellWord* w);
 
-// Owner only: spins up to `spin`, then sleeps until seq != seen or `timeout` passed.
-// Returns true if the bell rang.
-bool waitForRing(DoorbellWord* w, uint32_t seen, Duration spin, Duration timeout);
+// Owner only: spins up to `spin`, then yields the core for up to `yield` (see the .cpp), then
+// sleeps until seq != seen or `timeout` passed. Returns true if the bell rang.
+bool waitForRing(DoorbellWord* w, uint32_t seen, Duration spin, Duration yield, Duration timeout);
 
 }  // namespace shoal::transport::shm

@@ -23,7 +23,9 @@ inline constexpr size_t kRingControlBytes = 128;
 static_assert(sizeof(RingControl) == kRingControlBytes);
 
 // Bytes a ring of `capacity` occupies in a segment.
-inline size_t ringBytes(size_t capacity) { return kRingControlBytes + capacity; }
+inline size_t ringBytes(size_t capacity) {
+  return kRingControlBytes + capacity;
+}
 
 class RingWriter {
  public:

@@ -50,7 +50,9 @@ std::shared_ptr<Segment> Segment::open(pid_t pid, int fd, size_t bytes) {
   return std::shared_ptr<Segment>(new Segment(Fd(), p, bytes));
 }
 
-Segment::~Segment() { ::munmap(data_, size_); }
+Segment::~Segment() {
+  ::munmap(data_, size_);
+}
 
 std::string hostIdentity() {
   char host[256] = {};

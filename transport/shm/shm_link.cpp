@@ -31,7 +31,9 @@ size_t ShmLink::readSome(void* dst, size_t n) {
   return r;
 }
 
-std::pair<const uint8_t*, size_t> ShmLink::peek() { return in_.peek(); }
+std::pair<const uint8_t*, size_t> ShmLink::peek() {
+  return in_.peek();
+}
 
 void ShmLink::consume(size_t n) {
   in_.consume(n);

@@ -1,0 +1,78 @@
+// Gloo's all-reduce through libtorch's c10d ProcessGroupGloo (the CPU backend PyTorch's DDP
+// uses), float32 sum, timed by the shared loop. Launches itself as --ranks local processes.
+#include <torch/torch.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdlib>
+#include <torch/csrc/distributed/c10d/FileStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+
+#include "bench/bench_common.h"
+#include "common/env.h"
+#include "run/local_job.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"Gloo (c10d ProcessGroupGloo) all-reduce benchmark"};
+  int ranks = 2, reps = 7;
+  size_t maxBytes = 256u << 20;
+  std::string storePath;
+  app.add_option("-n,--ranks", ranks)->check(CLI::Range(1, 64));
+  app.add_option("--reps", reps);
+  app.add_option("--max-bytes", maxBytes);
+  app.add_option("--store", storePath);
+  CLI11_PARSE(app, argc, argv);
+
+  auto env = shoal::readEnvConfig();
+  if (!env.rank) {
+    char self[4096];
+    ssize_t len = ::readlink("/proc/self/exe", self, sizeof(self) - 1);
+    std::string path = "/tmp/shoal-gloo-store-" + std::to_string(::getpid());
+    ::unlink(path.c_str());
+    shoal::run::LocalJobOptions o;
+    o.ranks = ranks;
+    o.argv = {std::string(self, static_cast<size_t>(std::max<ssize_t>(len, 0))),
+              "--reps",
+              std::to_string(reps),
+              "--max-bytes",
+              std::to_string(maxBytes),
+              "--store",
+              path};
+    o.env = {{"OMP_NUM_THREADS", "1"}, {"OPENBLAS_NUM_THREADS", "1"}};
+    shoal::run::LocalJob job(o);
+    int failed = 0;
+    for (auto& e : job.wait(std::chrono::minutes(30))) {
+      if (!e.ok()) {
+        std::fprintf(stderr, "%s\n", e.describe().c_str());
+        failed = 1;
+      }
+    }
+    ::unlink(path.c_str());
+    return failed;
+  }
+
+  torch::set_num_threads(1);
+  const int rank = *env.rank, n = *env.worldSize;
+  auto store = c10::make_intrusive<c10d::FileStore>(storePath, n);
+  auto options = c10d::ProcessGroupGloo::Options::create();
+  options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
+  options->timeout = std::chrono::minutes(5);
+  c10d::ProcessGroupGloo pg(store, rank, n, options);
+
+  shoal::bench::Collective c;
+  c.allreduce = [&](float* d, size_t count) {
+    std::vector<at::Tensor> t{torch::from_blob(d, {static_cast<int64_t>(count)}, torch::kFloat32)};
+    pg.allreduce(t)->wait();
+  };
+  c.maxOverRanks = [&](double v) {
+    std::vector<at::Tensor> t{torch::tensor({v}, torch::kFloat64)};
+    c10d::AllreduceOptions o;
+    o.reduceOp = c10d::ReduceOp::MAX;
+    pg.allreduce(t, o)->wait();
+    return t[0].item<double>();
+  };
+  c.barrier = [&] { pg.barrier()->wait(); };
+  shoal::bench::runSizes("gloo", "ProcessGroupGloo", rank, n, c,
+                         shoal::bench::defaultSizes(maxBytes), reps);
+  return 0;
+}
