@@ -25,30 +25,14 @@ int main(int argc, char** argv) {
 
   auto env = shoal::readEnvConfig();
   if (!env.rank) {
-    char self[4096];
-    ssize_t len = ::readlink("/proc/self/exe", self, sizeof(self) - 1);
     std::string path = "/tmp/shoal-gloo-store-" + std::to_string(::getpid());
     ::unlink(path.c_str());
-    shoal::run::LocalJobOptions o;
-    o.ranks = ranks;
-    o.argv = {std::string(self, static_cast<size_t>(std::max<ssize_t>(len, 0))),
-              "--reps",
-              std::to_string(reps),
-              "--max-bytes",
-              std::to_string(maxBytes),
-              "--store",
-              path};
-    o.env = {{"OMP_NUM_THREADS", "1"}, {"OPENBLAS_NUM_THREADS", "1"}};
-    shoal::run::LocalJob job(o);
-    int failed = 0;
-    for (auto& e : job.wait(std::chrono::minutes(30))) {
-      if (!e.ok()) {
-        std::fprintf(stderr, "%s\n", e.describe().c_str());
-        failed = 1;
-      }
-    }
+    int rc = shoal::run::runSelfLocally(
+        ranks,
+        {"--reps", std::to_string(reps), "--max-bytes", std::to_string(maxBytes), "--store", path},
+        {{"OMP_NUM_THREADS", "1"}, {"OPENBLAS_NUM_THREADS", "1"}}, std::chrono::minutes(30));
     ::unlink(path.c_str());
-    return failed;
+    return rc;
   }
 
   torch::set_num_threads(1);

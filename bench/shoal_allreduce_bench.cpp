@@ -25,29 +25,10 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
 
   if (!std::getenv("SHOAL_RANK")) {
-    char self[4096];
-    ssize_t len = ::readlink("/proc/self/exe", self, sizeof(self) - 1);
-    run::LocalJobOptions o;
-    o.ranks = ranks;
-    o.argv = {std::string(self, static_cast<size_t>(std::max<ssize_t>(len, 0))),
-              "--transport",
-              transport,
-              "--algorithms",
-              algorithms,
-              "--reps",
-              std::to_string(reps),
-              "--max-bytes",
-              std::to_string(maxBytes)};
-    o.env = {{"SHOAL_TRANSPORT", transport}, {"OPENBLAS_NUM_THREADS", "1"}};
-    run::LocalJob job(o);
-    int failed = 0;
-    for (auto& e : job.wait(std::chrono::minutes(30))) {
-      if (!e.ok()) {
-        std::fprintf(stderr, "%s\n", e.describe().c_str());
-        failed = 1;
-      }
-    }
-    return failed;
+    return run::runSelfLocally(ranks,
+                               {"--transport", transport, "--algorithms", algorithms, "--reps",
+                                std::to_string(reps), "--max-bytes", std::to_string(maxBytes)},
+                               {{"SHOAL_TRANSPORT", transport}}, std::chrono::minutes(30));
   }
 
   auto world = comm::joinWorld();

@@ -67,23 +67,9 @@ int main(int argc, char** argv) {
 
   try {
     if (std::getenv("SHOAL_RANK")) return runRank(count, iterations);
-    run::LocalJobOptions o;
-    o.ranks = ranks;
-    o.argv = {"/proc/self/exe", "--count", std::to_string(count), "--iterations",
-              std::to_string(iterations)};
-    char self[4096];
-    ssize_t len = ::readlink("/proc/self/exe", self, sizeof(self) - 1);
-    if (len > 0) o.argv[0] = std::string(self, static_cast<size_t>(len));
-    run::LocalJob job(o);
-    auto exits = job.wait(std::chrono::minutes(5));
-    int failed = 0;
-    for (auto& e : exits) {
-      if (!e.ok()) {
-        fmt::print(stderr, "shoal demo: {}\n", e.describe());
-        failed = 1;
-      }
-    }
-    return failed;
+    return run::runSelfLocally(
+        ranks, {"--count", std::to_string(count), "--iterations", std::to_string(iterations)}, {},
+        std::chrono::minutes(5));
   } catch (const std::exception& e) {
     fmt::print(stderr, "shoal demo: {}\n", e.what());
     return 1;

@@ -153,4 +153,27 @@ std::string LocalJob::output(int rank) const {
   return ss.str();
 }
 
+int runSelfLocally(int ranks, const std::vector<std::string>& args,
+                   const std::vector<std::pair<std::string, std::string>>& env, Duration timeout) {
+  char self[4096];
+  ssize_t len = ::readlink("/proc/self/exe", self, sizeof(self) - 1);
+  if (len <= 0) throwSystemError("readlink /proc/self/exe", errno);
+  LocalJobOptions o;
+  o.ranks = ranks;
+  o.argv = {std::string(self, static_cast<size_t>(len))};
+  o.argv.insert(o.argv.end(), args.begin(), args.end());
+  o.env = env;
+  LocalJob job(o);
+  bool timedOut = false;
+  int failed = 0;
+  for (auto& e : job.wait(timeout, &timedOut)) {
+    if (!e.ok()) {
+      std::fprintf(stderr, "%s%s\n", e.describe().c_str(),
+                   timedOut ? " (the job ran out of time)" : "");
+      failed = 1;
+    }
+  }
+  return failed;
+}
+
 }  // namespace shoal::run

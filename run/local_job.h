@@ -66,4 +66,10 @@ class LocalJob {
   std::vector<bool> reaped_;
 };
 
+// Runs this very program (/proc/self/exe) as `ranks` local processes with `args` and `env`,
+// waits up to `timeout`, prints a line to stderr for each rank that failed, and returns 0 if
+// all succeeded, 1 otherwise. For programs that launch themselves when started plainly.
+int runSelfLocally(int ranks, const std::vector<std::string>& args,
+                   const std::vector<std::pair<std::string, std::string>>& env, Duration timeout);
+
 }  // namespace shoal::run
