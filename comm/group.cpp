@@ -100,12 +100,12 @@ Transfer OpContext::recvReduce(int peer, uint32_t step, void* data, size_t bytes
 void OpContext::run(std::vector<Transfer>& batch) {
   if (batch.empty()) return;
   // Only an operation blocked for a while says so in the store, for the timeout report of
-  // whichever rank gives up first (see Group::arrivalReport).
-  const std::string key = fmt::format("blocked/{}", group_.rank());
+  // whichever rank gives up first (see Group::arrivalReport). Nothing is done on the fast path.
   bool posted = false;
+  auto key = [this] { return fmt::format("blocked/{}", group_.rank()); };
   auto onSlow = [&] {
     try {
-      group_.store_->set(key, fmt::format("{}", transport::describe(base_)));
+      group_.store_->set(key(), transport::describe(base_));
       posted = true;
     } catch (const Error&) {
       // Diagnostics only; the operation's own deadline still applies.
@@ -114,7 +114,7 @@ void OpContext::run(std::vector<Transfer>& batch) {
   group_.endpoint_->run(batch.data(), batch.size(), deadline_, onSlow);
   if (posted) {
     try {
-      group_.store_->deleteKey(key);
+      group_.store_->deleteKey(key());
     } catch (const Error&) {
     }
   }

@@ -256,29 +256,29 @@ void Endpoint::run(Transfer* ts, size_t n, const Deadline& deadline,
                 abortReason_);
   }
   auto* bell = ownBell_ ? static_cast<shm::DoorbellWord*>(ownBell_->data()) : nullptr;
-  // One FIFO per (peer, direction): only its front transfer can move.
-  struct Queue {
-    int peer;
-    bool send;
-    std::vector<size_t> items;
-    size_t front = 0;
-  };
-  std::vector<Queue> queues;
+  size_t used = 0;
   for (size_t i = 0; i < n; ++i) {
     Transfer& t = ts[i];
     SHOAL_CHECK(t.peer >= 0 && t.peer < size_ && t.peer != rank_, "rank {}: transfer to peer {}",
                 rank_, t.peer);
     if (departed_[t.peer]) throwDeparted(t.peer, t.header);
     bool send = t.kind == Transfer::Kind::kSend;
-    auto it = std::find_if(queues.begin(), queues.end(),
-                           [&](const Queue& q) { return q.peer == t.peer && q.send == send; });
-    if (it == queues.end()) {
-      queues.push_back({t.peer, send, {}, 0});
-      it = queues.end() - 1;
+    size_t q = 0;
+    while (q < used && !(queues_[q].peer == t.peer && queues_[q].send == send)) ++q;
+    if (q == used) {
+      if (used == queues_.size()) queues_.emplace_back();
+      queues_[q].peer = t.peer;
+      queues_[q].send = send;
+      queues_[q].items.clear();
+      queues_[q].front = 0;
+      ++used;
     }
-    it->items.push_back(i);
+    queues_[q].items.push_back(i);
   }
-  std::vector<char> finished(n, 0), recvBlocked(size_, 0);
+  finished_.assign(n, 0);
+  recvBlocked_.assign(static_cast<size_t>(size_), 0);
+  auto& finished = finished_;
+  auto& recvBlocked = recvBlocked_;
   size_t remaining = n;
   const auto start = Clock::now();
   bool slowFired = !onSlow;
@@ -288,7 +288,8 @@ void Endpoint::run(Transfer* ts, size_t n, const Deadline& deadline,
     // Reset for every peer first: a peer has two queues, and the send queue must not clear
     // what the receive queue set (a socket in the middle of a frame is never peeked).
     std::fill(recvBlocked.begin(), recvBlocked.end(), 0);
-    for (auto& q : queues) {
+    for (size_t qi = 0; qi < used; ++qi) {
+      Queue& q = queues_[qi];
       while (q.front < q.items.size()) {
         size_t i = q.items[q.front];
         Transfer& t = ts[i];

@@ -126,6 +126,18 @@ class Endpoint {
   std::vector<std::vector<uint8_t>> staging_;
   std::vector<char> midFrame_;  // a send to this peer stopped inside a frame
   std::vector<char> departed_;  // the peer said goodbye
+
+  // Per-run scratch, kept to spare the latency path its allocations: one FIFO of transfer
+  // indices per (peer, direction); only a queue's front transfer can move.
+  struct Queue {
+    int peer = 0;
+    bool send = false;
+    std::vector<size_t> items;
+    size_t front = 0;
+  };
+  std::vector<Queue> queues_;
+  std::vector<char> finished_;
+  std::vector<char> recvBlocked_;
   bool aborted_ = false;
   std::string abortReason_;
 };
