@@ -9,8 +9,8 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 
 #include "bench/bench_common.h"
-#include "common/env.h"
 #include "run/local_job.h"
+#include "run/rendezvous.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"Gloo (c10d ProcessGroupGloo) all-reduce benchmark"};
@@ -23,8 +23,8 @@ int main(int argc, char** argv) {
   app.add_option("--store", storePath);
   CLI11_PARSE(app, argc, argv);
 
-  auto env = shoal::readEnvConfig();
-  if (!env.rank) {
+  const auto where = shoal::run::detectRendezvous(shoal::run::processEnv());
+  if (where.launcher == shoal::run::Launcher::kNone) {
     std::string path = "/tmp/shoal-gloo-store-" + std::to_string(::getpid());
     ::unlink(path.c_str());
     int rc = shoal::run::runSelfLocally(
@@ -36,7 +36,7 @@ int main(int argc, char** argv) {
   }
 
   torch::set_num_threads(1);
-  const int rank = *env.rank, n = *env.worldSize;
+  const int rank = where.rank, n = where.size;
   auto store = c10::make_intrusive<c10d::FileStore>(storePath, n);
   auto options = c10d::ProcessGroupGloo::Options::create();
   options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));

@@ -7,7 +7,7 @@
 
 #include "bench/bench_common.h"
 #include "comm/collectives.h"
-#include "comm/world.h"
+#include "run/init.h"
 #include "run/local_job.h"
 
 using namespace shoal;
@@ -31,7 +31,7 @@ int main(int argc, char** argv) {
                                {{"SHOAL_TRANSPORT", transport}}, std::chrono::minutes(30));
   }
 
-  auto world = comm::joinWorld();
+  auto world = init().group;
   std::stringstream list(algorithms);
   std::string name;
   while (std::getline(list, name, ',')) {

@@ -16,24 +16,25 @@ std::shared_ptr<Work> allgatherImpl(Group& g, bool async, const void* send, void
   detail::checkBuffer(g, send, count, type, "allgather");
   detail::checkBuffer(g, recv, count, type, "allgather");
   auto base = detail::baseHeader(count, type);
-  return detail::dispatch(g, async, transport::OpCode::kAllgather, base, call, [=](OpContext& ctx) {
-    const int n = ctx.size(), r = ctx.rank();
-    const size_t block = count * elementSize(type);
-    auto* out = static_cast<uint8_t*>(recv);
-    if (block > 0 && out + r * block != send) std::memmove(out + r * block, send, block);
-    std::vector<transport::Transfer> batch;
-    int lastRecv = -1;
-    for (int s = 0; s < n - 1; ++s) {
-      const int sendBlock = (r - s + n) % n, recvBlock = (r - s - 1 + 2 * n) % n;
-      batch.push_back(
-          ctx.send((r + 1) % n, static_cast<uint32_t>(s), out + sendBlock * block, block));
-      batch.back().after = lastRecv;
-      batch.push_back(
-          ctx.recv((r + n - 1) % n, static_cast<uint32_t>(s), out + recvBlock * block, block));
-      lastRecv = static_cast<int>(batch.size() - 1);
-    }
-    ctx.run(batch);
-  });
+  return detail::dispatch(
+      g, async, transport::OpCode::kAllgather, base, call, {send, recv}, [=](OpContext& ctx) {
+        const int n = ctx.size(), r = ctx.rank();
+        const size_t block = count * elementSize(type);
+        auto* out = static_cast<uint8_t*>(recv);
+        if (block > 0 && out + r * block != send) std::memmove(out + r * block, send, block);
+        std::vector<transport::Transfer> batch;
+        int lastRecv = -1;
+        for (int s = 0; s < n - 1; ++s) {
+          const int sendBlock = (r - s + n) % n, recvBlock = (r - s - 1 + 2 * n) % n;
+          batch.push_back(
+              ctx.send((r + 1) % n, static_cast<uint32_t>(s), out + sendBlock * block, block));
+          batch.back().after = lastRecv;
+          batch.push_back(
+              ctx.recv((r + n - 1) % n, static_cast<uint32_t>(s), out + recvBlock * block, block));
+          lastRecv = static_cast<int>(batch.size() - 1);
+        }
+        ctx.run(batch);
+      });
 }
 
 }  // namespace

@@ -38,21 +38,22 @@ std::shared_ptr<Work> allreduceImpl(Group& g, bool async, void* data, size_t cou
   auto algorithm = choose(g, g.allreduceAlgorithm(call), count * elementSize(type));
   auto base = detail::baseHeader(count, type, op);
   base.algo = static_cast<uint8_t>(algorithm);
-  return detail::dispatch(g, async, transport::OpCode::kAllreduce, base, call, [=](OpContext& ctx) {
-    if (ctx.size() > 1) {
-      switch (algorithm) {
-        case AllreduceAlgorithm::kRing:
-          algo::allreduceRing(ctx, data, count);
-          break;
-        case AllreduceAlgorithm::kDriver:
-          algo::allreduceDriver(ctx, data, count);
-          break;
-        default:
-          algo::allreduceRecursiveDoubling(ctx, data, count);
-      }
-    }
-    if (op == ReduceOp::kAvg) scaleAverage(data, count, type, ctx.size());
-  });
+  return detail::dispatch(g, async, transport::OpCode::kAllreduce, base, call, {.recv = data},
+                          [=](OpContext& ctx) {
+                            if (ctx.size() > 1) {
+                              switch (algorithm) {
+                                case AllreduceAlgorithm::kRing:
+                                  algo::allreduceRing(ctx, data, count);
+                                  break;
+                                case AllreduceAlgorithm::kDriver:
+                                  algo::allreduceDriver(ctx, data, count);
+                                  break;
+                                default:
+                                  algo::allreduceRecursiveDoubling(ctx, data, count);
+                              }
+                            }
+                            if (op == ReduceOp::kAvg) scaleAverage(data, count, type, ctx.size());
+                          });
 }
 
 }  // namespace

@@ -16,21 +16,23 @@ std::shared_ptr<Work> alltoallImpl(Group& g, bool async, const void* send, void*
   detail::checkBuffer(g, send, count, type, "alltoall");
   detail::checkBuffer(g, recv, count, type, "alltoall");
   auto base = detail::baseHeader(count, type);
-  return detail::dispatch(g, async, transport::OpCode::kAlltoall, base, call, [=](OpContext& ctx) {
-    const int n = ctx.size(), r = ctx.rank();
-    const size_t block = count * elementSize(type);
-    const auto* in = static_cast<const uint8_t*>(send);
-    auto* out = static_cast<uint8_t*>(recv);
-    if (block > 0) std::memmove(out + r * block, in + r * block, block);
-    std::vector<transport::Transfer> batch;
-    // Start with the nearest peers so that no rank is everybody's first target.
-    for (int s = 1; s < n; ++s) {
-      const int to = (r + s) % n, from = (r - s + n) % n;
-      batch.push_back(ctx.send(to, 0, in + to * block, block));
-      batch.push_back(ctx.recv(from, 0, out + from * block, block));
-    }
-    ctx.run(batch);
-  });
+  return detail::dispatch(g, async, transport::OpCode::kAlltoall, base, call, {send, recv},
+                          [=](OpContext& ctx) {
+                            const int n = ctx.size(), r = ctx.rank();
+                            const size_t block = count * elementSize(type);
+                            const auto* in = static_cast<const uint8_t*>(send);
+                            auto* out = static_cast<uint8_t*>(recv);
+                            if (block > 0) std::memmove(out + r * block, in + r * block, block);
+                            std::vector<transport::Transfer> batch;
+                            // Start with the nearest peers so that no rank is everybody's first
+                            // target.
+                            for (int s = 1; s < n; ++s) {
+                              const int to = (r + s) % n, from = (r - s + n) % n;
+                              batch.push_back(ctx.send(to, 0, in + to * block, block));
+                              batch.push_back(ctx.recv(from, 0, out + from * block, block));
+                            }
+                            ctx.run(batch);
+                          });
 }
 
 }  // namespace

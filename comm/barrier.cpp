@@ -11,19 +11,20 @@ namespace {
 
 std::shared_ptr<Work> barrierImpl(Group& g, bool async, const CallOptions& call) {
   auto base = detail::baseHeader(0, DataType::kUInt8);
-  return detail::dispatch(g, async, transport::OpCode::kBarrier, base, call, [](OpContext& ctx) {
-    const int n = ctx.size(), r = ctx.rank();
-    std::vector<transport::Transfer> batch;
-    int lastRecv = -1;
-    uint32_t round = 0;
-    for (int d = 1; d < n; d <<= 1, ++round) {
-      batch.push_back(ctx.send((r + d) % n, round, nullptr, 0));
-      batch.back().after = lastRecv;
-      batch.push_back(ctx.recv((r - d + n) % n, round, nullptr, 0));
-      lastRecv = static_cast<int>(batch.size() - 1);
-    }
-    ctx.run(batch);
-  });
+  return detail::dispatch(g, async, transport::OpCode::kBarrier, base, call, {},
+                          [](OpContext& ctx) {
+                            const int n = ctx.size(), r = ctx.rank();
+                            std::vector<transport::Transfer> batch;
+                            int lastRecv = -1;
+                            uint32_t round = 0;
+                            for (int d = 1; d < n; d <<= 1, ++round) {
+                              batch.push_back(ctx.send((r + d) % n, round, nullptr, 0));
+                              batch.back().after = lastRecv;
+                              batch.push_back(ctx.recv((r - d + n) % n, round, nullptr, 0));
+                              lastRecv = static_cast<int>(batch.size() - 1);
+                            }
+                            ctx.run(batch);
+                          });
 }
 
 }  // namespace

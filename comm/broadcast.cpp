@@ -37,29 +37,30 @@ std::shared_ptr<Work> broadcastImpl(Group& g, bool async, void* data, size_t cou
   detail::checkBuffer(g, data, count, type, "broadcast");
   detail::checkRoot(g, root, "broadcast");
   auto base = detail::baseHeader(count, type, ReduceOp::kSum, root);
-  return detail::dispatch(g, async, transport::OpCode::kBroadcast, base, call, [=](OpContext& ctx) {
-    if (ctx.size() == 1) return;
-    const size_t total = count * elementSize(type);
-    auto* bytes = static_cast<uint8_t*>(data);
-    const auto tree = algo::binomialTree(ctx.rank(), root, ctx.size());
-    const int nseg =
-        static_cast<int>(std::max<size_t>(1, (total + kSegmentBytes - 1) / kSegmentBytes));
-    std::vector<transport::Transfer> batch;
-    for (int k = 0; k < nseg; ++k) {
-      const size_t off = algo::blockBegin(total, nseg, k);
-      const size_t len = algo::blockSize(total, nseg, k);
-      int received = -1;
-      if (tree.parent >= 0) {
-        batch.push_back(ctx.recv(tree.parent, static_cast<uint32_t>(k), bytes + off, len));
-        received = static_cast<int>(batch.size() - 1);
-      }
-      for (int child : tree.children) {
-        batch.push_back(ctx.send(child, static_cast<uint32_t>(k), bytes + off, len));
-        batch.back().after = received;
-      }
-    }
-    ctx.run(batch);
-  });
+  return detail::dispatch(
+      g, async, transport::OpCode::kBroadcast, base, call, {.recv = data}, [=](OpContext& ctx) {
+        if (ctx.size() == 1) return;
+        const size_t total = count * elementSize(type);
+        auto* bytes = static_cast<uint8_t*>(data);
+        const auto tree = algo::binomialTree(ctx.rank(), root, ctx.size());
+        const int nseg =
+            static_cast<int>(std::max<size_t>(1, (total + kSegmentBytes - 1) / kSegmentBytes));
+        std::vector<transport::Transfer> batch;
+        for (int k = 0; k < nseg; ++k) {
+          const size_t off = algo::blockBegin(total, nseg, k);
+          const size_t len = algo::blockSize(total, nseg, k);
+          int received = -1;
+          if (tree.parent >= 0) {
+            batch.push_back(ctx.recv(tree.parent, static_cast<uint32_t>(k), bytes + off, len));
+            received = static_cast<int>(batch.size() - 1);
+          }
+          for (int child : tree.children) {
+            batch.push_back(ctx.send(child, static_cast<uint32_t>(k), bytes + off, len));
+            batch.back().after = received;
+          }
+        }
+        ctx.run(batch);
+      });
 }
 
 }  // namespace

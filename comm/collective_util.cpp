@@ -42,7 +42,17 @@ void checkReduceOp(ReduceOp op) {
 
 std::shared_ptr<Work> dispatch(Group& g, bool async, transport::OpCode op,
                                const transport::FrameHeader& base, const CallOptions& call,
-                               std::function<void(OpContext&)> body) {
+                               Buffers buffers, std::function<void(OpContext&)> body) {
+  if (g.backend()) {
+    BackendOp b{.op = op,
+                .send = buffers.send,
+                .recv = buffers.recv,
+                .count = base.count,
+                .type = static_cast<DataType>(base.dtype),
+                .redop = static_cast<ReduceOp>(base.redop),
+                .root = static_cast<int>(base.root)};
+    return g.runOnBackend(async, b, call);
+  }
   if (async) return g.submit(op, base, call, std::move(body));
   g.execute(op, base, call, std::move(body));
   return nullptr;

@@ -19,9 +19,16 @@ void checkBuffer(const Group& g, const void* p, size_t count, DataType type, con
 void checkRoot(const Group& g, int root, const char* what);
 void checkReduceOp(ReduceOp op);
 
+// The caller's buffers, for a group that runs on a backend (see comm/backend.h).
+struct Buffers {
+  const void* send = nullptr;
+  void* recv = nullptr;  // the in-place buffer or the output
+};
+
 // Runs `body` synchronously (async = false, returns null) or queues it and returns its Work.
+// A backend group runs the operation described by `base` and `buffers` instead.
 std::shared_ptr<Work> dispatch(Group& g, bool async, transport::OpCode op,
                                const transport::FrameHeader& base, const CallOptions& call,
-                               std::function<void(OpContext&)> body);
+                               Buffers buffers, std::function<void(OpContext&)> body);
 
 }  // namespace shoal::comm::detail

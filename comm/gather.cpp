@@ -16,20 +16,22 @@ std::shared_ptr<Work> gatherImpl(Group& g, bool async, const void* send, void* r
   detail::checkRoot(g, root, "gather");
   if (g.rank() == root) detail::checkBuffer(g, recv, count, type, "gather");
   auto base = detail::baseHeader(count, type, ReduceOp::kSum, root);
-  return detail::dispatch(g, async, transport::OpCode::kGather, base, call, [=](OpContext& ctx) {
-    const size_t block = count * elementSize(type);
-    std::vector<transport::Transfer> batch;
-    if (ctx.rank() == root) {
-      auto* out = static_cast<uint8_t*>(recv);
-      if (block > 0) std::memmove(out + root * block, send, block);
-      for (int p = 0; p < ctx.size(); ++p) {
-        if (p != root) batch.push_back(ctx.recv(p, 0, out + p * block, block));
-      }
-    } else {
-      batch.push_back(ctx.send(root, 0, send, block));
-    }
-    ctx.run(batch);
-  });
+  return detail::dispatch(g, async, transport::OpCode::kGather, base, call, {send, recv},
+                          [=](OpContext& ctx) {
+                            const size_t block = count * elementSize(type);
+                            std::vector<transport::Transfer> batch;
+                            if (ctx.rank() == root) {
+                              auto* out = static_cast<uint8_t*>(recv);
+                              if (block > 0) std::memmove(out + root * block, send, block);
+                              for (int p = 0; p < ctx.size(); ++p) {
+                                if (p != root)
+                                  batch.push_back(ctx.recv(p, 0, out + p * block, block));
+                              }
+                            } else {
+                              batch.push_back(ctx.send(root, 0, send, block));
+                            }
+                            ctx.run(batch);
+                          });
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 
 #include "common/error.h"
 #include "common/log.h"
+#include "common/reduce.h"
 #include "store/prefix_store.h"
 #include "transport/auth.h"
 #include "transport/bootstrap.h"
@@ -53,7 +54,7 @@ GroupOptions GroupOptions::from(const EnvConfig& env) {
   } catch (const InvalidArgument& e) {
     SHOAL_THROW(InvalidArgument, "SHOAL_ALLREDUCE_ALGORITHM: {}", e.what());
   }
-  o.listenAddress = env.listenAddress;
+  o.listenAddress = env.listenAddress.value_or("127.0.0.1");
   o.shmRingBytes = env.shmRingBytes;
   o.secret = env.secret;
   o.secretFile = env.secretFile;
@@ -157,7 +158,29 @@ Group::Group(std::shared_ptr<store::Store> root, std::string prefix, int rank, i
   }
 }
 
+Group::Group(std::shared_ptr<Backend> backend, GroupOptions options)
+    : rank_(backend->rank()),
+      size_(backend->size()),
+      id_(0),
+      options_(std::move(options)),
+      backend_(std::move(backend)),
+      sendSeq_(static_cast<size_t>(size_), 0),
+      recvSeq_(static_cast<size_t>(size_), 0) {}
+
 Group::~Group() = default;
+
+std::shared_ptr<Group> Group::create(std::shared_ptr<Backend> backend, GroupOptions options) {
+  SHOAL_CHECK(backend != nullptr, "Group::create needs a backend");
+  return std::shared_ptr<Group>(new Group(std::move(backend), std::move(options)));
+}
+
+transport::LinkKind Group::linkKind(int peer) const {
+  if (!endpoint_) {
+    SHOAL_THROW(InvalidArgument, "rank {}: the {} backend does not expose links", rank_,
+                backendName());
+  }
+  return endpoint_->linkKind(peer);
+}
 
 std::shared_ptr<Group> Group::create(std::shared_ptr<store::Store> store, int rank, int size,
                                      GroupOptions options) {
@@ -176,6 +199,17 @@ std::shared_ptr<Group> Group::create(std::shared_ptr<store::Store> store, int ra
 std::shared_ptr<Group> Group::split(int color, int key) {
   // Runs in issue order like a collective: the split number must agree on every rank.
   std::shared_ptr<Group> result;
+  if (backend_) {
+    std::shared_ptr<Backend> sub;
+    inOrder([&] {
+      if (!backendFailure_.empty()) {
+        SHOAL_THROW(PeerError, "rank {}: this group failed earlier and cannot be used: {}", rank_,
+                    backendFailure_);
+      }
+      sub = backend_->split(color, key);
+    });
+    return sub ? std::shared_ptr<Group>(new Group(std::move(sub), options_)) : nullptr;
+  }
   FrameHeader base;
   execute(OpCode::kInternal, base, {}, [&](OpContext& ctx) {
     const uint64_t n = splits_++;
@@ -265,25 +299,74 @@ void Group::runOp(OpCode op, FrameHeader base, const CallOptions& call,
   }
 }
 
-void Group::execute(OpCode op, const FrameHeader& base, const CallOptions& call,
-                    std::function<void(OpContext&)> body) {
-  if (executor_.tryRunInline([&] { runOp(op, base, call, body); })) return;
-  submit(op, base, call, std::move(body))->wait();
+void Group::runBackendOp(const BackendOp& op, const CallOptions& call) {
+  const uint64_t seq = op.op == OpCode::kSendRecv ? 0 : nextSeq_++;
+  const std::string what =
+      op.op == OpCode::kSendRecv
+          ? fmt::format("{} {} {}", backendName(), op.isSend ? "send to" : "recv from", op.root)
+          : fmt::format("{} {} (seq {})", backendName(), transport::toString(op.op), seq);
+  if (!backendFailure_.empty()) {
+    SHOAL_THROW(PeerError, "rank {}: {}: this group failed earlier and cannot be used: {}", rank_,
+                what, backendFailure_);
+  }
+  const Duration timeout = call.timeout.value_or(options_.timeout);
+  try {
+    backend_->run(op, Deadline(timeout));
+  } catch (const TimeoutError& e) {
+    // The library cannot cancel a collective it started: the group is done.
+    backendFailure_ = e.what();
+    SHOAL_THROW(TimeoutError, "rank {}: {} timed out after {:.1f} s: {}", rank_, what,
+                std::chrono::duration<double>(timeout).count(), e.what());
+  } catch (const InvalidArgument&) {
+    throw;  // refused before anything moved: the group is still usable
+  } catch (const Error& e) {
+    backendFailure_ = e.what();
+    SHOAL_THROW(PeerError, "rank {}: {} failed: {}", rank_, what, e.what());
+  }
+  if (op.redop == ReduceOp::kAvg && size_ > 1 &&
+      (op.op == OpCode::kAllreduce || op.op == OpCode::kReduce ||
+       op.op == OpCode::kReduceScatter)) {
+    if (op.op != OpCode::kReduce || rank_ == op.root) {
+      scaleAverage(op.recv, op.count, op.type, size_);
+    }
+  }
 }
 
-std::shared_ptr<Work> Group::submit(OpCode op, const FrameHeader& base, const CallOptions& call,
-                                    std::function<void(OpContext&)> body) {
+std::shared_ptr<Work> Group::runOnBackend(bool async, const BackendOp& op,
+                                          const CallOptions& call) {
+  if (!async) {
+    inOrder([&] { runBackendOp(op, call); });
+    return nullptr;
+  }
+  return queue([this, op, call] { runBackendOp(op, call); });
+}
+
+void Group::inOrder(const std::function<void()>& task) {
+  if (!executor_.tryRunInline(task)) queue(task)->wait();
+}
+
+std::shared_ptr<Work> Group::queue(std::function<void()> task) {
   auto work = std::make_shared<Work>();
   // `this` outlives the task: the executor is the first member destroyed, and it drains.
-  executor_.submit([this, work, op, base, call, body = std::move(body)] {
+  executor_.submit([work, task = std::move(task)] {
     try {
-      runOp(op, base, call, body);
+      task();
       work->finish(nullptr);
     } catch (...) {
       work->finish(std::current_exception());
     }
   });
   return work;
+}
+
+void Group::execute(OpCode op, const FrameHeader& base, const CallOptions& call,
+                    std::function<void(OpContext&)> body) {
+  inOrder([&] { runOp(op, base, call, body); });
+}
+
+std::shared_ptr<Work> Group::submit(OpCode op, const FrameHeader& base, const CallOptions& call,
+                                    std::function<void(OpContext&)> body) {
+  return queue([this, op, base, call, body = std::move(body)] { runOp(op, base, call, body); });
 }
 
 }  // namespace shoal::comm

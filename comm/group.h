@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "comm/backend.h"
 #include "comm/executor.h"
 #include "comm/work.h"
 #include "common/env.h"
@@ -96,6 +97,10 @@ class Group : public std::enable_shared_from_this<Group> {
   // Blocks until every rank joined and all connections are authenticated, or the timeout.
   static std::shared_ptr<Group> create(std::shared_ptr<store::Store> store, int rank, int size,
                                        GroupOptions options = GroupOptions::fromEnv());
+  // A group whose operations run on an external library (see comm/backend.h); rank and size
+  // are the backend's.
+  static std::shared_ptr<Group> create(std::shared_ptr<Backend> backend,
+                                       GroupOptions options = GroupOptions::fromEnv());
 
   ~Group();
 
@@ -103,7 +108,11 @@ class Group : public std::enable_shared_from_this<Group> {
   int size() const { return size_; }
   const GroupOptions& options() const { return options_; }
   uint32_t id() const { return id_; }
-  transport::LinkKind linkKind(int peer) const { return endpoint_->linkKind(peer); }
+  // The native engine's link to `peer` (InvalidArgument on a backend group).
+  transport::LinkKind linkKind(int peer) const;
+  // "native", or the backend's name ("mpi").
+  std::string_view backendName() const { return backend_ ? backend_->name() : "native"; }
+  Backend* backend() const { return backend_.get(); }
   // Every peer is reached over shared memory (false for a group of one).
   bool allLinksShm() const { return allShm_; }
 
@@ -122,6 +131,9 @@ class Group : public std::enable_shared_from_this<Group> {
   uint64_t nextSendSeq(int peer) { return sendSeq_.at(peer)++; }
   uint64_t nextRecvSeq(int peer) { return recvSeq_.at(peer)++; }
 
+  // Runs a backend group's operation in issue order, like execute() / submit().
+  std::shared_ptr<Work> runOnBackend(bool async, const BackendOp& op, const CallOptions& call);
+
   transport::Endpoint& endpoint() { return *endpoint_; }
   AllreduceAlgorithm allreduceAlgorithm(const CallOptions& call) const;
 
@@ -129,8 +141,14 @@ class Group : public std::enable_shared_from_this<Group> {
   friend class OpContext;
   Group(std::shared_ptr<store::Store> root, std::string prefix, int rank, int size, uint32_t id,
         GroupOptions options, std::string secret, std::shared_ptr<void> secretHolder);
+  Group(std::shared_ptr<Backend> backend, GroupOptions options);
   void runOp(transport::OpCode op, transport::FrameHeader base, const CallOptions& call,
              const std::function<void(OpContext&)>& body);
+  void runBackendOp(const BackendOp& op, const CallOptions& call);
+  // Runs `task` in issue order on the caller's thread (or waits for the executor to run it).
+  void inOrder(const std::function<void()>& task);
+  // Queues `task` in issue order; its Work carries what it threw.
+  std::shared_ptr<Work> queue(std::function<void()> task);
   std::string arrivalReport(uint64_t seq);
   std::string withContext(const transport::FrameHeader& base, const std::string& what) const;
 
@@ -143,7 +161,9 @@ class Group : public std::enable_shared_from_this<Group> {
   GroupOptions options_;
   std::string secret_;
   std::shared_ptr<void> secretHolder_;
-  std::unique_ptr<transport::Endpoint> endpoint_;
+  std::unique_ptr<transport::Endpoint> endpoint_;  // native engine only
+  std::shared_ptr<Backend> backend_;               // external library only
+  std::string backendFailure_;                     // set once a backend operation failed
   bool allShm_ = false;
   uint64_t nextSeq_ = 0;
   uint64_t splits_ = 0;

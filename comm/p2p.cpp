@@ -19,9 +19,19 @@ std::shared_ptr<Work> p2pImpl(Group& g, bool async, bool isSend, void* data, siz
   const char* what = isSend ? "send" : "recv";
   detail::checkBuffer(g, data, count, type, what);
   checkPeer(g, peer, what);
+  if (g.backend()) {
+    BackendOp b{.op = transport::OpCode::kSendRecv,
+                .send = isSend ? data : nullptr,
+                .recv = isSend ? nullptr : data,
+                .count = count,
+                .type = type,
+                .root = peer,
+                .isSend = isSend};
+    return g.runOnBackend(async, b, call);
+  }
   auto base = detail::baseHeader(count, type);
   return detail::dispatch(
-      g, async, transport::OpCode::kSendRecv, base, call, [=, &g](OpContext& ctx) {
+      g, async, transport::OpCode::kSendRecv, base, call, {}, [=, &g](OpContext& ctx) {
         auto h = ctx.header(0, count * elementSize(type));
         h.seq = isSend ? g.nextSendSeq(peer) : g.nextRecvSeq(peer);
         std::vector<transport::Transfer> batch{isSend ? transport::Transfer::send(peer, h, data)

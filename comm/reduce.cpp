@@ -20,26 +20,27 @@ std::shared_ptr<Work> reduceImpl(Group& g, bool async, void* data, size_t count,
   detail::checkRoot(g, root, "reduce");
   detail::checkReduceOp(op);
   auto base = detail::baseHeader(count, type, op, root);
-  return detail::dispatch(g, async, transport::OpCode::kReduce, base, call, [=](OpContext& ctx) {
-    const size_t total = count * elementSize(type);
-    const auto tree = algo::binomialTree(ctx.rank(), root, ctx.size());
-    std::vector<uint8_t> scratch;
-    void* acc = data;
-    if (tree.parent >= 0) {
-      scratch.assign(static_cast<uint8_t*>(data), static_cast<uint8_t*>(data) + total);
-      acc = scratch.data();
-    }
-    std::vector<transport::Transfer> batch;
-    for (int child : tree.children) batch.push_back(ctx.recvReduce(child, 0, acc, total));
-    ctx.run(batch);
-    if (tree.parent >= 0) {
-      batch.clear();
-      batch.push_back(ctx.send(tree.parent, 0, acc, total));
-      ctx.run(batch);
-    } else if (op == ReduceOp::kAvg) {
-      scaleAverage(data, count, type, ctx.size());
-    }
-  });
+  return detail::dispatch(
+      g, async, transport::OpCode::kReduce, base, call, {.recv = data}, [=](OpContext& ctx) {
+        const size_t total = count * elementSize(type);
+        const auto tree = algo::binomialTree(ctx.rank(), root, ctx.size());
+        std::vector<uint8_t> scratch;
+        void* acc = data;
+        if (tree.parent >= 0) {
+          scratch.assign(static_cast<uint8_t*>(data), static_cast<uint8_t*>(data) + total);
+          acc = scratch.data();
+        }
+        std::vector<transport::Transfer> batch;
+        for (int child : tree.children) batch.push_back(ctx.recvReduce(child, 0, acc, total));
+        ctx.run(batch);
+        if (tree.parent >= 0) {
+          batch.clear();
+          batch.push_back(ctx.send(tree.parent, 0, acc, total));
+          ctx.run(batch);
+        } else if (op == ReduceOp::kAvg) {
+          scaleAverage(data, count, type, ctx.size());
+        }
+      });
 }
 
 }  // namespace

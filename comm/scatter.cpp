@@ -16,20 +16,22 @@ std::shared_ptr<Work> scatterImpl(Group& g, bool async, const void* send, void* 
   detail::checkRoot(g, root, "scatter");
   if (g.rank() == root) detail::checkBuffer(g, send, count, type, "scatter");
   auto base = detail::baseHeader(count, type, ReduceOp::kSum, root);
-  return detail::dispatch(g, async, transport::OpCode::kScatter, base, call, [=](OpContext& ctx) {
-    const size_t block = count * elementSize(type);
-    std::vector<transport::Transfer> batch;
-    if (ctx.rank() == root) {
-      const auto* in = static_cast<const uint8_t*>(send);
-      if (block > 0) std::memmove(recv, in + root * block, block);
-      for (int p = 0; p < ctx.size(); ++p) {
-        if (p != root) batch.push_back(ctx.send(p, 0, in + p * block, block));
-      }
-    } else {
-      batch.push_back(ctx.recv(root, 0, recv, block));
-    }
-    ctx.run(batch);
-  });
+  return detail::dispatch(g, async, transport::OpCode::kScatter, base, call, {send, recv},
+                          [=](OpContext& ctx) {
+                            const size_t block = count * elementSize(type);
+                            std::vector<transport::Transfer> batch;
+                            if (ctx.rank() == root) {
+                              const auto* in = static_cast<const uint8_t*>(send);
+                              if (block > 0) std::memmove(recv, in + root * block, block);
+                              for (int p = 0; p < ctx.size(); ++p) {
+                                if (p != root)
+                                  batch.push_back(ctx.send(p, 0, in + p * block, block));
+                              }
+                            } else {
+                              batch.push_back(ctx.recv(root, 0, recv, block));
+                            }
+                            ctx.run(batch);
+                          });
 }
 
 }  // namespace

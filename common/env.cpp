@@ -33,15 +33,6 @@ size_t parseBytes(const char* name, const std::string& v) {
   return static_cast<size_t>(n);
 }
 
-int parseInt(const char* name, const std::string& v, int min) {
-  char* end = nullptr;
-  long n = std::strtol(v.c_str(), &end, 10);
-  if (end == v.c_str() || *end != '\0' || n < min || n > (1 << 20)) {
-    SHOAL_THROW(InvalidArgument, "{}='{}': expected an integer >= {}", name, v, min);
-  }
-  return static_cast<int>(n);
-}
-
 LogLevel parseLogLevel(const std::string& v) {
   if (v == "error") return LogLevel::kError;
   if (v == "warn") return LogLevel::kWarn;
@@ -84,20 +75,24 @@ EnvConfig readEnvConfig() {
   if (auto v = get("SHOAL_ALLREDUCE_ALGORITHM")) c.allreduceAlgorithm = *v;
   c.secret = get("SHOAL_SECRET");
   c.secretFile = get("SHOAL_SECRET_FILE");
-  if (auto v = get("SHOAL_ADDR")) c.listenAddress = *v;
+  c.listenAddress = get("SHOAL_ADDR");
+  if (auto v = get("SHOAL_BACKEND")) {
+    if (*v != "native" && *v != "mpi") {
+      SHOAL_THROW(InvalidArgument, "SHOAL_BACKEND='{}': expected native or mpi", *v);
+    }
+    c.backend = *v;
+  }
   if (auto v = get("SHOAL_SHM_RING_BYTES")) c.shmRingBytes = parseBytes("SHOAL_SHM_RING_BYTES", *v);
   if (auto v = get("SHOAL_LOG_LEVEL")) c.logLevel = parseLogLevel(*v);
-  if (auto v = get("SHOAL_RANK")) c.rank = parseInt("SHOAL_RANK", *v, 0);
-  if (auto v = get("SHOAL_WORLD_SIZE")) c.worldSize = parseInt("SHOAL_WORLD_SIZE", *v, 1);
-  c.storeAddress = get("SHOAL_STORE_ADDR");
   return c;
 }
 
 std::string describe(const EnvConfig& c) {
   return fmt::format(
-      "timeout={}s transport={} allreduce_algorithm={} addr={} shm_ring_bytes={} secret={}",
-      c.timeoutSeconds, toString(c.transport), c.allreduceAlgorithm, c.listenAddress,
-      c.shmRingBytes,
+      "backend={} timeout={}s transport={} allreduce_algorithm={} addr={} shm_ring_bytes={} "
+      "secret={}",
+      c.backend, c.timeoutSeconds, toString(c.transport), c.allreduceAlgorithm,
+      c.listenAddress.value_or("auto"), c.shmRingBytes,
       c.secret ? "SHOAL_SECRET" : (c.secretFile ? "SHOAL_SECRET_FILE" : "generated"));
 }
 

@@ -1,5 +1,6 @@
-// The one place that reads SHOAL_* environment variables. Every other component takes typed
-// options; this file maps the documented variables (README, "Configuration") onto them.
+// The one place that reads SHOAL_* configuration variables. Every other component takes typed
+// options; this file maps the documented variables (README, "Configuration") onto them. (What
+// a launcher tells a rank about itself is read by run/rendezvous.h.)
 #pragma once
 
 #include <optional>
@@ -17,13 +18,12 @@ struct EnvConfig {
   std::string allreduceAlgorithm = "auto";         // SHOAL_ALLREDUCE_ALGORITHM
   std::optional<std::string> secret;               // SHOAL_SECRET (never logged)
   std::optional<std::string> secretFile;           // SHOAL_SECRET_FILE
-  std::string listenAddress = "127.0.0.1";  // SHOAL_ADDR: address this rank listens on/advertises
-  size_t shmRingBytes = 4u << 20;           // SHOAL_SHM_RING_BYTES, per direction per pair
-  LogLevel logLevel = LogLevel::kWarn;      // SHOAL_LOG_LEVEL = error | warn | info | debug
-  // Set by whatever started the ranks (shoal's local job today, the launcher later):
-  std::optional<int> rank;                  // SHOAL_RANK
-  std::optional<int> worldSize;             // SHOAL_WORLD_SIZE
-  std::optional<std::string> storeAddress;  // SHOAL_STORE_ADDR = host:port of the TCP store
+  // SHOAL_ADDR: the address this rank listens on and advertises. Unset: 127.0.0.1 on one host;
+  // across hosts, shoal::init() picks the address that routes to the store.
+  std::optional<std::string> listenAddress;
+  std::string backend = "native";       // SHOAL_BACKEND = native | mpi
+  size_t shmRingBytes = 4u << 20;       // SHOAL_SHM_RING_BYTES, per direction per pair
+  LogLevel logLevel = LogLevel::kWarn;  // SHOAL_LOG_LEVEL = error | warn | info | debug
 };
 
 // Reads and validates the environment. A malformed value throws InvalidArgument naming the

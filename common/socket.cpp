@@ -2,6 +2,8 @@
 
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <ifaddrs.h>
+#include <net/if.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -78,6 +80,58 @@ sockaddr_in resolve(const std::string& host, int port) {
   return sa;
 }
 
+}  // namespace
+
+std::optional<std::string> resolveIPv4(const std::string& host) {
+  try {
+    sockaddr_in sa = resolve(host, 0);
+    char text[INET_ADDRSTRLEN];
+    ::inet_ntop(AF_INET, &sa.sin_addr, text, sizeof(text));
+    return std::string(text);
+  } catch (const InvalidArgument&) {
+    return std::nullopt;
+  }
+}
+
+bool isLoopback(const std::string& ipv4) {
+  return ipv4.rfind("127.", 0) == 0;
+}
+
+std::optional<std::string> sourceAddressFor(const std::string& host) {
+  auto ip = resolveIPv4(host);
+  if (!ip) return std::nullopt;
+  // Connecting a UDP socket sends nothing; it only asks the kernel for the route's source.
+  Fd fd(::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+  if (!fd.valid()) return std::nullopt;
+  sockaddr_in sa = resolve(*ip, 9);
+  if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) < 0) return std::nullopt;
+  socklen_t len = sizeof(sa);
+  if (::getsockname(fd.get(), reinterpret_cast<sockaddr*>(&sa), &len) < 0) return std::nullopt;
+  char text[INET_ADDRSTRLEN];
+  ::inet_ntop(AF_INET, &sa.sin_addr, text, sizeof(text));
+  return std::string(text);
+}
+
+std::optional<std::string> firstExternalIPv4() {
+  ifaddrs* list = nullptr;
+  if (::getifaddrs(&list) < 0) return std::nullopt;
+  std::optional<std::string> out;
+  for (ifaddrs* i = list; i && !out; i = i->ifa_next) {
+    if (!i->ifa_addr || i->ifa_addr->sa_family != AF_INET || !(i->ifa_flags & IFF_UP) ||
+        (i->ifa_flags & IFF_LOOPBACK)) {
+      continue;
+    }
+    char text[INET_ADDRSTRLEN];
+    ::inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(i->ifa_addr)->sin_addr, text,
+                sizeof(text));
+    out = std::string(text);
+  }
+  ::freeifaddrs(list);
+  return out;
+}
+
+namespace {
+
 // Waits for `events` on fd; false when the deadline passed.
 bool pollFor(int fd, short events, const Deadline& deadline) {
   for (;;) {
@@ -110,10 +164,22 @@ Fd listenTcp(const std::string& host, int port, int* boundPort, int backlog) {
 }
 
 Fd connectTcp(const HostPort& addr, const Deadline& deadline, const std::string& what) {
-  sockaddr_in sa = resolve(addr.host, addr.port);
   int lastErr = 0;
+  std::string lastResolveError;
   auto backoff = std::chrono::milliseconds(1);
   while (!deadline.expired()) {
+    sockaddr_in sa;
+    try {
+      sa = resolve(addr.host, addr.port);
+    } catch (const InvalidArgument& e) {
+      // A name that does not resolve yet (a Kubernetes pod's DNS record appears only once the
+      // pod runs) is retried like a refused connection.
+      lastResolveError = e.what();
+      std::this_thread::sleep_for(
+          std::min<Duration>(std::chrono::milliseconds(200), deadline.remaining()));
+      continue;
+    }
+    lastResolveError.clear();
     Fd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
     if (!fd.valid()) throwSystemError("socket", errno);
     int rc = ::connect(fd.get(), reinterpret_cast<sockaddr*>(&sa), sizeof(sa));
@@ -138,8 +204,10 @@ Fd connectTcp(const HostPort& addr, const Deadline& deadline, const std::string&
     std::this_thread::sleep_for(pause);
     backoff = std::min(backoff * 2, std::chrono::milliseconds(100));
   }
-  SHOAL_THROW(TimeoutError, "{}: could not connect to {} within {:.1f} s (last error: {})", what,
-              addr.str(), deadline.timeoutSeconds(), lastErr ? std::strerror(lastErr) : "none");
+  SHOAL_THROW(
+      TimeoutError, "{}: could not connect to {} within {:.1f} s (last error: {})", what,
+      addr.str(), deadline.timeoutSeconds(),
+      !lastResolveError.empty() ? lastResolveError : (lastErr ? std::strerror(lastErr) : "none"));
 }
 
 Fd acceptTcp(int listenFd, const Deadline& deadline, const std::string& what) {

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstddef>
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -44,6 +45,14 @@ struct HostPort {
 
 // "host:port" -> HostPort; InvalidArgument on a malformed string.
 HostPort parseHostPort(const std::string& s);
+
+// Name -> dotted IPv4, or nothing if it does not resolve.
+std::optional<std::string> resolveIPv4(const std::string& host);
+bool isLoopback(const std::string& ipv4);
+// The local address the kernel would use to reach `host` (the address to advertise to it).
+std::optional<std::string> sourceAddressFor(const std::string& host);
+// The first IPv4 address of an interface that is up and not loopback.
+std::optional<std::string> firstExternalIPv4();
 
 // Listens on host:port (port 0 picks a free one); returns the socket and the bound port.
 Fd listenTcp(const std::string& host, int port, int* boundPort, int backlog = 128);

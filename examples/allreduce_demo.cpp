@@ -1,6 +1,7 @@
-// A short all-reduce demo: started plainly it launches itself as N local ranks; each rank
-// all-reduces a buffer with every algorithm, checks the result against the closed-form sum, and
-// rank 0 reports what happened and how long it took.
+// A short all-reduce demo: each rank all-reduces a buffer with every algorithm, checks the
+// result against the closed-form sum, and rank 0 reports what happened and how long it took.
+// Runs under any launcher shoal::init() knows: shoal run -n 4 -- shoal_demo, mpirun, srun, a
+// Kubernetes Indexed Job, or plainly as a world of one.
 #include <fmt/format.h>
 #include <unistd.h>
 
@@ -10,19 +11,35 @@
 #include <vector>
 
 #include "comm/collectives.h"
-#include "comm/world.h"
-#include "run/local_job.h"
+#include "run/init.h"
 
 using namespace shoal;
 
 namespace {
 
+std::string linksOf(comm::Group& g) {
+  if (g.backend()) return std::string(g.backendName());
+  std::string s;
+  for (int p = 0; p < g.size(); ++p) {
+    if (p == g.rank()) continue;
+    s += fmt::format("{}{}:{}", s.empty() ? "" : " ", p, toString(g.linkKind(p)));
+  }
+  return s.empty() ? "none" : s;
+}
+
 int runRank(size_t count, int iterations) {
-  auto world = comm::joinWorld();
+  World w = init();
+  auto world = w.group;
   const int rank = world->rank(), n = world->size();
+  // Every rank says where it runs and how it reaches each peer (the multi-host test reads it).
+  char host[256] = {};
+  ::gethostname(host, sizeof(host) - 1);
+  fmt::print("rank {} of {} on {} (local {} of {}), started by {}; links {}\n", rank, n, host,
+             w.localRank, w.localSize, toString(w.launcher), linksOf(*world));
+  std::fflush(stdout);
   if (rank == 0) {
-    fmt::print("shoal demo: {} ranks, all-reduce of {} float32 ({:.1f} MiB); rank 0 ↔ 1 over {}\n",
-               n, count, count * 4.0 / (1 << 20), n > 1 ? toString(world->linkKind(1)) : "nothing");
+    fmt::print("shoal demo: {} ranks, all-reduce of {} float32 ({:.1f} MiB)\n", n, count,
+               count * 4.0 / (1 << 20));
   }
   std::vector<float> data(count);
   for (auto algo : {comm::AllreduceAlgorithm::kRing, comm::AllreduceAlgorithm::kRecursiveDoubling,
@@ -56,20 +73,15 @@ int runRank(size_t count, int iterations) {
 
 int main(int argc, char** argv) {
   CLI::App app{"Shoal all-reduce demo"};
-  int ranks = 4;
   size_t count = 1 << 20;
   int iterations = 5;
-  app.add_option("-n,--ranks", ranks, "ranks to start on this machine")->check(CLI::Range(1, 64));
   app.add_option("--count", count, "float32 elements per rank");
   app.add_option("--iterations", iterations, "timed repetitions per algorithm")
       ->check(CLI::Range(1, 1000));
   CLI11_PARSE(app, argc, argv);
 
   try {
-    if (std::getenv("SHOAL_RANK")) return runRank(count, iterations);
-    return run::runSelfLocally(
-        ranks, {"--count", std::to_string(count), "--iterations", std::to_string(iterations)}, {},
-        std::chrono::minutes(5));
+    return runRank(count, iterations);
   } catch (const std::exception& e) {
     fmt::print(stderr, "shoal demo: {}\n", e.what());
     return 1;

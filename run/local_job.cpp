@@ -1,7 +1,6 @@
 #include "run/local_job.h"
 
 #include <fcntl.h>
-#include <openssl/rand.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
@@ -14,6 +13,7 @@
 #include <thread>
 
 #include "common/error.h"
+#include "transport/auth.h"
 
 extern char** environ;
 
@@ -25,26 +25,14 @@ std::string RankExit::describe() const {
   return fmt::format("rank {} exited with code {}", rank, exitCode);
 }
 
-namespace {
-std::string randomHex(size_t bytes) {
-  std::vector<unsigned char> b(bytes);
-  if (RAND_bytes(b.data(), static_cast<int>(bytes)) != 1) {
-    SHOAL_THROW(SystemError, "OpenSSL RAND_bytes failed");
-  }
-  std::string s;
-  for (unsigned char c : b) s += fmt::format("{:02x}", c);
-  return s;
-}
-}  // namespace
-
 LocalJob::LocalJob(LocalJobOptions options) : options_(std::move(options)) {
   SHOAL_CHECK(options_.ranks >= 1, "a job needs at least one rank, got {}", options_.ranks);
   SHOAL_CHECK(!options_.argv.empty(), "a job needs a program");
   if (::access(options_.argv[0].c_str(), X_OK) != 0) {
     SHOAL_THROW(InvalidArgument, "program '{}' not found or not executable", options_.argv[0]);
   }
-  store_ = std::make_unique<store::TcpStoreServer>("127.0.0.1", 0);
-  const std::string secret = randomHex(32);
+  if (options_.shoalVariables) store_ = std::make_unique<store::TcpStoreServer>("127.0.0.1", 0);
+  const std::string secret = transport::generateSecret();
 
   std::vector<std::string> baseEnv;
   for (char** e = environ; *e; ++e) {
@@ -60,10 +48,15 @@ LocalJob::LocalJob(LocalJobOptions options) : options_(std::move(options)) {
 
   for (int r = 0; r < options_.ranks; ++r) {
     std::vector<std::string> env = baseEnv;
-    env.push_back(fmt::format("SHOAL_RANK={}", r));
-    env.push_back(fmt::format("SHOAL_WORLD_SIZE={}", options_.ranks));
-    env.push_back("SHOAL_STORE_ADDR=" + storeAddress());
-    env.push_back("SHOAL_SECRET=" + secret);
+    if (options_.shoalVariables) {
+      env.push_back(fmt::format("SHOAL_RANK={}", r));
+      env.push_back(fmt::format("SHOAL_WORLD_SIZE={}", options_.ranks));
+      env.push_back("SHOAL_STORE_ADDR=" + storeAddress());
+      env.push_back("SHOAL_SECRET=" + secret);
+    }
+    if (options_.rankEnv) {
+      for (auto& [k, v] : options_.rankEnv(r)) env.push_back(k + "=" + v);
+    }
     std::vector<char*> envp, argv;
     for (auto& s : env) envp.push_back(s.data());
     envp.push_back(nullptr);

@@ -8,6 +8,7 @@
 
 #include <sys/types.h>
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -25,6 +26,11 @@ struct LocalJobOptions {
   std::vector<std::pair<std::string, std::string>> env;  // extra variables for every rank
   // If set, each rank's stdout+stderr go to <outputDir>/rank<r>.log instead of the terminal.
   std::string outputDir;
+  // False: the ranks get no SHOAL_RANK / SHOAL_WORLD_SIZE / SHOAL_STORE_ADDR / SHOAL_SECRET (and
+  // no store is hosted): for tests that play another launcher (Slurm, Kubernetes) through
+  // `rankEnv`.
+  bool shoalVariables = true;
+  std::function<std::vector<std::pair<std::string, std::string>>(int rank)> rankEnv;
 };
 
 struct RankExit {

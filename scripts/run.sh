@@ -3,4 +3,4 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/build.sh
-exec build/shoal_demo --ranks "${SHOAL_DEMO_RANKS:-4}" "$@"
+exec build/shoal run -n "${SHOAL_DEMO_RANKS:-4}" -- build/shoal_demo "$@"

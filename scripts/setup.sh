@@ -11,6 +11,7 @@ PACKAGES=(
   openmpi-bin libopenmpi-dev
   libtorch-dev libopenblas-dev libgloo-dev
   python3
+  iproute2 util-linux openssl procps
 )
 
 missing=()

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <atomic>
+#include <memory>
 #include <mutex>
 #include <thread>
 
@@ -56,10 +57,15 @@ class TcpStore : public Store {
 
   const HostPort& address() const { return address_; }
 
+  // Keeps `server` running as long as this client lives (for the rank that hosts the store, so
+  // the store lives exactly as long as the groups that use it).
+  void keepServer(std::unique_ptr<TcpStoreServer> server) { server_ = std::move(server); }
+
  private:
   std::vector<std::string> request(uint8_t cmd, const std::vector<std::string>& fields,
                                    const Deadline& deadline, bool idempotent);
 
+  std::unique_ptr<TcpStoreServer> server_;  // destroyed last: after the connections below
   HostPort address_;
   Duration connectTimeout_;
   // Idle connections. A request takes one (or opens one) for its whole exchange, so a get()

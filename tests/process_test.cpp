@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "run/local_job.h"
+#include "tests/process_util.h"
 
 namespace shoal::test {
 namespace {
@@ -19,21 +20,6 @@ using namespace std::chrono_literals;
 
 std::string workerPath() {
   return std::string(SHOAL_TEST_WORKER);
-}
-
-struct TempDir {
-  std::string path;
-  TempDir() {
-    char tmpl[] = "/tmp/shoal-proc-XXXXXX";
-    path = ::mkdtemp(tmpl);
-  }
-  ~TempDir() { std::filesystem::remove_all(path); }
-};
-
-std::set<std::string> shmEntries() {
-  std::set<std::string> out;
-  for (auto& e : std::filesystem::directory_iterator("/dev/shm")) out.insert(e.path().string());
-  return out;
 }
 
 run::LocalJobOptions job(int n, std::vector<std::string> args, const TempDir& dir,

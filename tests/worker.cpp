@@ -15,8 +15,8 @@
 #include <vector>
 
 #include "comm/collectives.h"
-#include "comm/world.h"
 #include "common/error.h"
+#include "run/init.h"
 #include "tests/matrix.h"
 
 using namespace shoal;
@@ -86,18 +86,23 @@ int main(int argc, char** argv) {
     if (scenario == "wrong-secret" && std::atoi(std::getenv("SHOAL_RANK")) == 1) {
       ::setenv("SHOAL_SECRET", "an impostor's guess", 1);
     }
-    auto world = comm::joinWorld();
+    World w = init();
+    auto world = w.group;
     if (scenario == "matrix") {
       test::MatrixOptions o;
       o.lengths = {0, 1, 5, 1003, 70001};
       auto failures = test::runMatrix(*world, o);
       for (auto& f : failures) std::printf("FAIL %s\n", f.c_str());
+      std::string over = "nothing";
+      if (world->backend()) {
+        over = std::string(world->backendName());
+      } else if (world->size() > 1) {
+        over = toString(world->linkKind((world->rank() + 1) % world->size()));
+      }
       std::printf(
-          "rank %d: matrix done over %s, %zu failures\n", world->rank(),
-          world->size() > 1
-              ? std::string(toString(world->linkKind((world->rank() + 1) % world->size()))).c_str()
-              : "nothing",
-          failures.size());
+          "rank %d of %d (local %d of %d, started by %s): matrix done over %s, %zu failures\n",
+          world->rank(), world->size(), w.localRank, w.localSize,
+          std::string(toString(w.launcher)).c_str(), over.c_str(), failures.size());
       return failures.empty() ? 0 : 1;
     }
     if (scenario == "loop") {

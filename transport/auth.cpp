@@ -54,6 +54,14 @@ void mac(const std::string& secret, char role, const Hello& hello, const uint8_t
 
 }  // namespace
 
+std::string generateSecret() {
+  uint8_t b[32];
+  randomBytes(b, sizeof(b));
+  std::string hex;
+  for (uint8_t c : b) hex += fmt::format("{:02x}", c);
+  return hex;
+}
+
 void authenticateConnector(int fd, const std::string& secret, uint32_t group, int rank, int peer,
                            const Deadline& deadline) {
   const std::string what = fmt::format("rank {} → peer {}: handshake", rank, peer);

@@ -1,0 +1,29 @@
+// OpenMPI behind the Group interface (comm/backend.h), for clusters that already run MPI.
+//
+// MPI is initialized on first use with MPI_THREAD_SERIALIZED (a group's operations run on one
+// thread at a time, see comm/backend.h) and finalized when the process exits, unless the
+// program initialized MPI itself, in which case it keeps ownership of both.
+//
+// Every operation is started non-blocking and completed by testing it until the deadline:
+// MPI's own blocking calls cannot time out, and Shoal's contract is never to hang. An operation
+// that times out cannot be cancelled; its group refuses later calls.
+//
+// float16 and bfloat16 have no MPI type: they travel as 2-byte types with Shoal's reduction
+// kernels as user-defined MPI operations, so their rounding matches the native engine's.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "comm/backend.h"
+
+namespace shoal::comm::mpi {
+
+// MPI_COMM_WORLD as a backend (initializes MPI if needed).
+std::shared_ptr<Backend> worldBackend();
+
+// Rank 0's `value`, on every rank of MPI_COMM_WORLD (initializes MPI if needed). Used for
+// rendezvous: the store's address and the job secret travel this way under mpirun.
+std::string broadcastFromRankZero(const std::string& value, Duration timeout);
+
+}  // namespace shoal::comm::mpi

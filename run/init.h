@@ -1,0 +1,31 @@
+// The one call a program makes to join its job: shoal::init() returns the world group whether
+// the program was started by `shoal run`, mpirun, Slurm's srun, a Kubernetes Indexed Job, or
+// plainly (a world of one). See run/rendezvous.h for what each launcher tells a rank.
+//
+// Blocking, bounded by the group timeout (SHOAL_TIMEOUT, default 60 s). Throws InvalidArgument
+// naming a missing or malformed variable, StoreError / TimeoutError if the store cannot be
+// reached, SystemError if this rank must host the store and its port is taken.
+//
+// SHOAL_BACKEND=mpi runs the collectives on OpenMPI (the job must be started by mpirun, or by
+// srun with an MPI-aware launch); the default is Shoal's native engine.
+#pragma once
+
+#include <memory>
+
+#include "comm/group.h"
+#include "run/rendezvous.h"
+
+namespace shoal {
+
+struct World {
+  std::shared_ptr<comm::Group> group;
+  int rank = 0;
+  int size = 1;
+  int localRank = 0;  // among the ranks on this host
+  int localSize = 1;
+  run::Launcher launcher = run::Launcher::kNone;
+};
+
+World init();
+
+}  // namespace shoal

@@ -1,0 +1,585 @@
+#include "run/launcher.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/signalfd.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <deque>
+#include <filesystem>
+#include <memory>
+#include <sstream>
+
+#include "common/error.h"
+#include "common/socket.h"
+#include "run/output_forwarder.h"
+#include "store/tcp_store.h"
+#include "transport/auth.h"
+
+extern char** environ;
+
+namespace shoal::run {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::string shellQuote(const std::string& s) {
+  std::string out = "'";
+  for (char c : s) {
+    if (c == '\'') {
+      out += "'\\''";
+    } else {
+      out += c;
+    }
+  }
+  return out + "'";
+}
+
+std::vector<std::string> splitWords(const std::string& s) {
+  std::istringstream in(s);
+  std::vector<std::string> out;
+  for (std::string w; in >> w;) out.push_back(w);
+  return out;
+}
+
+// The program as this machine finds it: a path with a slash as given, else the first match on
+// PATH. Empty if not found or not executable.
+std::string findProgram(const std::string& name) {
+  auto executable = [](const std::string& p) {
+    struct stat st {};
+    return ::stat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::access(p.c_str(), X_OK) == 0;
+  };
+  if (name.find('/') != std::string::npos) {
+    return executable(name) ? std::filesystem::absolute(name).string() : "";
+  }
+  const char* path = std::getenv("PATH");
+  std::istringstream dirs(path ? path : "/usr/local/bin:/usr/bin:/bin");
+  for (std::string dir; std::getline(dirs, dir, ':');) {
+    std::string p = (dir.empty() ? "." : dir) + "/" + name;
+    if (executable(p)) return p;
+  }
+  return "";
+}
+
+std::string describeStatus(int status) {
+  if (WIFSIGNALED(status)) {
+    return fmt::format("killed by signal {} ({})", WTERMSIG(status), strsignal(WTERMSIG(status)));
+  }
+  return fmt::format("exited with code {}", WEXITSTATUS(status));
+}
+
+// A remote rank's status is ssh's, which passes on the remote shell's: 128 + N for signal N.
+std::string describeRank(int status, bool local) {
+  std::string s = describeStatus(status);
+  if (!local && WIFEXITED(status) && WEXITSTATUS(status) > 128 && WEXITSTATUS(status) < 128 + 65) {
+    const int sig = WEXITSTATUS(status) - 128;
+    s += fmt::format(" (on its host: killed by signal {} ({}))", sig, strsignal(sig));
+  }
+  return s;
+}
+
+int exitCodeOf(int status) {
+  return WIFSIGNALED(status) ? 128 + WTERMSIG(status) : WEXITSTATUS(status);
+}
+
+struct Rank {
+  int rank = 0;
+  Placement where;
+  pid_t pid = -1;  // also its process group
+  bool running = false;
+  int status = 0;
+  Fd out, err, in;  // in: ssh's stdin (the secret, then held open as a lifeline)
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> log{nullptr, &std::fclose};
+  std::deque<std::string> tail;
+  std::unique_ptr<OutputForwarder> outFwd, errFwd;
+};
+
+class Job {
+ public:
+  explicit Job(const LaunchOptions& o) : o_(o) {}
+
+  int run() {
+    validate();
+    // Before the store's thread exists, which inherits the mask: a process-directed signal must
+    // find every thread blocking it, or it goes to that thread instead of the signalfd.
+    blockSignals();
+    startStore();
+    for (size_t r = 0; r < places_.size(); ++r) start(static_cast<int>(r));
+    if (o_.verbose) {
+      say("{} rank{} started; store at {}", places_.size(), places_.size() == 1 ? "" : "s",
+          storeAddr_);
+    }
+    loop();
+    return finish();
+  }
+
+  ~Job() {
+    // An exception on the way: nothing may outlive the launcher.
+    for (auto& r : ranks_) {
+      if (r.running) {
+        ::kill(-r.pid, SIGKILL);
+        ::waitpid(r.pid, nullptr, 0);
+      }
+    }
+    if (signalsBlocked_) ::sigprocmask(SIG_SETMASK, &oldMask_, nullptr);
+  }
+
+ private:
+  template <typename... Args>
+  void say(fmt::format_string<Args...> f, Args&&... args) {
+    std::string line = "shoal run: " + fmt::format(f, std::forward<Args>(args)...) + "\n";
+    [[maybe_unused]] ssize_t w = ::write(2, line.data(), line.size());
+  }
+
+  void validate() {
+    if (o_.command.empty())
+      SHOAL_THROW(InvalidArgument, "no program given (shoal run -n N -- prog)");
+    places_ = placeRanks(o_.ranks, o_.hosts);
+    bool anyLocal = false;
+    for (auto& p : places_) anyLocal |= p.local;
+    program_ = findProgram(o_.command[0]);
+    if (anyLocal && program_.empty()) {
+      SHOAL_THROW(InvalidArgument, "program '{}' not found or not executable", o_.command[0]);
+    }
+    if (program_.empty()) program_ = o_.command[0];
+    ssh_ = splitWords(o_.sshCommand);
+    if (ssh_.empty()) SHOAL_THROW(InvalidArgument, "--ssh must name a command");
+    std::vector<std::string> checked;
+    for (auto& p : places_) {
+      if (p.local || std::find(checked.begin(), checked.end(), p.host) != checked.end()) continue;
+      checked.push_back(p.host);
+      checkRemoteProgram(p.host);
+    }
+    if (!o_.outputDir.empty()) {
+      std::error_code ec;
+      std::filesystem::create_directories(o_.outputDir, ec);
+      if (ec) {
+        SHOAL_THROW(InvalidArgument, "--output-dir '{}': {}", o_.outputDir, ec.message());
+      }
+    }
+    for (auto& [k, v] : o_.env) {
+      if (k.empty() || k.find_first_of("= '\"") != std::string::npos) {
+        SHOAL_THROW(InvalidArgument, "-x: malformed variable name '{}'", k);
+      }
+    }
+  }
+
+  // Before anything starts: can we reach the host, and is the program there?
+  void checkRemoteProgram(const std::string& host) {
+    std::vector<std::string> argv = ssh_;
+    argv.push_back(host);
+    argv.push_back(fmt::format("cd {} 2>/dev/null; command -v {} >/dev/null",
+                               shellQuote(std::filesystem::current_path().string()),
+                               shellQuote(program_)));
+    pid_t pid = spawnPlain(argv);
+    int status = 0;
+    auto deadline = Clock::now() + std::chrono::seconds(30);
+    while (::waitpid(pid, &status, WNOHANG) == 0) {
+      if (Clock::now() > deadline) {
+        ::kill(pid, SIGKILL);
+        ::waitpid(pid, &status, 0);
+        SHOAL_THROW(InvalidArgument, "host '{}': '{}' did not answer within 30 s", host,
+                    o_.sshCommand);
+      }
+      ::usleep(10000);
+    }
+    if (!WIFEXITED(status) || WEXITSTATUS(status) == 255) {
+      SHOAL_THROW(InvalidArgument, "host '{}' cannot be reached with '{}' ({})", host,
+                  o_.sshCommand, describeStatus(status));
+    }
+    if (WEXITSTATUS(status) != 0) {
+      SHOAL_THROW(InvalidArgument, "program '{}' not found or not executable on host '{}'",
+                  o_.command[0], host);
+    }
+  }
+
+  pid_t spawnPlain(const std::vector<std::string>& argv) {
+    std::vector<char*> a;
+    for (auto& s : argv) a.push_back(const_cast<char*>(s.c_str()));
+    a.push_back(nullptr);
+    pid_t pid = ::fork();
+    if (pid < 0) throwSystemError("fork", errno);
+    if (pid == 0) {
+      int devnull = ::open("/dev/null", O_RDWR);
+      ::dup2(devnull, 0);
+      ::dup2(devnull, 1);
+      ::execvp(a[0], a.data());
+      ::_exit(127);
+    }
+    return pid;
+  }
+
+  void startStore() {
+    bool remote = false;
+    for (auto& p : places_) remote |= !p.local;
+    try {
+      store_ = std::make_unique<store::TcpStoreServer>(remote ? "0.0.0.0" : "127.0.0.1", o_.port);
+    } catch (const SystemError& e) {
+      SHOAL_THROW(InvalidArgument, "--port {}: the port is busy or cannot be bound ({})", o_.port,
+                  e.what());
+    }
+    std::string host = "127.0.0.1";
+    if (!o_.storeAddress.empty()) {
+      host = o_.storeAddress;
+    } else if (remote) {
+      for (auto& p : places_) {
+        if (p.local) continue;
+        auto a = sourceAddressFor(p.host);
+        if (!a) SHOAL_THROW(InvalidArgument, "no route to host '{}'", p.host);
+        host = *a;
+        break;
+      }
+    }
+    storeHost_ = host;
+    storeAddr_ = fmt::format("{}:{}", host, store_->port());
+    secret_ = transport::generateSecret();
+    int hosts = 0;
+    std::vector<std::string> seen;
+    for (auto& p : places_) {
+      if (std::find(seen.begin(), seen.end(), p.host) == seen.end()) {
+        seen.push_back(p.host);
+        ++hosts;
+      }
+    }
+    numHosts_ = hosts;
+  }
+
+  void blockSignals() {
+    sigset_t set;
+    sigemptyset(&set);
+    for (int s : {SIGCHLD, SIGINT, SIGTERM, SIGHUP}) sigaddset(&set, s);
+    ::sigprocmask(SIG_BLOCK, &set, &oldMask_);
+    signalsBlocked_ = true;
+    signalFd_ = Fd(::signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK));
+    if (!signalFd_.valid()) throwSystemError("signalfd", errno);
+    ::signal(SIGPIPE, SIG_IGN);  // a rank's pipe closing must not kill the launcher
+  }
+
+  std::vector<std::pair<std::string, std::string>> rankVariables(int r) const {
+    const Placement& p = places_[static_cast<size_t>(r)];
+    const auto storePort = std::to_string(store_->port());
+    std::vector<std::pair<std::string, std::string>> v = {
+        {"SHOAL_RANK", std::to_string(r)},
+        {"SHOAL_WORLD_SIZE", std::to_string(places_.size())},
+        {"SHOAL_LOCAL_RANK", std::to_string(p.localRank)},
+        {"SHOAL_LOCAL_WORLD_SIZE", std::to_string(p.localSize)},
+        {"SHOAL_NUM_HOSTS", std::to_string(numHosts_)},
+        {"SHOAL_STORE_ADDR", storeAddr_},
+        {"RANK", std::to_string(r)},
+        {"WORLD_SIZE", std::to_string(places_.size())},
+        {"LOCAL_RANK", std::to_string(p.localRank)},
+        {"LOCAL_WORLD_SIZE", std::to_string(p.localSize)},
+        {"MASTER_ADDR", storeHost_},
+        {"MASTER_PORT", storePort},
+    };
+    if (o_.opTimeoutSeconds)
+      v.emplace_back("SHOAL_TIMEOUT", fmt::format("{}", *o_.opTimeoutSeconds));
+    for (auto& kv : o_.env) v.push_back(kv);
+    return v;
+  }
+
+  void start(int r) {
+    Rank& rk = ranks_.emplace_back();
+    rk.rank = r;
+    rk.where = places_[static_cast<size_t>(r)];
+    if (!o_.outputDir.empty()) {
+      std::string path = fmt::format("{}/rank{}.log", o_.outputDir, r);
+      rk.log.reset(std::fopen(path.c_str(), "w"));
+      if (!rk.log) throwSystemError("open " + path, errno);
+    }
+    rk.outFwd = std::make_unique<OutputForwarder>(r, 1, rk.log.get(), &rk.tail);
+    rk.errFwd = std::make_unique<OutputForwarder>(r, 2, rk.log.get(), &rk.tail);
+
+    auto vars = rankVariables(r);
+    std::vector<std::string> argv, env;
+    if (rk.where.local) {
+      argv = o_.command;
+      argv[0] = program_;
+      for (char** e = environ; *e; ++e) {
+        std::string kv(*e);
+        std::string name = kv.substr(0, kv.find('='));
+        bool replaced = name == "SHOAL_SECRET";
+        for (auto& [k, _] : vars) replaced |= name == k;
+        if (!replaced) env.push_back(kv);
+      }
+      for (auto& [k, v] : vars) env.push_back(k + "=" + v);
+      env.push_back("SHOAL_SECRET=" + secret_);
+    } else {
+      argv = ssh_;
+      argv.push_back(rk.where.host);
+      argv.push_back(remoteScript(vars));
+      for (char** e = environ; *e; ++e) env.emplace_back(*e);
+    }
+
+    int outPipe[2], errPipe[2], inPipe[2] = {-1, -1};
+    if (::pipe2(outPipe, O_CLOEXEC) < 0 || ::pipe2(errPipe, O_CLOEXEC) < 0) {
+      throwSystemError("pipe", errno);
+    }
+    if (!rk.where.local && ::pipe2(inPipe, O_CLOEXEC) < 0) throwSystemError("pipe", errno);
+    std::vector<char*> a, e;
+    for (auto& s : argv) a.push_back(s.data());
+    a.push_back(nullptr);
+    for (auto& s : env) e.push_back(s.data());
+    e.push_back(nullptr);
+
+    const pid_t parent = ::getpid();
+    pid_t pid = ::fork();
+    if (pid < 0) throwSystemError("fork", errno);
+    if (pid == 0) {
+      // Only async-signal-safe calls until exec.
+      ::setpgid(0, 0);
+      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (::getppid() != parent) ::_exit(127);
+      ::signal(SIGPIPE, SIG_DFL);
+      ::sigprocmask(SIG_SETMASK, &oldMask_, nullptr);
+      int in = inPipe[0] >= 0 ? inPipe[0] : ::open("/dev/null", O_RDONLY);
+      ::dup2(in, 0);
+      ::dup2(outPipe[1], 1);
+      ::dup2(errPipe[1], 2);
+      if (rk.where.local) {
+        ::execve(a[0], a.data(), e.data());
+      } else {
+        ::execvpe(a[0], a.data(), e.data());
+      }
+      const char msg[] = "shoal run: exec failed\n";
+      [[maybe_unused]] ssize_t w = ::write(2, msg, sizeof(msg) - 1);
+      ::_exit(127);
+    }
+    ::setpgid(pid, pid);  // also from here: no race with a kill(-pid) right after fork
+    ::close(outPipe[1]);
+    ::close(errPipe[1]);
+    rk.out = Fd(outPipe[0]);
+    rk.err = Fd(errPipe[0]);
+    if (inPipe[0] >= 0) {
+      ::close(inPipe[0]);
+      rk.in = Fd(inPipe[1]);
+      std::string line = secret_ + "\n";
+      [[maybe_unused]] ssize_t w = ::write(rk.in.get(), line.data(), line.size());
+    }
+    rk.pid = pid;
+    rk.running = true;
+  }
+
+  // A POSIX sh script for the remote side of ssh: it reads the secret from stdin (never on a
+  // command line, where `ps` would show it), starts the rank, and kills it when stdin closes,
+  // which happens when the launcher stops it or the ssh connection dies.
+  std::string remoteScript(const std::vector<std::pair<std::string, std::string>>& vars) const {
+    std::string assign;
+    for (char** e = environ; *e; ++e) {
+      std::string kv(*e);
+      std::string name = kv.substr(0, kv.find('='));
+      // Shoal's configuration travels with the job (ssh forwards no environment).
+      if (name.rfind("SHOAL_", 0) == 0 && name != "SHOAL_SECRET") {
+        bool replaced = false;
+        for (auto& [k, _] : vars) replaced |= name == k;
+        if (!replaced) assign += fmt::format(" {}", shellQuote(kv));
+      }
+    }
+    for (auto& [k, v] : vars) assign += fmt::format(" {}", shellQuote(k + "=" + v));
+    std::string cmd;
+    for (auto& s : o_.command) {
+      cmd += fmt::format(" {}", shellQuote(&s == &o_.command[0] ? program_ : s));
+    }
+    const int grace = static_cast<int>(o_.graceSeconds + 0.999);
+    return fmt::format(
+        "cd {} 2>/dev/null; IFS= read -r SHOAL_SECRET; export SHOAL_SECRET; exec 3<&0; "
+        "env{}{} </dev/null & pid=$!; "
+        "{{ cat <&3 >/dev/null; kill -TERM $pid; sleep {}; kill -KILL $pid; }} "
+        ">/dev/null 2>&1 & watch=$!; exec 3<&-; "
+        "wait $pid; rc=$?; kill $watch 2>/dev/null; exit $rc",
+        shellQuote(std::filesystem::current_path().string()), assign, cmd, grace);
+  }
+
+  void loop() {
+    const auto started = Clock::now();
+    while (true) {
+      bool anyRunning = false, anyOpen = false;
+      for (auto& r : ranks_) {
+        anyRunning |= r.running;
+        anyOpen |= r.out.valid() || r.err.valid();
+      }
+      if (!anyRunning) {
+        // Output still held open by something the rank left behind: its process group was
+        // killed when it exited, so the pipes close momentarily; do not wait for ever.
+        if (!anyOpen) return;
+        if (!drainUntil) drainUntil = Clock::now() + std::chrono::seconds(2);
+        if (Clock::now() > *drainUntil) return;
+      }
+      std::vector<pollfd> fds{{signalFd_.get(), POLLIN, 0}};
+      std::vector<std::pair<Rank*, bool>> owners{{nullptr, false}};
+      for (auto& r : ranks_) {
+        if (r.out.valid()) {
+          fds.push_back({r.out.get(), POLLIN, 0});
+          owners.emplace_back(&r, false);
+        }
+        if (r.err.valid()) {
+          fds.push_back({r.err.get(), POLLIN, 0});
+          owners.emplace_back(&r, true);
+        }
+      }
+      int waitMs = 200;
+      if (killAt_) {
+        waitMs = std::clamp<int>(
+            static_cast<int>(
+                std::chrono::duration_cast<std::chrono::milliseconds>(*killAt_ - Clock::now())
+                    .count()),
+            0, waitMs);
+      }
+      int n = ::poll(fds.data(), fds.size(), waitMs);
+      if (n < 0 && errno != EINTR) throwSystemError("poll", errno);
+      if (fds[0].revents) handleSignals();
+      reap();  // cheap, and robust to a SIGCHLD that went elsewhere
+      for (size_t i = 1; i < fds.size(); ++i) {
+        if (fds[i].revents) readFrom(*owners[i].first, owners[i].second);
+      }
+      if (o_.timeLimitSeconds && !stopping_ &&
+          Clock::now() - started > std::chrono::duration<double>(*o_.timeLimitSeconds)) {
+        timedOut_ = true;
+        say("time limit of {} s reached", *o_.timeLimitSeconds);
+        stopAll(SIGTERM);
+      }
+      if (killAt_ && Clock::now() >= *killAt_) {
+        killAt_.reset();
+        int left = 0;
+        for (auto& r : ranks_) left += r.running;
+        if (left > 0) {
+          say("{} rank{} still running after {} s: SIGKILL", left, left == 1 ? "" : "s",
+              o_.graceSeconds);
+          for (auto& r : ranks_) {
+            if (r.running) ::kill(-r.pid, SIGKILL);
+          }
+        }
+      }
+    }
+  }
+
+  void readFrom(Rank& r, bool isErr) {
+    Fd& fd = isErr ? r.err : r.out;
+    char buf[16384];
+    ssize_t got = ::read(fd.get(), buf, sizeof(buf));
+    if (got > 0) {
+      (isErr ? r.errFwd : r.outFwd)->feed(buf, static_cast<size_t>(got));
+    } else if (got == 0 || (errno != EINTR && errno != EAGAIN)) {
+      (isErr ? r.errFwd : r.outFwd)->finish();
+      fd.reset();
+    }
+  }
+
+  void handleSignals() {
+    signalfd_siginfo info;
+    while (::read(signalFd_.get(), &info, sizeof(info)) == sizeof(info)) {
+      const int sig = static_cast<int>(info.ssi_signo);
+      if (sig == SIGCHLD) {
+        reap();
+        continue;
+      }
+      if (interrupted_) {
+        say("second {}: killing every rank now", strsignal(sig));
+        for (auto& r : ranks_) {
+          if (r.running) ::kill(-r.pid, SIGKILL);
+        }
+        continue;
+      }
+      interrupted_ = sig;
+      int left = 0;
+      for (auto& r : ranks_) left += r.running;
+      say("interrupted ({}): stopping {} rank{}", strsignal(sig), left, left == 1 ? "" : "s");
+      stopAll(SIGTERM);
+    }
+  }
+
+  void reap() {
+    for (;;) {
+      int status = 0;
+      pid_t pid = ::waitpid(-1, &status, WNOHANG);
+      if (pid <= 0) return;
+      for (auto& r : ranks_) {
+        if (r.pid != pid || !r.running) continue;
+        r.running = false;
+        r.status = status;
+        r.in.reset();
+        // Whatever the rank started goes with it.
+        ::kill(-r.pid, SIGKILL);
+        const bool failed = !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+        if (failed && !failed_ && !stopping_) {
+          failed_ = &r;
+          int left = 0;
+          for (auto& o : ranks_) left += o.running;
+          say("rank {} ({}) {}; stopping the other {} rank{}", r.rank, r.where.host,
+              describeRank(status, r.where.local), left, left == 1 ? "" : "s");
+          stopAll(SIGTERM);
+        }
+      }
+    }
+  }
+
+  void stopAll(int sig) {
+    stopping_ = true;
+    for (auto& r : ranks_) {
+      if (!r.running) continue;
+      r.in.reset();  // a remote rank's lifeline
+      ::kill(-r.pid, sig);
+    }
+    killAt_ = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                 std::chrono::duration<double>(o_.graceSeconds));
+  }
+
+  int finish() {
+    for (auto& r : ranks_) {
+      r.outFwd->finish();
+      r.errFwd->finish();
+    }
+    if (failed_) {
+      std::string lines;
+      for (auto& l : failed_->tail) lines += "\n    " + l;
+      say("job failed: rank {} (host {}, pid {}) failed first: {}.{}", failed_->rank,
+          failed_->where.host, failed_->pid, describeRank(failed_->status, failed_->where.local),
+          failed_->tail.empty() ? " It printed nothing."
+                                : fmt::format(" Its last lines:{}", lines));
+      return exitCodeOf(failed_->status);
+    }
+    if (interrupted_) return 128 + interrupted_;
+    if (timedOut_) return 124;
+    // A rank that failed while the job was already stopping is still a failure.
+    for (auto& r : ranks_) {
+      if (!(WIFEXITED(r.status) && WEXITSTATUS(r.status) == 0)) return exitCodeOf(r.status);
+    }
+    if (o_.verbose) say("all {} ranks exited 0", ranks_.size());
+    return 0;
+  }
+
+  const LaunchOptions& o_;
+  std::vector<Placement> places_;
+  std::string program_;
+  std::vector<std::string> ssh_;
+  std::unique_ptr<store::TcpStoreServer> store_;
+  std::string storeHost_, storeAddr_, secret_;
+  int numHosts_ = 1;
+  std::deque<Rank> ranks_;  // stable addresses
+  Fd signalFd_;
+  sigset_t oldMask_{};
+  bool signalsBlocked_ = false;
+  bool stopping_ = false;
+  bool timedOut_ = false;
+  int interrupted_ = 0;
+  Rank* failed_ = nullptr;
+  std::optional<Clock::time_point> killAt_;
+  std::optional<Clock::time_point> drainUntil;
+};
+
+}  // namespace
+
+int launch(const LaunchOptions& options) {
+  Job job(options);
+  return job.run();
+}
+
+}  // namespace shoal::run

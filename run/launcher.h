@@ -1,0 +1,46 @@
+// `shoal run`: starts a job's ranks on this machine and on ssh hosts, forwards their output,
+// and stops the whole job when one rank fails or the user interrupts it.
+//
+// What it guarantees:
+// - configuration errors (no ranks, unknown host, unreadable hostfile, program not found here or
+//   on a host, a busy --port) are found before any rank starts: InvalidArgument, one line;
+// - every rank gets the variables of run/rendezvous.h (and torchrun's names), the job secret
+//   only through its environment (local) or ssh's stdin (remote), never on a command line;
+// - each rank runs in its own process group and dies with the launcher (PR_SET_PDEATHSIG), so a
+//   rank's children are stopped with it and nothing outlives the job;
+// - when a rank exits non-zero or is killed, the others get SIGTERM at once and SIGKILL after
+//   the grace period; SIGINT / SIGTERM / SIGHUP to the launcher do the same for every rank.
+//
+// Single-threaded (besides the store's server thread); call launch() once per process.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "run/hosts.h"
+
+namespace shoal::run {
+
+struct LaunchOptions {
+  int ranks = 0;  // 0 with hosts: one per slot
+  std::vector<HostSlots> hosts;
+  std::vector<std::string> command;                      // program, then its arguments
+  std::vector<std::pair<std::string, std::string>> env;  // set for every rank (-x)
+  std::optional<double> opTimeoutSeconds;                // SHOAL_TIMEOUT for the ranks
+  std::optional<double> timeLimitSeconds;                // the whole job's wall time
+  std::string outputDir;                                 // one log file per rank: <dir>/rank<r>.log
+  int port = 0;                                          // the store's port; 0 picks a free one
+  std::string storeAddress;  // the address ranks on other hosts reach the store at
+  double graceSeconds = 5;   // SIGTERM, then SIGKILL after this long
+  std::string sshCommand = "ssh -o BatchMode=yes";
+  bool verbose = true;  // "shoal run: ..." progress lines on stderr
+};
+
+// Runs the job to the end. Returns 0 when every rank exited 0; else the first failed rank's exit
+// code (128 + signal when killed), 124 when the time limit ended it, 128 + signal when the
+// launcher was interrupted. Throws InvalidArgument for a configuration error (nothing started).
+int launch(const LaunchOptions& options);
+
+}  // namespace shoal::run

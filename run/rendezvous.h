@@ -1,0 +1,57 @@
+// Who started this process, and what that tells a rank about itself and the job's store.
+//
+// Recognized, first match wins (the variables each system sets; README "Running on a cluster"):
+// - shoal run:   SHOAL_RANK, SHOAL_WORLD_SIZE, SHOAL_LOCAL_RANK, SHOAL_LOCAL_WORLD_SIZE,
+//                SHOAL_STORE_ADDR (the launcher hosts the store);
+// - mpirun:      OMPI_COMM_WORLD_{RANK,SIZE,LOCAL_RANK,LOCAL_SIZE}; rank 0 hosts the store and
+//                tells the others its address over MPI itself (unless MASTER_ADDR/PORT say);
+// - Slurm srun:  SLURM_PROCID, SLURM_STEP_NUM_TASKS (else SLURM_NTASKS), SLURM_LOCALID,
+//                SLURM_STEP_TASKS_PER_NODE (else SLURM_TASKS_PER_NODE) with SLURM_NODEID; rank 0
+//                hosts the store on the first node of SLURM_STEP_NODELIST (else
+//                SLURM_JOB_NODELIST), port MASTER_PORT or 20000 + SLURM_JOB_ID mod 20000;
+// - Kubernetes:  JOB_COMPLETION_INDEX of an Indexed Job, SHOAL_WORLD_SIZE (or WORLD_SIZE); rank 0
+//                hosts the store at <job>-0.<SHOAL_K8S_SERVICE> (the pod's DNS name under its
+//                headless Service; <job> is HOSTNAME without its index), port MASTER_PORT or
+//                29400;
+// - nothing:     a world of one.
+// SHOAL_STORE_ADDR, or MASTER_ADDR with MASTER_PORT, override the store's address everywhere.
+#pragma once
+
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace shoal::run {
+
+enum class Launcher { kNone, kShoal, kMpirun, kSlurm, kKubernetes };
+std::string_view toString(Launcher l);
+
+struct Rendezvous {
+  Launcher launcher = Launcher::kNone;
+  int rank = 0;
+  int size = 1;
+  int localRank = 0;
+  int localSize = 1;
+  int hosts = 1;          // hosts the job spans, where known (1 for a single-host job)
+  std::string storeHost;  // empty under mpirun without MASTER_ADDR: rank 0 says over MPI
+  int storePort = 0;
+  bool hostsStore = false;  // this rank starts the store server (rank 0, without shoal run)
+};
+
+using EnvLookup = std::function<std::optional<std::string>(const std::string&)>;
+
+// Pure: reads only through `env`. Throws InvalidArgument naming the variable that is missing
+// or malformed for the launcher it recognized.
+Rendezvous detectRendezvous(const EnvLookup& env);
+
+// The process environment as an EnvLookup (unset and empty read as nothing).
+EnvLookup processEnv();
+
+// Slurm's compressed lists: "node[01-04,07],gpu1" -> first name "node01".
+std::string firstSlurmNode(std::string_view nodelist);
+// "2(x3),1" -> {2, 2, 2, 1}.
+std::vector<int> expandSlurmTasksPerNode(std::string_view spec);
+
+}  // namespace shoal::run

@@ -1,0 +1,379 @@
+// `shoal run` as a user runs it (the real binary, real processes), and the same rank program
+// started the way Slurm and Kubernetes start it. Every job runs under a deadline: a hang fails.
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+#include <thread>
+
+#include "common/socket.h"
+#include "run/local_job.h"
+#include "tests/process_util.h"
+
+namespace shoal::test {
+namespace {
+
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+
+std::string readFile(const std::string& path) {
+  std::ifstream in(path);
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// A process with its stdout+stderr in a file.
+class Proc {
+ public:
+  Proc(const std::vector<std::string>& argv, const std::string& outFile) : out_(outFile) {
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      int fd = ::open(outFile.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      ::dup2(fd, 1);
+      ::dup2(fd, 2);
+      std::vector<char*> a;
+      for (auto& s : argv) a.push_back(const_cast<char*>(s.c_str()));
+      a.push_back(nullptr);
+      ::execv(a[0], a.data());
+      ::_exit(127);
+    }
+  }
+  ~Proc() {
+    if (!done_) {
+      ::kill(pid_, SIGKILL);
+      ::waitpid(pid_, nullptr, 0);
+    }
+  }
+  pid_t pid() const { return pid_; }
+  // The exit code (128 + signal if killed); -1 if it did not end in time (then killed).
+  int wait(std::chrono::seconds timeout) {
+    auto deadline = Clock::now() + timeout;
+    int status = 0;
+    while (::waitpid(pid_, &status, WNOHANG) == 0) {
+      if (Clock::now() > deadline) {
+        ::kill(pid_, SIGKILL);
+        ::waitpid(pid_, nullptr, 0);
+        done_ = true;
+        return -1;
+      }
+      std::this_thread::sleep_for(10ms);
+    }
+    done_ = true;
+    return WIFSIGNALED(status) ? 128 + WTERMSIG(status) : WEXITSTATUS(status);
+  }
+  std::string output() const { return readFile(out_); }
+
+ private:
+  std::string out_;
+  pid_t pid_ = -1;
+  bool done_ = false;
+};
+
+struct Result {
+  int code;
+  std::string output;
+  double seconds;
+};
+
+Result shoalRun(const std::vector<std::string>& args, const TempDir& dir,
+                std::chrono::seconds timeout = 120s) {
+  std::vector<std::string> argv{SHOAL_BIN, "run"};
+  argv.insert(argv.end(), args.begin(), args.end());
+  auto t0 = Clock::now();
+  Proc p(argv, dir.path + "/launcher.out");
+  int code = p.wait(timeout);
+  return {code, p.output(), std::chrono::duration<double>(Clock::now() - t0).count()};
+}
+
+// Processes whose command line contains `token` (the test's own marker).
+int countProcesses(const std::string& token) {
+  int n = 0;
+  for (auto& e : std::filesystem::directory_iterator("/proc")) {
+    const std::string name = e.path().filename();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::string cmd = readFile(e.path().string() + "/cmdline");
+    std::replace(cmd.begin(), cmd.end(), '\0', ' ');
+    if (cmd.find(token) != std::string::npos && cmd.find("shoal run") == std::string::npos &&
+        std::stoi(name) != ::getpid()) {
+      ++n;
+    }
+  }
+  return n;
+}
+
+std::string uniqueToken() {
+  return fmt::format("shoaltest{}x{}", ::getpid(),
+                     std::chrono::steady_clock::now().time_since_epoch().count() % 1000000);
+}
+
+TEST(Launcher, EveryRankGetsItsEnvironmentAndPrefixedOutput) {
+  TempDir dir;
+  auto r = shoalRun({"-n", "3", "--output-dir", dir.path + "/logs", "--", "/bin/sh", "-c",
+                     "echo \"r=$SHOAL_RANK w=$SHOAL_WORLD_SIZE lr=$SHOAL_LOCAL_RANK "
+                     "lw=$SHOAL_LOCAL_WORLD_SIZE R=$RANK W=$WORLD_SIZE L=$LOCAL_RANK "
+                     "store=$SHOAL_STORE_ADDR master=$MASTER_ADDR:$MASTER_PORT "
+                     "secret=${#SHOAL_SECRET}\"; echo to-stderr >&2"},
+                    dir);
+  ASSERT_EQ(r.code, 0) << r.output;
+  for (int k = 0; k < 3; ++k) {
+    EXPECT_NE(r.output.find(fmt::format(
+                  "[{}] r={} w=3 lr={} lw=3 R={} W=3 L={} store=127.0.0.1:", k, k, k, k, k)),
+              std::string::npos)
+        << r.output;
+    EXPECT_NE(r.output.find(fmt::format("[{}] to-stderr", k)), std::string::npos) << r.output;
+    std::string log = readFile(fmt::format("{}/logs/rank{}.log", dir.path, k));
+    EXPECT_NE(log.find(fmt::format("r={} w=3", k)), std::string::npos) << log;
+    EXPECT_NE(log.find("to-stderr"), std::string::npos) << log;
+  }
+  // The store's address is announced; torchrun's names point at it; the secret is set (64 hex
+  // digits) but never shown.
+  auto at = r.output.find("store at 127.0.0.1:");
+  ASSERT_NE(at, std::string::npos) << r.output;
+  std::string port = r.output.substr(at + 19, r.output.find('\n', at) - at - 19);
+  EXPECT_NE(r.output.find("store=127.0.0.1:" + port + " master=127.0.0.1:" + port),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("secret=64"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("SHOAL_SECRET="), std::string::npos);
+}
+
+TEST(Launcher, ACollectiveJobRunsUnderIt) {
+  TempDir dir;
+  auto before = shmEntries();
+  auto r = shoalRun({"-n", "3", "--timeout", "60", "--", SHOAL_TEST_WORKER, "matrix"}, dir);
+  ASSERT_EQ(r.code, 0) << r.output;
+  for (int k = 0; k < 3; ++k) {
+    EXPECT_NE(r.output.find(fmt::format("[{}] rank {} of 3 (local {} of 3, started by shoal run): "
+                                        "matrix done over shm, 0 failures",
+                                        k, k, k)),
+              std::string::npos)
+        << r.output;
+  }
+  EXPECT_EQ(shmEntries(), before) << "shared-memory files leaked";
+}
+
+TEST(Launcher, AFailedRankStopsTheJobWithASummary) {
+  TempDir dir;
+  const std::string token = uniqueToken();
+  auto before = shmEntries();
+  // Rank 1 fails; the others would sleep for a minute, and one of them ignores SIGTERM.
+  auto r = shoalRun({"-n", "4", "--grace", "1", "--", "/bin/sh", "-c",
+                     "if [ $SHOAL_RANK = 1 ]; then sleep 0.5; echo last words; exit 7; fi; "
+                     "if [ $SHOAL_RANK = 2 ]; then trap '' TERM; fi; "
+                     "sleep 60 && echo " +
+                         token},
+                    dir, 60s);
+  EXPECT_EQ(r.code, 7) << r.output;
+  EXPECT_LT(r.seconds, 10) << r.output;
+  EXPECT_NE(r.output.find("rank 1 (host localhost, pid "), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("failed first: exited with code 7. Its last lines:\n    last words"),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("still running after 1 s: SIGKILL"), std::string::npos) << r.output;
+  EXPECT_EQ(countProcesses(token), 0) << "orphans left behind";
+  EXPECT_EQ(shmEntries(), before);
+}
+
+TEST(Launcher, AKilledRankIsReportedWithItsSignal) {
+  TempDir dir;
+  auto r = shoalRun(
+      {"-n", "2", "--", "/bin/sh", "-c", "if [ $SHOAL_RANK = 0 ]; then kill -9 $$; fi; sleep 60"},
+      dir, 60s);
+  EXPECT_EQ(r.code, 128 + SIGKILL) << r.output;
+  EXPECT_NE(r.output.find("rank 0 (host localhost"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("killed by signal 9"), std::string::npos) << r.output;
+}
+
+TEST(Launcher, RanksThatDieInACollectiveFailTheJobFast) {
+  TempDir dir;
+  // A real collective job: rank 2 is killed (by itself, via the worker's env switch) while the
+  // others all-reduce; survivors throw, the launcher stops everything.
+  auto before = shmEntries();
+  std::vector<std::string> argv{
+      SHOAL_BIN, "run",           "-n", "3", "--timeout", "20", "--", SHOAL_TEST_WORKER,
+      "loop",    "allreduce_ring"};
+  Proc p(argv, dir.path + "/out");
+  // Wait for the ranks to be in the loop, then kill rank 2's process.
+  pid_t victim = -1;
+  for (int i = 0; i < 500 && victim < 0; ++i) {
+    std::this_thread::sleep_for(20ms);
+    if (p.output().find("[2] ready") == std::string::npos) continue;
+    for (auto& e : std::filesystem::directory_iterator("/proc")) {
+      const std::string name = e.path().filename();
+      if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+      std::string env = readFile(e.path().string() + "/environ");
+      std::string cmd = readFile(e.path().string() + "/cmdline");
+      if (cmd.find("shoal_test_worker") != std::string::npos &&
+          env.find(std::string("SHOAL_RANK=2\0", 13)) != std::string::npos) {
+        victim = std::stoi(name);
+      }
+    }
+  }
+  ASSERT_GT(victim, 0) << p.output();
+  ::kill(victim, SIGKILL);
+  int code = p.wait(60s);
+  std::string out = p.output();
+  EXPECT_EQ(code, 128 + SIGKILL) << out;
+  EXPECT_NE(out.find("job failed: rank 2 (host localhost"), std::string::npos) << out;
+  EXPECT_EQ(countProcesses("shoal_test_worker loop"), 0) << out;
+  EXPECT_EQ(shmEntries(), before);
+}
+
+TEST(Launcher, InterruptStopsEveryRank) {
+  TempDir dir;
+  const std::string token = uniqueToken();
+  std::vector<std::string> argv{
+      SHOAL_BIN, "run",     "-n", "3",
+      "--",      "/bin/sh", "-c", "echo started; sleep 60 && echo " + token};
+  Proc p(argv, dir.path + "/out");
+  for (int i = 0; i < 500 && countProcesses(token) < 3; ++i) std::this_thread::sleep_for(10ms);
+  ASSERT_EQ(countProcesses(token), 3) << p.output();
+  ::kill(p.pid(), SIGINT);  // what Ctrl-C sends
+  EXPECT_EQ(p.wait(30s), 128 + SIGINT) << p.output();
+  EXPECT_NE(p.output().find("interrupted (Interrupt): stopping 3 ranks"), std::string::npos)
+      << p.output();
+  EXPECT_EQ(countProcesses(token), 0);
+}
+
+TEST(Launcher, TheTimeLimitEndsAJob) {
+  TempDir dir;
+  auto r = shoalRun({"-n", "2", "--time-limit", "1", "--", "/bin/sleep", "60"}, dir, 60s);
+  EXPECT_EQ(r.code, 124) << r.output;
+  EXPECT_NE(r.output.find("time limit of 1 s reached"), std::string::npos) << r.output;
+}
+
+// Configuration errors: one line, exit 2, and nothing started (the program would create a file).
+class LauncherConfigError
+    : public ::testing::TestWithParam<std::pair<std::vector<std::string>, std::string>> {};
+
+TEST_P(LauncherConfigError, FailsBeforeAnythingStarts) {
+  TempDir dir;
+  const std::string marker = dir.path + "/started";
+  auto [args, expected] = GetParam();
+  for (auto& a : args) {
+    if (a == "MARK") a = marker;
+    if (a == "BUSY") {
+      // A port someone listens on.
+      static int port = 0;
+      static Fd holder = listenTcp("127.0.0.1", 0, &port);
+      a = std::to_string(port);
+    }
+  }
+  auto r = shoalRun(args, dir, 30s);
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find(expected), std::string::npos) << r.output;
+  EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << r.output;
+  EXPECT_FALSE(std::filesystem::exists(marker)) << "a rank was started";
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    , LauncherConfigError,
+    ::testing::Values(
+        std::make_pair(std::vector<std::string>{"-n", "0", "--", "/usr/bin/touch", "MARK"},
+                       "shoal run: error: --ranks: Value 0 not in range"),
+        std::make_pair(std::vector<std::string>{"--", "/usr/bin/touch", "MARK"},
+                       "shoal run: error: -n is required"),
+        std::make_pair(std::vector<std::string>{"--hosts", "no-such-host.invalid:2", "--",
+                                                "/usr/bin/touch", "MARK"},
+                       "shoal run: error: unknown host 'no-such-host.invalid'"),
+        std::make_pair(std::vector<std::string>{"--hostfile", "/nonexistent/hosts", "--",
+                                                "/usr/bin/touch", "MARK"},
+                       "shoal run: error: hostfile '/nonexistent/hosts' cannot be read"),
+        std::make_pair(std::vector<std::string>{"-n", "2", "--", "no-such-program-xyz", "MARK"},
+                       "shoal run: error: program 'no-such-program-xyz' not found"),
+        std::make_pair(std::vector<std::string>{"--hosts", "localhost:1", "-n", "2", "--",
+                                                "/usr/bin/touch", "MARK"},
+                       "shoal run: error: -n 2 ranks, but the hosts offer only 1 slots"),
+        std::make_pair(std::vector<std::string>{"-n", "2", "--port", "BUSY", "--", "/usr/bin/touch",
+                                                "MARK"},
+                       "the port is busy")));
+
+// --- The same rank program started the way other launchers start it.
+
+std::string workerOutput(const run::LocalJob& j, int n) {
+  std::string s;
+  for (int r = 0; r < n; ++r) s += fmt::format("--- rank {}:\n{}", r, j.output(r));
+  return s;
+}
+
+void expectMatrixPasses(run::LocalJobOptions o, int n, const std::string& launcher) {
+  TempDir dir;
+  o.ranks = n;
+  o.argv = {SHOAL_TEST_WORKER, "matrix"};
+  o.outputDir = dir.path;
+  o.shoalVariables = false;
+  run::LocalJob j(o);
+  bool timedOut = false;
+  auto exits = j.wait(300s, &timedOut);
+  ASSERT_FALSE(timedOut) << workerOutput(j, n);
+  for (auto& e : exits) EXPECT_TRUE(e.ok()) << e.describe() << "\n" << workerOutput(j, n);
+  for (int r = 0; r < n; ++r) {
+    EXPECT_NE(j.output(r).find(fmt::format("started by {}): matrix done", launcher)),
+              std::string::npos)
+        << j.output(r);
+    EXPECT_NE(j.output(r).find(", 0 failures"), std::string::npos) << j.output(r);
+  }
+}
+
+int freePort() {
+  int port = 0;
+  listenTcp("127.0.0.1", 0, &port);
+  return port;
+}
+
+TEST(OtherLaunchers, SlurmSrun) {
+  const int n = 3;
+  char host[256] = {};
+  ::gethostname(host, sizeof(host) - 1);
+  const std::string node = host;
+  const int jobId = 1000 + freePort() % 19000;  // the store port follows from the job id
+  run::LocalJobOptions o;
+  o.rankEnv = [&](int r) {
+    return std::vector<std::pair<std::string, std::string>>{
+        {"SLURM_PROCID", std::to_string(r)},
+        {"SLURM_LOCALID", std::to_string(r)},
+        {"SLURM_NTASKS", std::to_string(n)},
+        {"SLURM_STEP_NUM_TASKS", std::to_string(n)},
+        {"SLURM_TASKS_PER_NODE", fmt::format("{}", n)},
+        {"SLURM_STEP_TASKS_PER_NODE", fmt::format("{}", n)},
+        {"SLURM_NODEID", "0"},
+        {"SLURM_JOB_NUM_NODES", "1"},
+        {"SLURM_JOB_NODELIST", node},
+        {"SLURM_STEP_NODELIST", node},
+        {"SLURM_JOB_ID", std::to_string(jobId)},
+    };
+  };
+  expectMatrixPasses(o, n, "slurm");
+}
+
+TEST(OtherLaunchers, KubernetesIndexedJob) {
+  const int n = 3;
+  const int port = freePort();
+  run::LocalJobOptions o;
+  o.rankEnv = [&](int r) {
+    // As examples/k8s/shoal-job.yaml sets them, with the store's DNS name replaced by this
+    // machine (no cluster DNS here).
+    return std::vector<std::pair<std::string, std::string>>{
+        {"JOB_COMPLETION_INDEX", std::to_string(r)},
+        {"HOSTNAME", fmt::format("shoal-demo-{}", r)},
+        {"SHOAL_WORLD_SIZE", std::to_string(n)},
+        {"SHOAL_K8S_SERVICE", "shoal-demo"},
+        {"MASTER_ADDR", "127.0.0.1"},
+        {"MASTER_PORT", std::to_string(port)},
+        {"SHOAL_SECRET", "a secret from a Kubernetes Secret"},
+    };
+  };
+  expectMatrixPasses(o, n, "kubernetes");
+}
+
+}  // namespace
+}  // namespace shoal::test

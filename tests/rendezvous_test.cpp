@@ -1,0 +1,166 @@
+// What each launcher's variables tell a rank (run/rendezvous.h), and host lists (run/hosts.h).
+#include "run/rendezvous.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <map>
+
+#include "common/error.h"
+#include "run/hosts.h"
+
+namespace shoal::run {
+namespace {
+
+Rendezvous detect(std::map<std::string, std::string> vars) {
+  return detectRendezvous([vars](const std::string& name) -> std::optional<std::string> {
+    auto it = vars.find(name);
+    if (it == vars.end()) return std::nullopt;
+    return it->second;
+  });
+}
+
+TEST(Rendezvous, NothingSetIsAWorldOfOne) {
+  auto r = detect({});
+  EXPECT_EQ(r.launcher, Launcher::kNone);
+  EXPECT_EQ(r.size, 1);
+}
+
+TEST(Rendezvous, ShoalRun) {
+  auto r = detect({{"SHOAL_RANK", "2"},
+                   {"SHOAL_WORLD_SIZE", "4"},
+                   {"SHOAL_LOCAL_RANK", "0"},
+                   {"SHOAL_LOCAL_WORLD_SIZE", "2"},
+                   {"SHOAL_NUM_HOSTS", "2"},
+                   {"SHOAL_STORE_ADDR", "10.0.0.1:4000"},
+                   // Ignored: shoal run's own variables win.
+                   {"OMPI_COMM_WORLD_RANK", "1"},
+                   {"SLURM_PROCID", "3"}});
+  EXPECT_EQ(r.launcher, Launcher::kShoal);
+  EXPECT_EQ(r.rank, 2);
+  EXPECT_EQ(r.size, 4);
+  EXPECT_EQ(r.localSize, 2);
+  EXPECT_EQ(r.hosts, 2);
+  EXPECT_EQ(r.storeHost, "10.0.0.1");
+  EXPECT_EQ(r.storePort, 4000);
+  EXPECT_FALSE(r.hostsStore);
+  EXPECT_THROW(
+      detect({{"SHOAL_RANK", "4"}, {"SHOAL_WORLD_SIZE", "4"}, {"SHOAL_STORE_ADDR", "h:1"}}),
+      InvalidArgument);
+  EXPECT_THROW(detect({{"SHOAL_RANK", "x"}, {"SHOAL_WORLD_SIZE", "4"}}), InvalidArgument);
+}
+
+TEST(Rendezvous, MpirunAsksMpiUnlessMasterIsGiven) {
+  auto r = detect({{"OMPI_COMM_WORLD_RANK", "0"},
+                   {"OMPI_COMM_WORLD_SIZE", "4"},
+                   {"OMPI_COMM_WORLD_LOCAL_RANK", "0"},
+                   {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"},
+                   {"SLURM_PROCID", "3"}});  // mpirun inside an allocation: mpirun wins
+  EXPECT_EQ(r.launcher, Launcher::kMpirun);
+  EXPECT_TRUE(r.storeHost.empty());
+  EXPECT_TRUE(r.hostsStore);
+  EXPECT_EQ(r.hosts, 2);
+  auto m = detect({{"OMPI_COMM_WORLD_RANK", "1"},
+                   {"OMPI_COMM_WORLD_SIZE", "2"},
+                   {"MASTER_ADDR", "node1"},
+                   {"MASTER_PORT", "29500"}});
+  EXPECT_EQ(m.storeHost, "node1");
+  EXPECT_EQ(m.storePort, 29500);
+  EXPECT_FALSE(m.hostsStore);
+}
+
+TEST(Rendezvous, SlurmFindsTheFirstNodeAndAJobPort) {
+  auto r = detect({{"SLURM_PROCID", "5"},
+                   {"SLURM_NTASKS", "7"},
+                   {"SLURM_LOCALID", "1"},
+                   {"SLURM_NODEID", "2"},
+                   {"SLURM_TASKS_PER_NODE", "2(x3),1"},
+                   {"SLURM_JOB_NUM_NODES", "4"},
+                   {"SLURM_JOB_NODELIST", "gpu[07-10],cpu1"},
+                   {"SLURM_JOB_ID", "123456"}});
+  EXPECT_EQ(r.launcher, Launcher::kSlurm);
+  EXPECT_EQ(r.rank, 5);
+  EXPECT_EQ(r.size, 7);
+  EXPECT_EQ(r.localRank, 1);
+  EXPECT_EQ(r.localSize, 2);
+  EXPECT_EQ(r.hosts, 4);
+  EXPECT_EQ(r.storeHost, "gpu07");
+  EXPECT_EQ(r.storePort, 20000 + 123456 % 20000);
+  EXPECT_FALSE(r.hostsStore);
+  EXPECT_THROW(detect({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "2"}}), InvalidArgument);
+}
+
+TEST(Rendezvous, KubernetesIndexedJob) {
+  auto r = detect({{"JOB_COMPLETION_INDEX", "3"},
+                   {"SHOAL_WORLD_SIZE", "4"},
+                   {"HOSTNAME", "train-mnist-3"},
+                   {"SHOAL_K8S_SERVICE", "train-mnist"}});
+  EXPECT_EQ(r.launcher, Launcher::kKubernetes);
+  EXPECT_EQ(r.rank, 3);
+  EXPECT_EQ(r.storeHost, "train-mnist-0.train-mnist");
+  EXPECT_EQ(r.storePort, 29400);
+  auto rank0 = detect({{"JOB_COMPLETION_INDEX", "0"},
+                       {"WORLD_SIZE", "4"},
+                       {"HOSTNAME", "train-mnist-0"},
+                       {"SHOAL_K8S_SERVICE", "train-mnist"},
+                       {"MASTER_PORT", "1234"}});
+  EXPECT_TRUE(rank0.hostsStore);
+  EXPECT_EQ(rank0.storePort, 1234);
+  EXPECT_THROW(
+      detect({{"JOB_COMPLETION_INDEX", "0"}, {"HOSTNAME", "x-0"}, {"SHOAL_K8S_SERVICE", "s"}}),
+      InvalidArgument);  // no world size
+  EXPECT_THROW(detect({{"JOB_COMPLETION_INDEX", "1"},
+                       {"SHOAL_WORLD_SIZE", "2"},
+                       {"HOSTNAME", "x-0"},
+                       {"SHOAL_K8S_SERVICE", "s"}}),
+               InvalidArgument);  // hostname does not carry the index
+}
+
+TEST(Rendezvous, SlurmLists) {
+  EXPECT_EQ(firstSlurmNode("node[01-04,07],gpu1"), "node01");
+  EXPECT_EQ(firstSlurmNode("a,b[1-2]"), "a");
+  EXPECT_EQ(firstSlurmNode("single"), "single");
+  EXPECT_EQ(firstSlurmNode("n[5]"), "n5");
+  EXPECT_THROW(firstSlurmNode("n[]"), InvalidArgument);
+  EXPECT_EQ(expandSlurmTasksPerNode("2(x3),1"), (std::vector<int>{2, 2, 2, 1}));
+  EXPECT_EQ(expandSlurmTasksPerNode("4"), (std::vector<int>{4}));
+  EXPECT_THROW(expandSlurmTasksPerNode("x"), InvalidArgument);
+  EXPECT_THROW(expandSlurmTasksPerNode("2(x0)"), InvalidArgument);
+}
+
+TEST(Hosts, ListsFilesAndPlacement) {
+  auto h = parseHostList("localhost:2,127.0.0.1");
+  ASSERT_EQ(h.size(), 2u);
+  EXPECT_EQ(h[0].slots, 2);
+  EXPECT_EQ(h[1].slots, 1);
+  EXPECT_THROW(parseHostList("a:0"), InvalidArgument);
+  EXPECT_THROW(parseHostList("a:,b"), InvalidArgument);
+  EXPECT_THROW(parseHostList(",a"), InvalidArgument);
+
+  char path[] = "/tmp/shoal-hostfile-XXXXXX";
+  int fd = ::mkstemp(path);
+  const char text[] = "# cluster\nlocalhost slots=3\n\n127.0.0.1:2  # second\n";
+  ASSERT_EQ(::write(fd, text, sizeof(text) - 1), static_cast<ssize_t>(sizeof(text) - 1));
+  ::close(fd);
+  auto f = readHostfile(path);
+  ::unlink(path);
+  ASSERT_EQ(f.size(), 2u);
+  EXPECT_EQ(f[0].host, "localhost");
+  EXPECT_EQ(f[0].slots, 3);
+  EXPECT_EQ(f[1].host, "127.0.0.1");
+  EXPECT_EQ(f[1].slots, 2);
+
+  auto p = placeRanks(4, f);
+  ASSERT_EQ(p.size(), 4u);
+  EXPECT_EQ(p[2].host, "localhost");
+  EXPECT_EQ(p[2].localRank, 2);
+  EXPECT_EQ(p[2].localSize, 3);
+  EXPECT_EQ(p[3].host, "127.0.0.1");
+  EXPECT_EQ(p[3].localRank, 0);
+  EXPECT_EQ(p[3].localSize, 1);
+  EXPECT_EQ(placeRanks(0, f).size(), 5u);  // one per slot
+  EXPECT_THROW(placeRanks(6, f), InvalidArgument);
+}
+
+}  // namespace
+}  // namespace shoal::run
