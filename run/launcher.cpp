@@ -425,7 +425,7 @@ class Job {
           owners.emplace_back(&r, true);
         }
       }
-      int waitMs = 200;
+      int waitMs = settleAt_ ? 20 : 200;
       if (killAt_) {
         waitMs = std::clamp<int>(
             static_cast<int>(
@@ -437,6 +437,7 @@ class Job {
       if (n < 0 && errno != EINTR) throwSystemError("poll", errno);
       if (fds[0].revents) handleSignals();
       reap();  // cheap, and robust to a SIGCHLD that went elsewhere
+      settle();
       for (size_t i = 1; i < fds.size(); ++i) {
         if (fds[i].revents) readFrom(*owners[i].first, owners[i].second);
       }
@@ -496,11 +497,14 @@ class Job {
     }
   }
 
+  // Exits arrive without an order (a remote rank's exit even travels through ssh), so the first
+  // failure is chosen after a short settling window: preferably a rank killed by a signal (its
+  // peers fail because it vanished), else the lowest rank among those that failed in the window.
   void reap() {
     for (;;) {
       int status = 0;
       pid_t pid = ::waitpid(-1, &status, WNOHANG);
-      if (pid <= 0) return;
+      if (pid <= 0) break;
       for (auto& r : ranks_) {
         if (r.pid != pid || !r.running) continue;
         r.running = false;
@@ -509,16 +513,30 @@ class Job {
         // Whatever the rank started goes with it.
         ::kill(-r.pid, SIGKILL);
         const bool failed = !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-        if (failed && !failed_ && !stopping_) {
-          failed_ = &r;
-          int left = 0;
-          for (auto& o : ranks_) left += o.running;
-          say("rank {} ({}) {}; stopping the other {} rank{}", r.rank, r.where.host,
-              describeRank(status, r.where.local), left, left == 1 ? "" : "s");
-          stopAll(SIGTERM);
+        if (failed && !stopping_) {
+          candidates_.push_back(&r);
+          if (!settleAt_) settleAt_ = Clock::now() + std::chrono::milliseconds(300);
         }
       }
     }
+  }
+
+  void settle() {
+    if (!settleAt_ || Clock::now() < *settleAt_) return;
+    settleAt_.reset();
+    if (stopping_ || candidates_.empty()) return;
+    auto order = [](const Rank* r) {
+      const bool signalled = WIFSIGNALED(r->status) || (WIFEXITED(r->status) && !r->where.local &&
+                                                        WEXITSTATUS(r->status) > 128);
+      return std::make_pair(signalled ? 0 : 1, r->rank);
+    };
+    failed_ = *std::min_element(candidates_.begin(), candidates_.end(),
+                                [&](const Rank* a, const Rank* b) { return order(a) < order(b); });
+    int left = 0;
+    for (auto& o : ranks_) left += o.running;
+    say("rank {} ({}) {}; stopping the other {} rank{}", failed_->rank, failed_->where.host,
+        describeRank(failed_->status, failed_->where.local), left, left == 1 ? "" : "s");
+    stopAll(SIGTERM);
   }
 
   void stopAll(int sig) {
@@ -533,6 +551,10 @@ class Job {
   }
 
   int finish() {
+    if (settleAt_) {
+      settleAt_ = Clock::now();  // every rank ended inside the settling window
+      settle();
+    }
     for (auto& r : ranks_) {
       r.outFwd->finish();
       r.errFwd->finish();
@@ -572,6 +594,8 @@ class Job {
   int interrupted_ = 0;
   Rank* failed_ = nullptr;
   std::optional<Clock::time_point> killAt_;
+  std::optional<Clock::time_point> settleAt_;
+  std::vector<Rank*> candidates_;
   std::optional<Clock::time_point> drainUntil;
 };
 

@@ -195,12 +195,13 @@ TEST(Launcher, AKilledRankIsReportedWithItsSignal) {
 
 TEST(Launcher, RanksThatDieInACollectiveFailTheJobFast) {
   TempDir dir;
-  // A real collective job: rank 2 is killed (by itself, via the worker's env switch) while the
-  // others all-reduce; survivors throw, the launcher stops everything.
+  // A real collective job: rank 2 is killed while the others all-reduce; survivors throw, the
+  // launcher stops everything. The worker ignores the token; it marks this test's processes.
   auto before = shmEntries();
+  const std::string token = uniqueToken();
   std::vector<std::string> argv{
-      SHOAL_BIN, "run",           "-n", "3", "--timeout", "20", "--", SHOAL_TEST_WORKER,
-      "loop",    "allreduce_ring"};
+      SHOAL_BIN,        "run", "-n", "3", "--timeout", "20", "--", SHOAL_TEST_WORKER, "loop",
+      "allreduce_ring", token};
   Proc p(argv, dir.path + "/out");
   // Wait for the ranks to be in the loop, then kill rank 2's process.
   pid_t victim = -1;
@@ -212,7 +213,7 @@ TEST(Launcher, RanksThatDieInACollectiveFailTheJobFast) {
       if (name.find_first_not_of("0123456789") != std::string::npos) continue;
       std::string env = readFile(e.path().string() + "/environ");
       std::string cmd = readFile(e.path().string() + "/cmdline");
-      if (cmd.find("shoal_test_worker") != std::string::npos &&
+      if (cmd.find(token) != std::string::npos && cmd.find("shoal run") == std::string::npos &&
           env.find(std::string("SHOAL_RANK=2\0", 13)) != std::string::npos) {
         victim = std::stoi(name);
       }
@@ -224,7 +225,7 @@ TEST(Launcher, RanksThatDieInACollectiveFailTheJobFast) {
   std::string out = p.output();
   EXPECT_EQ(code, 128 + SIGKILL) << out;
   EXPECT_NE(out.find("job failed: rank 2 (host localhost"), std::string::npos) << out;
-  EXPECT_EQ(countProcesses("shoal_test_worker loop"), 0) << out;
+  EXPECT_EQ(countProcesses(token), 0) << out;
   EXPECT_EQ(shmEntries(), before);
 }
 
@@ -235,8 +236,15 @@ TEST(Launcher, InterruptStopsEveryRank) {
       SHOAL_BIN, "run",     "-n", "3",
       "--",      "/bin/sh", "-c", "echo started; sleep 60 && echo " + token};
   Proc p(argv, dir.path + "/out");
-  for (int i = 0; i < 500 && countProcesses(token) < 3; ++i) std::this_thread::sleep_for(10ms);
-  ASSERT_EQ(countProcesses(token), 3) << p.output();
+  auto allStarted = [&] {
+    auto out = p.output();
+    return out.find("[0] started") != std::string::npos &&
+           out.find("[1] started") != std::string::npos &&
+           out.find("[2] started") != std::string::npos;
+  };
+  for (int i = 0; i < 500 && !allStarted(); ++i) std::this_thread::sleep_for(10ms);
+  ASSERT_TRUE(allStarted()) << p.output();
+  ASSERT_GE(countProcesses(token), 3) << p.output();
   ::kill(p.pid(), SIGINT);  // what Ctrl-C sends
   EXPECT_EQ(p.wait(30s), 128 + SIGINT) << p.output();
   EXPECT_NE(p.output().find("interrupted (Interrupt): stopping 3 ranks"), std::string::npos)
