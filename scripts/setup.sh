@@ -12,6 +12,7 @@ PACKAGES=(
   libtorch-dev libopenblas-dev libgloo-dev
   python3
   iproute2 util-linux openssl procps
+  dataset-fashion-mnist python3-torch
 )
 
 missing=()

@@ -1,0 +1,284 @@
+// Data-parallel training of a CNN on Fashion-MNIST (Debian's dataset-fashion-mnist):
+//
+//   shoal run -n 2 -- build/fashion_mnist            # the README's main command
+//
+// Every rank trains on its shard of each epoch (DistributedSampler), gradients are averaged by
+// DistributedDataParallel while backward runs, rank 0 shows a progress bar and the test accuracy
+// after each epoch, and writes one JSON line per epoch to --metrics. Checkpoints (--checkpoint-dir)
+// every --checkpoint-every steps and at the end of each epoch; --resume continues exactly.
+#include <fmt/format.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "comm/collectives.h"
+#include "common/error.h"
+#include "run/init.h"
+#include "train/allocator.h"
+#include "train/checkpoint.h"
+#include "train/ddp.h"
+#include "train/distributed_sampler.h"
+#include "train/fashion_cnn.h"
+#include "train/idx_dataset.h"
+#include "train/optim.h"
+
+using namespace shoal;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+struct Flags {
+  std::string optimizer = "adam";
+  double lr = 1e-3;
+  int64_t batch = 64;  // per rank
+  int64_t epochs = 8;
+  bool lrScaling = false;
+  std::string lrDecay = "cosine";
+  int64_t warmupSteps = 0;
+  uint64_t seed = 1;
+  int threads = 1;
+  std::string dataDir = train::kFashionMnistDir;
+  int64_t trainSubset = 0;  // 0: all 60000
+  std::string metrics;
+  std::string checkpointDir;
+  int64_t checkpointEvery = 0;
+  int keep = 3;
+  std::string resume;  // "latest" or a file
+  bool noOverlap = false;
+  size_t bucketMb = 25;
+  std::string saveParams;    // tests: rank 0 writes the final parameters here
+  int64_t crashAtStep = -1;  // tests: the last rank kills itself after this step
+  bool quiet = false;
+};
+
+// The fraction of the test set classified right: each rank scores its strided share, the
+// counts are summed over ranks.
+double testAccuracy(comm::Group& g, train::FashionCnn& model, const train::IdxDataset& test) {
+  torch::NoGradGuard noGrad;
+  model->eval();
+  int64_t counts[2] = {0, 0};  // correct, total
+  const int64_t n = test.size();
+  auto mine = torch::arange(g.rank(), n, g.size(), torch::kInt64);
+  for (int64_t at = 0; at < mine.size(0); at += 250) {
+    auto idx = mine.slice(0, at, std::min<int64_t>(at + 250, mine.size(0)));
+    auto pred = model->forward(test.images.index_select(0, idx)).argmax(1);
+    counts[0] += pred.eq(test.labels.index_select(0, idx)).sum().item<int64_t>();
+    counts[1] += idx.size(0);
+  }
+  model->train();
+  comm::allreduce(g, counts, 2, DataType::kInt64, ReduceOp::kSum);
+  return static_cast<double>(counts[0]) / static_cast<double>(counts[1]);
+}
+
+class ProgressBar {
+ public:
+  ProgressBar(bool enabled, int64_t epoch, int64_t epochs, int64_t steps)
+      : enabled_(enabled), tty_(::isatty(1)), epoch_(epoch), epochs_(epochs), steps_(steps) {}
+
+  void update(int64_t step, int64_t samples, double loss) {
+    if (!enabled_) return;
+    const double elapsed = std::chrono::duration<double>(Clock::now() - start_).count();
+    const double rate = elapsed > 0 ? samples / elapsed : 0;
+    const double eta = step > 0 ? elapsed * (steps_ - step) / step : 0;
+    const int width = 30, filled = static_cast<int>(width * step / std::max<int64_t>(steps_, 1));
+    std::string line =
+        fmt::format("epoch {}/{} [{}{}] {:>3}% {:>7.0f} samples/s loss {:.4f} ETA {:.0f}s",
+                    epoch_ + 1, epochs_, std::string(filled, '#'), std::string(width - filled, '.'),
+                    100 * step / std::max<int64_t>(steps_, 1), rate, loss, eta);
+    // On a terminal the bar redraws in place; in a pipe (shoal run forwards lines) it prints a
+    // line at every fifth of the epoch.
+    if (tty_) {
+      std::printf("\r%s", line.c_str());
+      if (step == steps_) std::printf("\n");
+    } else if (step == steps_ || step * 5 / steps_ != (step - 1) * 5 / steps_) {
+      std::printf("%s\n", line.c_str());
+    }
+    std::fflush(stdout);
+  }
+
+ private:
+  bool enabled_, tty_;
+  int64_t epoch_, epochs_, steps_;
+  Clock::time_point start_ = Clock::now();
+};
+
+int trainMain(const Flags& f) {
+  train::keepFreedMemoryForReuse();
+  World w = init();
+  comm::Group& g = *w.group;
+  const bool lead = g.rank() == 0;
+  torch::set_num_threads(f.threads);
+  torch::manual_seed(f.seed);  // the same initial model everywhere (rank 0's is broadcast anyway)
+
+  auto trainSet = train::readIdxDataset(f.dataDir, "train");
+  auto testSet = train::readIdxDataset(f.dataDir, "t10k");
+  if (f.trainSubset > 0 && f.trainSubset < trainSet.size()) {
+    trainSet.images = trainSet.images.slice(0, 0, f.trainSubset);
+    trainSet.labels = trainSet.labels.slice(0, 0, f.trainSubset);
+  }
+
+  train::FashionCnn model;
+  train::DdpOptions ddpOptions;
+  ddpOptions.overlap = !f.noOverlap;
+  ddpOptions.bucketBytes = f.bucketMb << 20;
+  train::DistributedDataParallel ddp(model.ptr(), w.group, ddpOptions);
+  train::OptimizerOptions oo;
+  oo.kind = train::parseOptimizer(f.optimizer);
+  oo.lr = f.lr;
+  auto optimizer = train::makeOptimizer(model->parameters(), oo);
+  train::DistributedSampler sampler(trainSet.size(), g.rank(), g.size(), {.seed = f.seed});
+  train::LrSchedule schedule(f.lr, g.size(), f.lrScaling, f.warmupSteps,
+                             f.lrDecay == "cosine" ? f.epochs * sampler.batches(f.batch) : 0);
+
+  std::optional<train::Checkpointer> checkpoints;
+  if (!f.checkpointDir.empty()) checkpoints.emplace(f.checkpointDir, f.keep);
+  train::Progress at;
+  // Dropout differs per rank: its own stream (restored exactly on resume).
+  torch::manual_seed(f.seed * 7919 + static_cast<uint64_t>(g.rank()) + 1);
+  if (!f.resume.empty()) {
+    SHOAL_CHECK(checkpoints.has_value(), "--resume needs --checkpoint-dir");
+    std::string path = f.resume;
+    if (path == "latest") {
+      auto latest = checkpoints->latest();
+      if (!latest) SHOAL_THROW(InvalidArgument, "--resume: no checkpoint in {}", f.checkpointDir);
+      path = *latest;
+    }
+    at = checkpoints->load(g, path, *model, *optimizer);
+    if (lead)
+      fmt::print("resumed from {}: epoch {}, batch {}, step {}\n", path, at.epoch + 1,
+                 at.batchInEpoch, at.step);
+  }
+  if (lead && !f.quiet) {
+    fmt::print(
+        "fashion_mnist: {} ranks ({}), batch {} per rank, {} lr {}{}, {} epochs, {} "
+        "training samples\n",
+        g.size(), toString(w.launcher), f.batch, f.optimizer, schedule.target(),
+        f.warmupSteps ? fmt::format(" (warm-up {} steps)", f.warmupSteps) : "", f.epochs,
+        trainSet.size());
+  }
+  std::ofstream metrics;
+  if (lead && !f.metrics.empty()) metrics.open(f.metrics, std::ios::app);
+
+  const auto jobStart = Clock::now();
+  for (int64_t epoch = at.epoch; epoch < f.epochs; ++epoch) {
+    auto order = sampler.indices(epoch);
+    auto orderTensor =
+        torch::from_blob(order.data(), {static_cast<int64_t>(order.size())}, torch::kInt64);
+    const int64_t steps = sampler.batches(f.batch);
+    ProgressBar bar(lead && !f.quiet, epoch, f.epochs, steps);
+    const auto epochStart = Clock::now();
+    double lossSum = 0;
+    int64_t samples = 0;
+    for (int64_t b = epoch == at.epoch ? at.batchInEpoch : 0; b < steps; ++b) {
+      auto idx =
+          orderTensor.slice(0, b * f.batch, std::min<int64_t>((b + 1) * f.batch, order.size()));
+      auto x = trainSet.images.index_select(0, idx);
+      auto y = trainSet.labels.index_select(0, idx);
+      schedule.set(*optimizer, at.step);
+      optimizer->zero_grad();
+      ddp.beforeForward();
+      auto loss = torch::nn::functional::cross_entropy(model->forward(x), y);
+      ddp.backward(loss);
+      optimizer->step();
+      ++at.step;
+      lossSum += loss.item<double>() * idx.size(0);
+      samples += idx.size(0);
+      bar.update(b + 1, samples * g.size(), lossSum / samples);
+      if (checkpoints && f.checkpointEvery > 0 && at.step % f.checkpointEvery == 0) {
+        checkpoints->save(g, *model, *optimizer, {epoch, b + 1, at.step});
+      }
+      if (at.step == f.crashAtStep && g.rank() == g.size() - 1) {
+        std::fflush(stdout);
+        ::raise(SIGKILL);  // a test's stand-in for a machine that dies
+      }
+    }
+    const double seconds = std::chrono::duration<double>(Clock::now() - epochStart).count();
+    // Loss over every rank's samples of the epoch.
+    double sums[2] = {lossSum, static_cast<double>(samples)};
+    comm::allreduce(g, sums, 2, DataType::kFloat64, ReduceOp::kSum);
+    const double accuracy = testAccuracy(g, model, testSet);
+    if (checkpoints) checkpoints->save(g, *model, *optimizer, {epoch + 1, 0, at.step});
+    if (lead) {
+      if (!f.quiet) {
+        fmt::print("epoch {}/{}: loss {:.4f}, test accuracy {:.2f}%, {:.1f} s, {:.0f} samples/s\n",
+                   epoch + 1, f.epochs, sums[0] / std::max(sums[1], 1.0), 100 * accuracy, seconds,
+                   sums[1] / seconds);
+        std::fflush(stdout);
+      }
+      if (metrics.is_open()) {
+        metrics << nlohmann::json{{"epoch", epoch + 1},
+                                  {"step", at.step},
+                                  {"ranks", g.size()},
+                                  {"loss", sums[0] / std::max(sums[1], 1.0)},
+                                  {"test_accuracy", accuracy},
+                                  {"epoch_seconds", seconds},
+                                  {"samples_per_second", sums[1] / seconds},
+                                  {"lr", schedule.at(at.step)},
+                                  {"elapsed_seconds",
+                                   std::chrono::duration<double>(Clock::now() - jobStart).count()}}
+                       .dump()
+                << "\n";
+        metrics.flush();
+      }
+    }
+  }
+  if (lead && !f.saveParams.empty()) {
+    std::vector<torch::Tensor> params;
+    for (auto& p : model->parameters()) params.push_back(p);
+    for (auto& b : model->buffers()) params.push_back(b);
+    torch::save(params, f.saveParams);
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"Shoal data-parallel training on Fashion-MNIST"};
+  Flags f;
+  app.add_option("--optimizer", f.optimizer, "sgd, adam or rmsprop")->capture_default_str();
+  app.add_option("--lr", f.lr, "learning rate (per rank's batch; see --lr-scaling)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_option("--batch", f.batch, "samples per rank per step")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1 << 20));
+  app.add_option("--epochs", f.epochs)->capture_default_str()->check(CLI::Range(1, 10000));
+  app.add_flag("--lr-scaling", f.lrScaling, "multiply the learning rate by the world size");
+  app.add_option("--lr-decay", f.lrDecay, "cosine (to zero at the last step) or none")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"cosine", "none"}));
+  app.add_option("--warmup-steps", f.warmupSteps, "reach the learning rate linearly over N steps")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--seed", f.seed)->capture_default_str();
+  app.add_option("--threads", f.threads, "intra-op threads per rank")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 256));
+  app.add_option("--data-dir", f.dataDir)->capture_default_str();
+  app.add_option("--train-subset", f.trainSubset, "train on the first N samples only");
+  app.add_option("--metrics", f.metrics, "append one JSON line per epoch to this file");
+  app.add_option("--checkpoint-dir", f.checkpointDir);
+  app.add_option("--checkpoint-every", f.checkpointEvery,
+                 "steps between checkpoints (0: epochs only)");
+  app.add_option("--keep", f.keep, "checkpoints kept")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1000));
+  app.add_option("--resume", f.resume, "'latest' or a checkpoint file");
+  app.add_flag("--no-overlap", f.noOverlap, "all-reduce after backward instead of during it");
+  app.add_option("--bucket-mb", f.bucketMb, "gradient bucket size")->capture_default_str();
+  app.add_option("--save-params", f.saveParams, "write the final parameters (tests)");
+  app.add_option("--crash-at-step", f.crashAtStep, "the last rank kills itself (tests)");
+  app.add_flag("-q,--quiet", f.quiet, "no progress output");
+  CLI11_PARSE(app, argc, argv);
+  try {
+    return trainMain(f);
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "fashion_mnist: {}\n", e.what());
+    return 1;
+  }
+}

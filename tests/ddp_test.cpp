@@ -1,0 +1,254 @@
+// DistributedDataParallel against one process: N ranks with batch B per rank must end with the
+// parameters of one process with batch N*B (ranks are threads over real shared memory here).
+#include "train/ddp.h"
+
+#include <gtest/gtest.h>
+
+#include <thread>
+
+#include "common/error.h"
+#include "tests/thread_ranks.h"
+#include "train/optim.h"
+
+namespace shoal::test {
+namespace {
+
+constexpr int kRanks = 3;
+constexpr int64_t kBatch = 4;  // per rank
+constexpr int kSteps = 5;
+
+struct NetImpl : torch::nn::Module {
+  NetImpl(bool withUnused, bool withBatchNorm) {
+    fc1 = register_module("fc1", torch::nn::Linear(8, 16));
+    if (withBatchNorm) bn = register_module("bn", torch::nn::BatchNorm1d(16));
+    fc2 = register_module("fc2", torch::nn::Linear(16, 4));
+    if (withUnused) unused = register_module("unused", torch::nn::Linear(4, 4));
+  }
+  torch::Tensor forward(torch::Tensor x) {
+    x = fc1(x);
+    if (bn) x = bn(x);
+    return fc2(torch::relu(x));
+  }
+  torch::nn::Linear fc1{nullptr}, fc2{nullptr}, unused{nullptr};
+  torch::nn::BatchNorm1d bn{nullptr};
+};
+TORCH_MODULE(Net);
+
+struct Case {
+  std::string name;
+  train::OptimizerKind optimizer = train::OptimizerKind::kSgd;
+  bool overlap = true;
+  bool noSyncAccumulation = false;  // two micro-batches per step, the first under noSync
+  bool unused = false;
+  bool batchNorm = false;
+};
+
+std::ostream& operator<<(std::ostream& o, const Case& c) {
+  return o << c.name;
+}
+
+struct Data {
+  std::vector<torch::Tensor> x, y;  // per step (and micro-batch): kRanks * kBatch rows
+};
+
+Data makeData(int batches) {
+  torch::manual_seed(42);
+  Data d;
+  for (int i = 0; i < batches; ++i) {
+    d.x.push_back(torch::randn({kRanks * kBatch, 8}));
+    d.y.push_back(torch::randint(0, 4, {kRanks * kBatch}, torch::kInt64));
+  }
+  return d;
+}
+
+Net makeNet(const Case& c) {
+  torch::manual_seed(7);
+  return Net(c.unused, c.batchNorm);
+}
+
+std::unique_ptr<torch::optim::Optimizer> makeOpt(Net& net, const Case& c) {
+  train::OptimizerOptions o;
+  o.kind = c.optimizer;
+  o.lr = 0.05;
+  return train::makeOptimizer(net->parameters(), o);
+}
+
+torch::Tensor rows(const torch::Tensor& t, int rank) {
+  return t.slice(0, rank * kBatch, (rank + 1) * kBatch);
+}
+
+// One process, the whole batch. With BatchNorm the ranks normalize their own slices, so the
+// reference does the same: a forward per slice, loss = mean of the slice losses, and the
+// running statistics as slice 0's forward left them (DDP keeps rank 0's buffers): they are
+// returned in `slice0Buffers`, to be put back after backward (autograd saved the live ones).
+torch::Tensor referenceLoss(Net& net, const Case& c, const torch::Tensor& x, const torch::Tensor& y,
+                            std::vector<torch::Tensor>& slice0Buffers) {
+  namespace F = torch::nn::functional;
+  if (!c.batchNorm) return F::cross_entropy(net->forward(x), y);
+  torch::Tensor total = F::cross_entropy(net->forward(rows(x, 0)), rows(y, 0));
+  slice0Buffers.clear();
+  for (auto& b : net->buffers()) slice0Buffers.push_back(b.clone());
+  for (int r = 1; r < kRanks; ++r) {
+    total = total + F::cross_entropy(net->forward(rows(x, r)), rows(y, r));
+  }
+  return total / kRanks;
+}
+
+std::vector<torch::Tensor> stateOf(Net& net) {
+  std::vector<torch::Tensor> s;
+  for (auto& p : net->parameters()) s.push_back(p.detach().clone());
+  for (auto& b : net->buffers()) s.push_back(b.clone());
+  return s;
+}
+
+class DdpEquivalence : public ::testing::TestWithParam<Case> {};
+
+TEST_P(DdpEquivalence, NRanksEqualOneProcessWithNTimesTheBatch) {
+  const Case c = GetParam();
+  torch::set_num_threads(1);
+  const int micro = c.noSyncAccumulation ? 2 : 1;
+  Data data = makeData(kSteps * micro);
+
+  Net reference = makeNet(c);
+  auto refOpt = makeOpt(reference, c);
+  for (int s = 0; s < kSteps; ++s) {
+    refOpt->zero_grad();
+    for (int m = 0; m < micro; ++m) {
+      std::vector<torch::Tensor> buffers;
+      (referenceLoss(reference, c, data.x[s * micro + m], data.y[s * micro + m], buffers) / micro)
+          .backward();
+      torch::NoGradGuard g;
+      auto live = reference->buffers();
+      for (size_t i = 0; i < buffers.size(); ++i) live[i].copy_(buffers[i]);
+    }
+    refOpt->step();
+  }
+  auto expected = stateOf(reference);
+
+  // Models and optimizers made here: torch's global generator is not for concurrent seeding.
+  std::vector<Net> nets;
+  std::vector<std::unique_ptr<torch::optim::Optimizer>> opts;
+  for (int r = 0; r < kRanks; ++r) {
+    nets.push_back(makeNet(c));
+    // Rank 0's initial parameters must win: perturb the others.
+    if (r > 0) {
+      torch::NoGradGuard g;
+      for (auto& p : nets.back()->parameters()) p.add_(1.0);
+    }
+    opts.push_back(makeOpt(nets.back(), c));
+  }
+  std::vector<std::vector<torch::Tensor>> finals(kRanks);
+  auto errors = runThreadRanks(kRanks, testOptions(TransportKind::kShm), [&](comm::Group& g) {
+    const int r = g.rank();
+    train::DdpOptions o;
+    o.overlap = c.overlap;
+    o.findUnusedParameters = c.unused;
+    o.bucketBytes = 300;  // several buckets, to exercise ordering and the rebuild
+    o.firstBucketBytes = 100;
+    train::DistributedDataParallel ddp(nets[r].ptr(), g.shared_from_this(), o);
+    namespace F = torch::nn::functional;
+    for (int s = 0; s < kSteps; ++s) {
+      opts[r]->zero_grad();
+      for (int m = 0; m < micro; ++m) {
+        const int i = s * micro + m;
+        ddp.beforeForward();
+        auto loss =
+            F::cross_entropy(nets[r]->forward(rows(data.x[i], r)), rows(data.y[i], r)) / micro;
+        if (m + 1 < micro) {
+          auto guard = ddp.noSync();
+          ddp.backward(loss);
+        } else {
+          ddp.backward(loss);
+        }
+      }
+      opts[r]->step();
+    }
+    if (c.batchNorm) ddp.beforeForward();  // every rank holds rank 0's statistics
+    finals[r] = stateOf(nets[r]);
+  });
+  for (int r = 0; r < kRanks; ++r) ASSERT_EQ(errors[r], "") << "rank " << r;
+  for (int r = 0; r < kRanks; ++r) {
+    ASSERT_EQ(finals[r].size(), expected.size());
+    for (size_t i = 0; i < expected.size(); ++i) {
+      EXPECT_TRUE(torch::allclose(finals[r][i].to(torch::kFloat64), expected[i].to(torch::kFloat64),
+                                  1e-5, 1e-6))
+          << c.name << ": rank " << r << " tensor " << i << " differs by "
+          << (finals[r][i].to(torch::kFloat64) - expected[i].to(torch::kFloat64))
+                 .abs()
+                 .max()
+                 .item<double>();
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    , DdpEquivalence,
+    ::testing::Values(Case{"sgd_overlap"},
+                      Case{"sgd_after_backward", train::OptimizerKind::kSgd, false},
+                      Case{"adam_overlap", train::OptimizerKind::kAdam},
+                      Case{"adam_after_backward", train::OptimizerKind::kAdam, false},
+                      Case{"sgd_no_sync_accumulation", train::OptimizerKind::kSgd, true, true},
+                      Case{"adam_unused_parameter", train::OptimizerKind::kAdam, true, false, true},
+                      Case{"sgd_batch_norm", train::OptimizerKind::kSgd, true, false, false, true}),
+    [](const auto& info) { return info.param.name; });
+
+TEST(Ddp, AnUnusedParameterWithoutDetectionIsNamed) {
+  torch::set_num_threads(1);
+  Case c{"unused"};
+  c.unused = true;
+  std::vector<Net> nets;
+  for (int r = 0; r < 2; ++r) nets.push_back(makeNet(c));
+  auto data = makeData(1);
+  auto errors = runThreadRanks(2, testOptions(TransportKind::kShm), [&](comm::Group& g) {
+    train::DistributedDataParallel ddp(nets[g.rank()].ptr(), g.shared_from_this());
+    auto loss = torch::nn::functional::cross_entropy(nets[g.rank()]->forward(rows(data.x[0], 0)),
+                                                     rows(data.y[0], 0));
+    ddp.backward(loss);
+  });
+  for (auto& e : errors) {
+    EXPECT_NE(e.find("parameter 'unused.weight' got no gradient"), std::string::npos) << e;
+    EXPECT_NE(e.find("findUnusedParameters"), std::string::npos) << e;
+  }
+}
+
+TEST(Ddp, DifferentModelsAreAMismatchOnEveryRank) {
+  torch::set_num_threads(1);
+  std::vector<std::shared_ptr<torch::nn::Module>> nets{
+      std::make_shared<torch::nn::LinearImpl>(8, 4), std::make_shared<torch::nn::LinearImpl>(8, 4),
+      std::make_shared<torch::nn::LinearImpl>(8, 5)};
+  auto errors = runThreadRanks(3, testOptions(TransportKind::kTcp), [&](comm::Group& g) {
+    train::DistributedDataParallel ddp(nets[g.rank()], g.shared_from_this());
+  });
+  for (auto& e : errors) {
+    EXPECT_NE(e.find("the ranks registered different parameters: rank 2 has 'weight [5, 8] "
+                     "float' where rank 0 has 'weight [4, 8] float'"),
+              std::string::npos)
+        << e;
+  }
+}
+
+TEST(Ddp, AWorldOfOneIsPlainTraining) {
+  torch::set_num_threads(1);
+  Case c{"one"};
+  Net a = makeNet(c), b = makeNet(c);
+  auto optA = makeOpt(a, c), optB = makeOpt(b, c);
+  auto data = makeData(3);
+  auto errors = runThreadRanks(1, testOptions(TransportKind::kShm), [&](comm::Group& g) {
+    train::DistributedDataParallel ddp(b.ptr(), g.shared_from_this());
+    for (int s = 0; s < 3; ++s) {
+      optA->zero_grad();
+      torch::nn::functional::cross_entropy(a->forward(data.x[s]), data.y[s]).backward();
+      optA->step();
+      optB->zero_grad();
+      ddp.beforeForward();
+      ddp.backward(torch::nn::functional::cross_entropy(b->forward(data.x[s]), data.y[s]));
+      optB->step();
+    }
+  });
+  ASSERT_EQ(errors[0], "");
+  auto sa = stateOf(a), sb = stateOf(b);
+  for (size_t i = 0; i < sa.size(); ++i) EXPECT_TRUE(torch::equal(sa[i], sb[i]));
+}
+
+}  // namespace
+}  // namespace shoal::test

@@ -1,0 +1,207 @@
+// The Fashion-MNIST example as a job: killed mid-training and resumed, it ends with exactly the
+// parameters of an uninterrupted run; a damaged checkpoint is refused with the file named and
+// an intact one offered. Also the data reader on damaged files, and the sampler.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <zlib.h>
+
+#include <filesystem>
+#include <fstream>
+#include <set>
+
+#include "common/error.h"
+#include "tests/process_util.h"
+#include "tests/thread_ranks.h"
+#include "train/checkpoint.h"
+#include "train/distributed_sampler.h"
+#include "train/idx_dataset.h"
+
+namespace shoal::test {
+namespace {
+
+struct Run {
+  int code;
+  std::string output;
+};
+
+Run shell(const std::string& cmd) {
+  std::string out;
+  FILE* p = ::popen((cmd + " 2>&1").c_str(), "r");
+  char buf[4096];
+  while (size_t n = std::fread(buf, 1, sizeof(buf), p)) out.append(buf, n);
+  int status = ::pclose(p);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status), out};
+}
+
+std::string trainCommand(const std::string& dir, const std::string& extra) {
+  return fmt::format(
+      "OPENBLAS_NUM_THREADS=1 timeout 300 {} run -n 2 --timeout 60 -- {} --epochs 2 "
+      "--train-subset 1024 --batch 32 --checkpoint-dir {} --checkpoint-every 5 -q {}",
+      SHOAL_BIN, FASHION_MNIST_BIN, dir, extra);
+}
+
+std::vector<torch::Tensor> loadParams(const std::string& path) {
+  std::vector<torch::Tensor> t;
+  torch::load(t, path);
+  return t;
+}
+
+TEST(TrainJob, KilledAndResumedEndsExactlyAsUninterrupted) {
+  TempDir dir;
+  const std::string a = dir.path + "/uninterrupted", b = dir.path + "/interrupted";
+  auto full = shell(trainCommand(a, "--save-params " + a + "/final.pt"));
+  ASSERT_EQ(full.code, 0) << full.output;
+
+  // 1024 samples / 2 ranks / 32 = 16 steps per epoch; the last rank dies after step 21, the
+  // newest checkpoint is step 20 (epoch 2, batch 4).
+  auto crashed = shell(trainCommand(b, "--crash-at-step 21"));
+  EXPECT_EQ(crashed.code, 128 + 9) << crashed.output;
+  EXPECT_NE(crashed.output.find("rank 1 (host localhost"), std::string::npos) << crashed.output;
+  EXPECT_FALSE(std::filesystem::exists(b + "/final.pt"));
+
+  auto resumed = shell(trainCommand(b, "--resume latest --save-params " + b + "/final.pt"));
+  ASSERT_EQ(resumed.code, 0) << resumed.output;
+  EXPECT_NE(
+      resumed.output.find("resumed from " + b + "/ckpt-00000020.pt: epoch 2, batch 4, step 20"),
+      std::string::npos)
+      << resumed.output;
+
+  auto expected = loadParams(a + "/final.pt"), got = loadParams(b + "/final.pt");
+  ASSERT_EQ(expected.size(), got.size());
+  for (size_t i = 0; i < expected.size(); ++i) {
+    EXPECT_TRUE(torch::equal(expected[i], got[i]))
+        << "tensor " << i << " differs by " << (expected[i] - got[i]).abs().max().item<double>();
+  }
+  // Only the newest three are kept.
+  EXPECT_EQ(train::Checkpointer(b, 3).list().size(), 3u);
+
+  // A truncated newest checkpoint: refused, named, and the newest intact one offered.
+  auto all = train::Checkpointer(b, 3).list();
+  std::filesystem::resize_file(all.back(), std::filesystem::file_size(all.back()) / 2);
+  auto refused = shell(trainCommand(b, "--resume latest"));
+  EXPECT_NE(refused.code, 0);
+  EXPECT_NE(refused.output.find(all.back() + ": truncated"), std::string::npos) << refused.output;
+  EXPECT_NE(refused.output.find("the newest intact one is " + all[all.size() - 2]),
+            std::string::npos)
+      << refused.output;
+}
+
+TEST(Checkpoint, CorruptionIsDetected) {
+  TempDir dir;
+  torch::set_num_threads(1);
+  auto model = torch::nn::Linear(4, 3);
+  torch::optim::SGD opt(model->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
+  std::string path;
+  auto errors = runThreadRanks(1, testOptions(TransportKind::kShm), [&](comm::Group& g) {
+    train::Checkpointer c(dir.path, 2);
+    path = c.save(g, *model, opt, {1, 2, 3});
+    train::Progress p = c.load(g, path, *model, opt);
+    EXPECT_EQ(p.epoch, 1);
+    EXPECT_EQ(p.batchInEpoch, 2);
+    EXPECT_EQ(p.step, 3);
+  });
+  ASSERT_EQ(errors[0], "");
+  train::Checkpointer::verify(path);
+  std::string bytes;
+  {
+    std::ifstream in(path, std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  auto writeVariant = [&](const std::string& content) {
+    std::ofstream(path, std::ios::binary | std::ios::trunc) << content;
+  };
+  std::string flipped = bytes;
+  flipped[bytes.size() / 2] ^= 0x40;
+  writeVariant(flipped);
+  EXPECT_THROW(
+      {
+        try {
+          train::Checkpointer::verify(path);
+        } catch (const InvalidArgument& e) {
+          EXPECT_NE(std::string(e.what()).find("checksum mismatch"), std::string::npos);
+          throw;
+        }
+      },
+      InvalidArgument);
+  writeVariant("not a checkpoint at all, just some text that is long enough to have a header");
+  EXPECT_THROW(train::Checkpointer::verify(path), InvalidArgument);
+  writeVariant(bytes.substr(0, bytes.size() - 1));
+  EXPECT_THROW(train::Checkpointer::verify(path), InvalidArgument);
+  writeVariant(bytes);
+  EXPECT_NO_THROW(train::Checkpointer::verify(path));
+}
+
+void writeGz(const std::string& path, const std::string& content) {
+  gzFile f = ::gzopen(path.c_str(), "wb");
+  ::gzwrite(f, content.data(), static_cast<unsigned>(content.size()));
+  ::gzclose(f);
+}
+
+std::string idxHeader(uint32_t magic, std::vector<uint32_t> dims) {
+  std::string h;
+  auto put = [&](uint32_t v) {
+    for (int s = 24; s >= 0; s -= 8) h += static_cast<char>((v >> s) & 0xff);
+  };
+  put(magic);
+  for (auto d : dims) put(d);
+  return h;
+}
+
+TEST(IdxDataset, DamagedFilesAreNamedAndExplained) {
+  TempDir dir;
+  const std::string images = dir.path + "/x-images-idx3-ubyte.gz";
+  const std::string labels = dir.path + "/x-labels-idx1-ubyte.gz";
+  auto expectError = [&](const std::string& what) {
+    try {
+      train::readIdxDataset(dir.path, "x");
+      ADD_FAILURE() << "no error, expected " << what;
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+    }
+  };
+  expectError("x-images-idx3-ubyte.gz: cannot open");
+  writeGz(images, idxHeader(0x803, {2, 2, 2}) + std::string(8, '\1'));
+  writeGz(labels, idxHeader(0x801, {2}) + std::string("\1\2"));
+  auto ok = train::readIdxDataset(dir.path, "x");
+  EXPECT_EQ(ok.size(), 2);
+  EXPECT_EQ(ok.labels[1].item<int64_t>(), 2);
+  writeGz(images, idxHeader(0x803, {2, 2, 2}) + std::string(7, '\1'));
+  expectError("the header promises 8 bytes of data, the file has 7 (truncated)");
+  writeGz(images, idxHeader(0x802, {2, 2, 2}) + std::string(8, '\1'));
+  expectError("magic number 0x00000802");
+  writeGz(images, idxHeader(0x803, {2, 2, 2}) + std::string(8, '\1'));
+  writeGz(labels, idxHeader(0x801, {2}) + std::string("\1\12"));
+  expectError("label 10 of item 1 is outside 0..9");
+  writeGz(labels, idxHeader(0x801, {3}) + std::string("\1\2\3"));
+  expectError("holds 2 images but");
+  // A gzip stream cut in the middle.
+  writeGz(labels, idxHeader(0x801, {2}) + std::string("\1\2"));
+  {
+    std::string raw;
+    std::ifstream in(images, std::ios::binary);
+    raw.assign(std::istreambuf_iterator<char>(in), {});
+    std::ofstream(images, std::ios::binary | std::ios::trunc) << raw.substr(0, raw.size() - 6);
+  }
+  expectError("x-images-idx3-ubyte.gz: truncated or corrupt gzip stream");
+}
+
+TEST(Sampler, ShardsAreEqualDisjointAndReshuffled) {
+  const int64_t n = 103;
+  std::set<int64_t> seen;
+  for (int r = 0; r < 4; ++r) {
+    train::DistributedSampler s(n, r, 4, {.seed = 5});
+    auto e0 = s.indices(0);
+    EXPECT_EQ(static_cast<int64_t>(e0.size()), 26);  // padded: ceil(103 / 4)
+    EXPECT_EQ(e0, train::DistributedSampler(n, r, 4, {.seed = 5}).indices(0));  // deterministic
+    EXPECT_NE(e0, s.indices(1));                                                // reshuffled
+    seen.insert(e0.begin(), e0.end());
+  }
+  EXPECT_EQ(static_cast<int64_t>(seen.size()), n);  // every sample, the padding repeats some
+  train::DistributedSampler dropping(n, 3, 4, {.dropLast = true});
+  EXPECT_EQ(dropping.indices(0).size(), 25u);
+  EXPECT_EQ(dropping.batches(10), 3);
+}
+
+}  // namespace
+}  // namespace shoal::test

@@ -1,0 +1,26 @@
+// The IDX format of (Fashion-)MNIST, as Debian's dataset-fashion-mnist ships it (gzip).
+//
+// A missing, truncated or corrupt file is an InvalidArgument naming the file and what is wrong
+// (bad gzip stream, wrong magic number, dimensions that disagree with the data, a label outside
+// 0..9, images and labels of different counts). Nothing is returned half-read.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <string>
+
+namespace shoal::train {
+
+struct IdxDataset {
+  torch::Tensor images;  // [n, 1, 28, 28] float32, scaled to [0, 1] then standardized
+  torch::Tensor labels;  // [n] int64
+  int64_t size() const { return labels.size(0); }
+};
+
+// Reads <dir>/<prefix>-images-idx3-ubyte.gz and <dir>/<prefix>-labels-idx1-ubyte.gz; prefix is
+// "train" or "t10k".
+IdxDataset readIdxDataset(const std::string& dir, const std::string& prefix);
+
+inline const char* kFashionMnistDir = "/usr/share/datasets/fashion-mnist";
+
+}  // namespace shoal::train
