@@ -18,18 +18,20 @@ constexpr int64_t kBatch = 4;  // per rank
 constexpr int kSteps = 5;
 
 struct NetImpl : torch::nn::Module {
-  NetImpl(bool withUnused, bool withBatchNorm) {
+  NetImpl(bool withUnused, bool withBatchNorm, bool withShared = false) {
+    if (withShared) shared = register_module("shared", torch::nn::Linear(8, 8));
     fc1 = register_module("fc1", torch::nn::Linear(8, 16));
     if (withBatchNorm) bn = register_module("bn", torch::nn::BatchNorm1d(16));
     fc2 = register_module("fc2", torch::nn::Linear(16, 4));
     if (withUnused) unused = register_module("unused", torch::nn::Linear(4, 4));
   }
   torch::Tensor forward(torch::Tensor x) {
+    if (shared) x = shared(torch::tanh(shared(x)));  // one parameter, two uses in the graph
     x = fc1(x);
     if (bn) x = bn(x);
     return fc2(torch::relu(x));
   }
-  torch::nn::Linear fc1{nullptr}, fc2{nullptr}, unused{nullptr};
+  torch::nn::Linear fc1{nullptr}, fc2{nullptr}, unused{nullptr}, shared{nullptr};
   torch::nn::BatchNorm1d bn{nullptr};
 };
 TORCH_MODULE(Net);
@@ -41,6 +43,7 @@ struct Case {
   bool noSyncAccumulation = false;  // two micro-batches per step, the first under noSync
   bool unused = false;
   bool batchNorm = false;
+  bool shared = false;  // a layer applied twice
 };
 
 std::ostream& operator<<(std::ostream& o, const Case& c) {
@@ -63,7 +66,7 @@ Data makeData(int batches) {
 
 Net makeNet(const Case& c) {
   torch::manual_seed(7);
-  return Net(c.unused, c.batchNorm);
+  return Net(c.unused, c.batchNorm, c.shared);
 }
 
 std::unique_ptr<torch::optim::Optimizer> makeOpt(Net& net, const Case& c) {
@@ -189,7 +192,9 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"adam_after_backward", train::OptimizerKind::kAdam, false},
                       Case{"sgd_no_sync_accumulation", train::OptimizerKind::kSgd, true, true},
                       Case{"adam_unused_parameter", train::OptimizerKind::kAdam, true, false, true},
-                      Case{"sgd_batch_norm", train::OptimizerKind::kSgd, true, false, false, true}),
+                      Case{"sgd_batch_norm", train::OptimizerKind::kSgd, true, false, false, true},
+                      Case{"adam_shared_layer", train::OptimizerKind::kAdam, true, false, false,
+                           false, true}),
     [](const auto& info) { return info.param.name; });
 
 TEST(Ddp, AnUnusedParameterWithoutDetectionIsNamed) {
@@ -208,6 +213,25 @@ TEST(Ddp, AnUnusedParameterWithoutDetectionIsNamed) {
   for (auto& e : errors) {
     EXPECT_NE(e.find("parameter 'unused.weight' got no gradient"), std::string::npos) << e;
     EXPECT_NE(e.find("findUnusedParameters"), std::string::npos) << e;
+  }
+}
+
+TEST(Ddp, ASecondBackwardBeforeSynchronizingIsRefused) {
+  torch::set_num_threads(1);
+  Case c{"twice"};
+  std::vector<Net> nets;
+  for (int r = 0; r < 2; ++r) nets.push_back(makeNet(c));
+  auto data = makeData(1);
+  auto errors = runThreadRanks(2, testOptions(TransportKind::kShm), [&](comm::Group& g) {
+    train::DistributedDataParallel ddp(nets[g.rank()].ptr(), g.shared_from_this());
+    auto loss = torch::nn::functional::cross_entropy(nets[g.rank()]->forward(rows(data.x[0], 0)),
+                                                     rows(data.y[0], 0));
+    loss.backward({}, /*retain_graph=*/true);
+    loss.backward();  // the gradients of the first are still being averaged
+  });
+  for (auto& e : errors) {
+    EXPECT_NE(e.find("got a second gradient before the first was synchronized"), std::string::npos)
+        << e;
   }
 }
 

@@ -208,8 +208,13 @@ void DistributedDataParallel::onGradient(size_t i, const torch::Tensor& grad) {
   Bucket& b = buckets_[bucketOf_[i]];
   auto slot = b.flat.narrow(0, b.offsets[slotOf_[i]], params_[i].numel());
   if (ready_[i]) {
-    slot.add_(grad.reshape(-1));
-    return;
+    // A second backward before the gradients were synchronized: the bucket may already be on
+    // the wire, so adding to it would race with the all-reduce.
+    SHOAL_THROW(InvalidArgument,
+                "rank {}: DistributedDataParallel: parameter '{}' got a second gradient before "
+                "the first was synchronized; call backward() once per step (accumulate with "
+                "noSync())",
+                group_->rank(), names_[i]);
   }
   slot.copy_(grad.reshape(-1));
   // What earlier noSync backwards accumulated: autograd adds `grad` to it after this hook.
