@@ -56,6 +56,9 @@ World init() {
   w.localRank = r.localRank;
   w.localSize = r.localSize;
   w.launcher = r.launcher;
+  w.role = r.role;
+  w.roleRank = r.roleRank;
+  w.numServers = r.numServers;
   if (r.rank == 0) {
     SHOAL_LOG_INFO("started by {}: {} ranks on {} host(s); configuration: {}", toString(r.launcher),
                    r.size, r.hosts, describe(env));

@@ -24,6 +24,11 @@ struct World {
   int localRank = 0;  // among the ranks on this host
   int localSize = 1;
   run::Launcher launcher = run::Launcher::kNone;
+  // Parameter-server jobs (shoal run --servers, or SHOAL_NUM_SERVERS): the last numServers
+  // ranks are servers; roleRank numbers the ranks of each role from 0.
+  run::Role role = run::Role::kWorker;
+  int roleRank = 0;
+  int numServers = 0;
 };
 
 World init();

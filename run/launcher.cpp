@@ -142,7 +142,13 @@ class Job {
   void validate() {
     if (o_.command.empty())
       SHOAL_THROW(InvalidArgument, "no program given (shoal run -n N -- prog)");
-    places_ = placeRanks(o_.ranks, o_.hosts);
+    if (o_.servers < 0)
+      SHOAL_THROW(InvalidArgument, "--servers {} must not be negative", o_.servers);
+    places_ = placeRanks(o_.ranks == 0 ? 0 : o_.ranks + o_.servers, o_.hosts);
+    if (static_cast<int>(places_.size()) <= o_.servers) {
+      SHOAL_THROW(InvalidArgument, "--servers {} leaves no slot for a worker", o_.servers);
+    }
+    workers_ = static_cast<int>(places_.size()) - o_.servers;
     bool anyLocal = false;
     for (auto& p : places_) anyLocal |= p.local;
     program_ = findProgram(o_.command[0]);
@@ -279,6 +285,9 @@ class Job {
         {"LOCAL_WORLD_SIZE", std::to_string(p.localSize)},
         {"MASTER_ADDR", storeHost_},
         {"MASTER_PORT", storePort},
+        {"SHOAL_NUM_SERVERS", std::to_string(o_.servers)},
+        {"SHOAL_ROLE", r < workers_ ? "worker" : "server"},
+        {"SHOAL_ROLE_RANK", std::to_string(r < workers_ ? r : r - workers_)},
     };
     if (o_.opTimeoutSeconds)
       v.emplace_back("SHOAL_TIMEOUT", fmt::format("{}", *o_.opTimeoutSeconds));
@@ -585,6 +594,7 @@ class Job {
   std::unique_ptr<store::TcpStoreServer> store_;
   std::string storeHost_, storeAddr_, secret_;
   int numHosts_ = 1;
+  int workers_ = 0;
   std::deque<Rank> ranks_;  // stable addresses
   Fd signalFd_;
   sigset_t oldMask_{};

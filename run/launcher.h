@@ -24,7 +24,9 @@
 namespace shoal::run {
 
 struct LaunchOptions {
-  int ranks = 0;  // 0 with hosts: one per slot
+  int ranks = 0;  // workers; 0 with hosts: one per slot (less the servers)
+  // Parameter-server processes, started after the workers: world ranks ranks..ranks+servers-1.
+  int servers = 0;
   std::vector<HostSlots> hosts;
   std::vector<std::string> command;                      // program, then its arguments
   std::vector<std::pair<std::string, std::string>> env;  // set for every rank (-x)

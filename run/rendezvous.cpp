@@ -75,6 +75,43 @@ bool storeOverride(const Reader& in, Rendezvous& r) {
 
 }  // namespace
 
+std::string_view toString(Role r) {
+  return r == Role::kServer ? "server" : "worker";
+}
+
+namespace {
+
+// The last SHOAL_NUM_SERVERS ranks serve; SHOAL_ROLE / SHOAL_ROLE_RANK, if set, must agree.
+void assignRole(const EnvLookup& env, Rendezvous& r) {
+  Reader in{env, "roles"};
+  r.numServers = in.getInt("SHOAL_NUM_SERVERS", 0).value_or(0);
+  if (r.numServers >= r.size && r.numServers > 0) {
+    SHOAL_THROW(InvalidArgument, "SHOAL_NUM_SERVERS={} leaves no worker in a world of {}",
+                r.numServers, r.size);
+  }
+  const int workers = r.size - r.numServers;
+  r.role = r.rank < workers ? Role::kWorker : Role::kServer;
+  r.roleRank = r.rank < workers ? r.rank : r.rank - workers;
+  if (auto role = in.get("SHOAL_ROLE"); role && *role != toString(r.role)) {
+    SHOAL_THROW(InvalidArgument, "SHOAL_ROLE={} but rank {} of {} with {} servers is a {}", *role,
+                r.rank, r.size, r.numServers, toString(r.role));
+  }
+  if (auto rr = in.getInt("SHOAL_ROLE_RANK", 0); rr && *rr != r.roleRank) {
+    SHOAL_THROW(InvalidArgument, "SHOAL_ROLE_RANK={} but rank {} is {} {}", *rr, r.rank,
+                toString(r.role), r.roleRank);
+  }
+}
+
+Rendezvous detectLauncher(const EnvLookup& env);
+
+}  // namespace
+
+Rendezvous detectRendezvous(const EnvLookup& env) {
+  Rendezvous r = detectLauncher(env);
+  assignRole(env, r);
+  return r;
+}
+
 std::string_view toString(Launcher l) {
   switch (l) {
     case Launcher::kNone:
@@ -132,7 +169,9 @@ std::vector<int> expandSlurmTasksPerNode(std::string_view spec) {
   return out;
 }
 
-Rendezvous detectRendezvous(const EnvLookup& env) {
+namespace {
+
+Rendezvous detectLauncher(const EnvLookup& env) {
   Rendezvous r;
   if (env("SHOAL_RANK")) {
     Reader in{env, "shoal run"};
@@ -233,6 +272,8 @@ Rendezvous detectRendezvous(const EnvLookup& env) {
   }
   return r;
 }
+
+}  // namespace
 
 EnvLookup processEnv() {
   return [](const std::string& name) -> std::optional<std::string> {

@@ -15,6 +15,9 @@
 //                29400;
 // - nothing:     a world of one.
 // SHOAL_STORE_ADDR, or MASTER_ADDR with MASTER_PORT, override the store's address everywhere.
+// Roles, under every launcher: with SHOAL_NUM_SERVERS=S the last S ranks of the world are
+// parameter servers, the others workers (shoal run --servers sets it, and SHOAL_ROLE /
+// SHOAL_ROLE_RANK, which must agree).
 #pragma once
 
 #include <functional>
@@ -28,6 +31,9 @@ namespace shoal::run {
 enum class Launcher { kNone, kShoal, kMpirun, kSlurm, kKubernetes };
 std::string_view toString(Launcher l);
 
+enum class Role { kWorker, kServer };
+std::string_view toString(Role r);
+
 struct Rendezvous {
   Launcher launcher = Launcher::kNone;
   int rank = 0;
@@ -38,6 +44,9 @@ struct Rendezvous {
   std::string storeHost;  // empty under mpirun without MASTER_ADDR: rank 0 says over MPI
   int storePort = 0;
   bool hostsStore = false;  // this rank starts the store server (rank 0, without shoal run)
+  Role role = Role::kWorker;
+  int roleRank = 0;  // among the ranks of its role
+  int numServers = 0;
 };
 
 using EnvLookup = std::function<std::optional<std::string>(const std::string&)>;

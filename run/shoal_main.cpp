@@ -19,6 +19,9 @@ int main(int argc, char** argv) {
   double timeout = 0, timeLimit = 0;
   run->add_option("-n,--ranks", o.ranks, "number of ranks (with hosts: default one per slot)")
       ->check(CLI::Range(1, 1 << 20));
+  run->add_option("--servers", o.servers,
+                  "also start this many parameter-server processes (after the -n workers)")
+      ->check(CLI::Range(0, 1 << 16));
   run->add_option("--hosts", hosts, "host1:slots,host2:slots (ranks fill hosts in order)");
   run->add_option("--hostfile", hostfile, "one host per line: host, host:slots or host slots=N");
   run->add_option("--timeout", timeout,

@@ -146,6 +146,23 @@ TEST(Launcher, EveryRankGetsItsEnvironmentAndPrefixedOutput) {
   EXPECT_EQ(r.output.find("SHOAL_SECRET="), std::string::npos);
 }
 
+TEST(Launcher, ServersAreStartedAfterTheWorkers) {
+  TempDir dir;
+  auto r = shoalRun({"-n", "3", "--servers", "2", "--", "/bin/sh", "-c",
+                     "echo \"$SHOAL_RANK/$SHOAL_WORLD_SIZE $SHOAL_ROLE $SHOAL_ROLE_RANK "
+                     "servers=$SHOAL_NUM_SERVERS\""},
+                    dir);
+  ASSERT_EQ(r.code, 0) << r.output;
+  for (auto line : {"[0] 0/5 worker 0 servers=2", "[2] 2/5 worker 2 servers=2",
+                    "[3] 3/5 server 0 servers=2", "[4] 4/5 server 1 servers=2"}) {
+    EXPECT_NE(r.output.find(line), std::string::npos) << line << "\n" << r.output;
+  }
+  auto none = shoalRun({"--hosts", "localhost:2", "--servers", "2", "--", "/bin/true"}, dir);
+  EXPECT_EQ(none.code, 2);
+  EXPECT_NE(none.output.find("--servers 2 leaves no slot for a worker"), std::string::npos)
+      << none.output;
+}
+
 TEST(Launcher, ACollectiveJobRunsUnderIt) {
   TempDir dir;
   auto before = shmEntries();

@@ -116,6 +116,23 @@ TEST(Rendezvous, KubernetesIndexedJob) {
                InvalidArgument);  // hostname does not carry the index
 }
 
+TEST(Rendezvous, TheLastRanksServe) {
+  std::map<std::string, std::string> base{
+      {"OMPI_COMM_WORLD_RANK", "4"}, {"OMPI_COMM_WORLD_SIZE", "6"}, {"SHOAL_NUM_SERVERS", "2"}};
+  auto r = detect(base);
+  EXPECT_EQ(r.role, Role::kServer);
+  EXPECT_EQ(r.roleRank, 0);
+  EXPECT_EQ(r.numServers, 2);
+  base["OMPI_COMM_WORLD_RANK"] = "3";
+  r = detect(base);
+  EXPECT_EQ(r.role, Role::kWorker);
+  EXPECT_EQ(r.roleRank, 3);
+  EXPECT_EQ(detect({}).role, Role::kWorker);
+  base["SHOAL_ROLE"] = "server";  // disagrees: rank 3 is a worker
+  EXPECT_THROW(detect(base), InvalidArgument);
+  EXPECT_THROW(detect({{"SHOAL_NUM_SERVERS", "1"}}), InvalidArgument);  // no worker left
+}
+
 TEST(Rendezvous, SlurmLists) {
   EXPECT_EQ(firstSlurmNode("node[01-04,07],gpu1"), "node01");
   EXPECT_EQ(firstSlurmNode("a,b[1-2]"), "a");
