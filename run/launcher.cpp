@@ -5,7 +5,6 @@
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
-#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -15,66 +14,19 @@
 #include <deque>
 #include <filesystem>
 #include <memory>
-#include <sstream>
 
 #include "common/error.h"
 #include "common/socket.h"
 #include "run/output_forwarder.h"
+#include "run/process_util.h"
 #include "store/tcp_store.h"
 #include "transport/auth.h"
-
-extern char** environ;
 
 namespace shoal::run {
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-std::string shellQuote(const std::string& s) {
-  std::string out = "'";
-  for (char c : s) {
-    if (c == '\'') {
-      out += "'\\''";
-    } else {
-      out += c;
-    }
-  }
-  return out + "'";
-}
-
-std::vector<std::string> splitWords(const std::string& s) {
-  std::istringstream in(s);
-  std::vector<std::string> out;
-  for (std::string w; in >> w;) out.push_back(w);
-  return out;
-}
-
-// The program as this machine finds it: a path with a slash as given, else the first match on
-// PATH. Empty if not found or not executable.
-std::string findProgram(const std::string& name) {
-  auto executable = [](const std::string& p) {
-    struct stat st {};
-    return ::stat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::access(p.c_str(), X_OK) == 0;
-  };
-  if (name.find('/') != std::string::npos) {
-    return executable(name) ? std::filesystem::absolute(name).string() : "";
-  }
-  const char* path = std::getenv("PATH");
-  std::istringstream dirs(path ? path : "/usr/local/bin:/usr/bin:/bin");
-  for (std::string dir; std::getline(dirs, dir, ':');) {
-    std::string p = (dir.empty() ? "." : dir) + "/" + name;
-    if (executable(p)) return p;
-  }
-  return "";
-}
-
-std::string describeStatus(int status) {
-  if (WIFSIGNALED(status)) {
-    return fmt::format("killed by signal {} ({})", WTERMSIG(status), strsignal(WTERMSIG(status)));
-  }
-  return fmt::format("exited with code {}", WEXITSTATUS(status));
-}
 
 // A remote rank's status is ssh's, which passes on the remote shell's: 128 + N for signal N.
 std::string describeRank(int status, bool local) {
@@ -86,8 +38,11 @@ std::string describeRank(int status, bool local) {
   return s;
 }
 
-int exitCodeOf(int status) {
-  return WIFSIGNALED(status) ? 128 + WTERMSIG(status) : WEXITSTATUS(status);
+// The names of `vars`, and `more`.
+std::vector<std::string> namesOf(const std::vector<std::pair<std::string, std::string>>& vars,
+                                 std::vector<std::string> more) {
+  for (auto& [k, _] : vars) more.push_back(k);
+  return more;
 }
 
 struct Rank {
@@ -312,20 +267,14 @@ class Job {
     if (rk.where.local) {
       argv = o_.command;
       argv[0] = program_;
-      for (char** e = environ; *e; ++e) {
-        std::string kv(*e);
-        std::string name = kv.substr(0, kv.find('='));
-        bool replaced = name == "SHOAL_SECRET";
-        for (auto& [k, _] : vars) replaced |= name == k;
-        if (!replaced) env.push_back(kv);
-      }
+      env = environmentWithout(namesOf(vars, {"SHOAL_SECRET"}));
       for (auto& [k, v] : vars) env.push_back(k + "=" + v);
       env.push_back("SHOAL_SECRET=" + secret_);
     } else {
       argv = ssh_;
       argv.push_back(rk.where.host);
       argv.push_back(remoteScript(vars));
-      for (char** e = environ; *e; ++e) env.emplace_back(*e);
+      env = environmentWithout({});
     }
 
     int outPipe[2], errPipe[2], inPipe[2] = {-1, -1};
@@ -377,34 +326,18 @@ class Job {
     rk.running = true;
   }
 
-  // A POSIX sh script for the remote side of ssh: it reads the secret from stdin (never on a
-  // command line, where `ps` would show it), starts the rank, and kills it when stdin closes,
-  // which happens when the launcher stops it or the ssh connection dies.
+  // What a remote rank runs: Shoal's configuration travels with it (ssh forwards no
+  // environment), then the rank's own variables.
   std::string remoteScript(const std::vector<std::pair<std::string, std::string>>& vars) const {
-    std::string assign;
-    for (char** e = environ; *e; ++e) {
-      std::string kv(*e);
-      std::string name = kv.substr(0, kv.find('='));
-      // Shoal's configuration travels with the job (ssh forwards no environment).
-      if (name.rfind("SHOAL_", 0) == 0 && name != "SHOAL_SECRET") {
-        bool replaced = false;
-        for (auto& [k, _] : vars) replaced |= name == k;
-        if (!replaced) assign += fmt::format(" {}", shellQuote(kv));
-      }
+    std::vector<std::string> assignments;
+    for (auto& kv : environmentWithout(namesOf(vars, {"SHOAL_SECRET"}))) {
+      if (kv.rfind("SHOAL_", 0) == 0) assignments.push_back(kv);
     }
-    for (auto& [k, v] : vars) assign += fmt::format(" {}", shellQuote(k + "=" + v));
-    std::string cmd;
-    for (auto& s : o_.command) {
-      cmd += fmt::format(" {}", shellQuote(&s == &o_.command[0] ? program_ : s));
-    }
-    const int grace = static_cast<int>(o_.graceSeconds + 0.999);
-    return fmt::format(
-        "cd {} 2>/dev/null; IFS= read -r SHOAL_SECRET; export SHOAL_SECRET; exec 3<&0; "
-        "env{}{} </dev/null & pid=$!; "
-        "{{ cat <&3 >/dev/null; kill -TERM $pid; sleep {}; kill -KILL $pid; }} "
-        ">/dev/null 2>&1 & watch=$!; exec 3<&-; "
-        "wait $pid; rc=$?; kill $watch 2>/dev/null; exit $rc",
-        shellQuote(std::filesystem::current_path().string()), assign, cmd, grace);
+    for (auto& [k, v] : vars) assignments.push_back(k + "=" + v);
+    std::vector<std::string> command = o_.command;
+    command[0] = program_;
+    return remoteRankScript(std::filesystem::current_path().string(), assignments, command,
+                            o_.graceSeconds);
   }
 
   void loop() {

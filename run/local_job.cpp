@@ -13,9 +13,9 @@
 #include <thread>
 
 #include "common/error.h"
+#include "run/process_util.h"
 #include "transport/auth.h"
 
-extern char** environ;
 
 namespace shoal::run {
 
@@ -34,16 +34,9 @@ LocalJob::LocalJob(LocalJobOptions options) : options_(std::move(options)) {
   if (options_.shoalVariables) store_ = std::make_unique<store::TcpStoreServer>("127.0.0.1", 0);
   const std::string secret = transport::generateSecret();
 
-  std::vector<std::string> baseEnv;
-  for (char** e = environ; *e; ++e) {
-    std::string kv(*e);
-    // The job's own variables replace whatever the caller's environment had.
-    if (kv.rfind("SHOAL_RANK=", 0) == 0 || kv.rfind("SHOAL_WORLD_SIZE=", 0) == 0 ||
-        kv.rfind("SHOAL_STORE_ADDR=", 0) == 0 || kv.rfind("SHOAL_SECRET=", 0) == 0) {
-      continue;
-    }
-    baseEnv.push_back(kv);
-  }
+  // The job's own variables replace whatever the caller's environment had.
+  std::vector<std::string> baseEnv =
+      environmentWithout({"SHOAL_RANK", "SHOAL_WORLD_SIZE", "SHOAL_STORE_ADDR", "SHOAL_SECRET"});
   for (auto& [k, v] : options_.env) baseEnv.push_back(k + "=" + v);
 
   for (int r = 0; r < options_.ranks; ++r) {
