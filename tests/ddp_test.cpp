@@ -197,19 +197,27 @@ INSTANTIATE_TEST_SUITE_P(
                            false, true}),
     [](const auto& info) { return info.param.name; });
 
-TEST(Ddp, AnUnusedParameterWithoutDetectionIsNamed) {
+// Two ranks with the model of `c` compute a loss on one batch; `then` does the rest with it.
+// Returns each rank's error text.
+std::vector<std::string> lossOnTwoRanks(
+    const Case& c,
+    const std::function<void(train::DistributedDataParallel&, const torch::Tensor&)>& then) {
   torch::set_num_threads(1);
-  Case c{"unused"};
-  c.unused = true;
   std::vector<Net> nets;
   for (int r = 0; r < 2; ++r) nets.push_back(makeNet(c));
   auto data = makeData(1);
-  auto errors = runThreadRanks(2, testOptions(TransportKind::kShm), [&](comm::Group& g) {
+  return runThreadRanks(2, testOptions(TransportKind::kShm), [&](comm::Group& g) {
     train::DistributedDataParallel ddp(nets[g.rank()].ptr(), g.shared_from_this());
-    auto loss = torch::nn::functional::cross_entropy(nets[g.rank()]->forward(rows(data.x[0], 0)),
-                                                     rows(data.y[0], 0));
-    ddp.backward(loss);
+    then(ddp, torch::nn::functional::cross_entropy(nets[g.rank()]->forward(rows(data.x[0], 0)),
+                                                   rows(data.y[0], 0)));
   });
+}
+
+TEST(Ddp, AnUnusedParameterWithoutDetectionIsNamed) {
+  Case c{"unused"};
+  c.unused = true;
+  auto errors = lossOnTwoRanks(c, [](train::DistributedDataParallel& ddp,
+                                     const torch::Tensor& loss) { ddp.backward(loss); });
   for (auto& e : errors) {
     EXPECT_NE(e.find("parameter 'unused.weight' got no gradient"), std::string::npos) << e;
     EXPECT_NE(e.find("findUnusedParameters"), std::string::npos) << e;
@@ -217,18 +225,11 @@ TEST(Ddp, AnUnusedParameterWithoutDetectionIsNamed) {
 }
 
 TEST(Ddp, ASecondBackwardBeforeSynchronizingIsRefused) {
-  torch::set_num_threads(1);
-  Case c{"twice"};
-  std::vector<Net> nets;
-  for (int r = 0; r < 2; ++r) nets.push_back(makeNet(c));
-  auto data = makeData(1);
-  auto errors = runThreadRanks(2, testOptions(TransportKind::kShm), [&](comm::Group& g) {
-    train::DistributedDataParallel ddp(nets[g.rank()].ptr(), g.shared_from_this());
-    auto loss = torch::nn::functional::cross_entropy(nets[g.rank()]->forward(rows(data.x[0], 0)),
-                                                     rows(data.y[0], 0));
-    loss.backward({}, /*retain_graph=*/true);
-    loss.backward();  // the gradients of the first are still being averaged
-  });
+  auto errors =
+      lossOnTwoRanks(Case{"twice"}, [](train::DistributedDataParallel&, const torch::Tensor& loss) {
+        loss.backward({}, /*retain_graph=*/true);
+        loss.backward();  // the gradients of the first are still being averaged
+      });
   for (auto& e : errors) {
     EXPECT_NE(e.find("got a second gradient before the first was synchronized"), std::string::npos)
         << e;
