@@ -202,10 +202,7 @@ std::shared_ptr<Group> Group::split(int color, int key) {
   if (backend_) {
     std::shared_ptr<Backend> sub;
     inOrder([&] {
-      if (!backendFailure_.empty()) {
-        SHOAL_THROW(PeerError, "rank {}: this group failed earlier and cannot be used: {}", rank_,
-                    backendFailure_);
-      }
+      throwIfBackendFailed(fmt::format("{} split", backendName()));
       sub = backend_->split(color, key);
     });
     return sub ? std::shared_ptr<Group>(new Group(std::move(sub), options_)) : nullptr;
@@ -299,16 +296,20 @@ void Group::runOp(OpCode op, FrameHeader base, const CallOptions& call,
   }
 }
 
+void Group::throwIfBackendFailed(const std::string& what) const {
+  if (!backendFailure_.empty()) {
+    SHOAL_THROW(PeerError, "rank {}: {}: this group failed earlier and cannot be used: {}", rank_,
+                what, backendFailure_);
+  }
+}
+
 void Group::runBackendOp(const BackendOp& op, const CallOptions& call) {
   const uint64_t seq = op.op == OpCode::kSendRecv ? 0 : nextSeq_++;
   const std::string what =
       op.op == OpCode::kSendRecv
           ? fmt::format("{} {} {}", backendName(), op.isSend ? "send to" : "recv from", op.root)
           : fmt::format("{} {} (seq {})", backendName(), transport::toString(op.op), seq);
-  if (!backendFailure_.empty()) {
-    SHOAL_THROW(PeerError, "rank {}: {}: this group failed earlier and cannot be used: {}", rank_,
-                what, backendFailure_);
-  }
+  throwIfBackendFailed(what);
   const Duration timeout = call.timeout.value_or(options_.timeout);
   try {
     backend_->run(op, Deadline(timeout));

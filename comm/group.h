@@ -145,6 +145,8 @@ class Group : public std::enable_shared_from_this<Group> {
   void runOp(transport::OpCode op, transport::FrameHeader base, const CallOptions& call,
              const std::function<void(OpContext&)>& body);
   void runBackendOp(const BackendOp& op, const CallOptions& call);
+  // A backend operation cannot be cancelled: after one failed, the group refuses the rest.
+  void throwIfBackendFailed(const std::string& what) const;
   // Runs `task` in issue order on the caller's thread (or waits for the executor to run it).
   void inOrder(const std::function<void()>& task);
   // Queues `task` in issue order; its Work carries what it threw.

@@ -14,6 +14,7 @@
 #include <deque>
 #include <filesystem>
 #include <memory>
+#include <set>
 
 #include "common/error.h"
 #include "common/socket.h"
@@ -113,12 +114,11 @@ class Job {
     if (program_.empty()) program_ = o_.command[0];
     ssh_ = splitWords(o_.sshCommand);
     if (ssh_.empty()) SHOAL_THROW(InvalidArgument, "--ssh must name a command");
-    std::vector<std::string> checked;
+    std::set<std::string> hosts;
     for (auto& p : places_) {
-      if (p.local || std::find(checked.begin(), checked.end(), p.host) != checked.end()) continue;
-      checked.push_back(p.host);
-      checkRemoteProgram(p.host);
+      if (hosts.insert(p.host).second && !p.local) checkRemoteProgram(p.host);
     }
+    numHosts_ = static_cast<int>(hosts.size());
     if (!o_.outputDir.empty()) {
       std::error_code ec;
       std::filesystem::create_directories(o_.outputDir, ec);
@@ -202,15 +202,6 @@ class Job {
     storeHost_ = host;
     storeAddr_ = fmt::format("{}:{}", host, store_->port());
     secret_ = transport::generateSecret();
-    int hosts = 0;
-    std::vector<std::string> seen;
-    for (auto& p : places_) {
-      if (std::find(seen.begin(), seen.end(), p.host) == seen.end()) {
-        seen.push_back(p.host);
-        ++hosts;
-      }
-    }
-    numHosts_ = hosts;
   }
 
   void blockSignals() {
