@@ -12,39 +12,33 @@ namespace {
 
 using comm::AllreduceAlgorithm;
 
+template <typename T>
+T load(const uint8_t* p) {
+  T v;
+  std::memcpy(&v, p, sizeof(T));
+  return v;
+}
+
+template <typename T>
+void store(uint8_t* p, T v) {
+  std::memcpy(p, &v, sizeof(T));
+}
+
 double get(const std::vector<uint8_t>& b, size_t i, DataType t) {
   const uint8_t* p = b.data() + i * elementSize(t);
   switch (t) {
-    case DataType::kFloat32: {
-      float v;
-      std::memcpy(&v, p, 4);
-      return v;
-    }
-    case DataType::kFloat64: {
-      double v;
-      std::memcpy(&v, p, 8);
-      return v;
-    }
-    case DataType::kFloat16: {
-      uint16_t v;
-      std::memcpy(&v, p, 2);
-      return halfToFloat(v);
-    }
-    case DataType::kBFloat16: {
-      uint16_t v;
-      std::memcpy(&v, p, 2);
-      return bf16ToFloat(v);
-    }
-    case DataType::kInt32: {
-      int32_t v;
-      std::memcpy(&v, p, 4);
-      return v;
-    }
-    case DataType::kInt64: {
-      int64_t v;
-      std::memcpy(&v, p, 8);
-      return static_cast<double>(v);
-    }
+    case DataType::kFloat32:
+      return load<float>(p);
+    case DataType::kFloat64:
+      return load<double>(p);
+    case DataType::kFloat16:
+      return halfToFloat(load<uint16_t>(p));
+    case DataType::kBFloat16:
+      return bf16ToFloat(load<uint16_t>(p));
+    case DataType::kInt32:
+      return load<int32_t>(p);
+    case DataType::kInt64:
+      return static_cast<double>(load<int64_t>(p));
     case DataType::kUInt8:
       return *p;
   }
@@ -54,37 +48,20 @@ double get(const std::vector<uint8_t>& b, size_t i, DataType t) {
 void put(std::vector<uint8_t>& b, size_t i, DataType t, double v) {
   uint8_t* p = b.data() + i * elementSize(t);
   switch (t) {
-    case DataType::kFloat32: {
-      float x = static_cast<float>(v);
-      std::memcpy(p, &x, 4);
-      break;
-    }
+    case DataType::kFloat32:
+      return store(p, static_cast<float>(v));
     case DataType::kFloat64:
-      std::memcpy(p, &v, 8);
-      break;
-    case DataType::kFloat16: {
-      uint16_t x = floatToHalf(static_cast<float>(v));
-      std::memcpy(p, &x, 2);
-      break;
-    }
-    case DataType::kBFloat16: {
-      uint16_t x = floatToBf16(static_cast<float>(v));
-      std::memcpy(p, &x, 2);
-      break;
-    }
-    case DataType::kInt32: {
-      int32_t x = static_cast<int32_t>(v);
-      std::memcpy(p, &x, 4);
-      break;
-    }
-    case DataType::kInt64: {
-      int64_t x = static_cast<int64_t>(v);
-      std::memcpy(p, &x, 8);
-      break;
-    }
+      return store(p, v);
+    case DataType::kFloat16:
+      return store(p, floatToHalf(static_cast<float>(v)));
+    case DataType::kBFloat16:
+      return store(p, floatToBf16(static_cast<float>(v)));
+    case DataType::kInt32:
+      return store(p, static_cast<int32_t>(v));
+    case DataType::kInt64:
+      return store(p, static_cast<int64_t>(v));
     case DataType::kUInt8:
-      *p = static_cast<uint8_t>(static_cast<int64_t>(v) & 0xff);
-      break;
+      return store(p, static_cast<uint8_t>(static_cast<int64_t>(v) & 0xff));
   }
 }
 
