@@ -32,7 +32,7 @@ int main(int argc, char** argv) {
   train::FashionCnn model;
   auto opt = train::makeOptimizer(model->parameters(), {train::OptimizerKind::kAdam, lr});
   train::DistributedSampler sampler(trainSet.size(), 0, 1, {.seed = seed});
-  train::LrSchedule schedule(lr, 1, false, 0, epochs * sampler.batches(batch));
+  LrSchedule schedule(lr, 1, false, 0, epochs * sampler.batches(batch));
   int64_t step = 0;
   for (int64_t epoch = 0; epoch < epochs; ++epoch) {
     auto order = sampler.indices(epoch);
@@ -41,7 +41,7 @@ int main(int argc, char** argv) {
     auto t0 = std::chrono::steady_clock::now();
     for (int64_t b = 0; b < sampler.batches(batch); ++b) {
       auto idx = idxAll.slice(0, b * batch, std::min<int64_t>((b + 1) * batch, order.size()));
-      schedule.set(*opt, step++);
+      train::setLearningRate(*opt, schedule.at(step++));
       opt->zero_grad();
       auto loss =
           torch::nn::functional::cross_entropy(model->forward(trainSet.images.index_select(0, idx)),

@@ -240,6 +240,21 @@ std::shared_ptr<Group> Group::split(int color, int key) {
   return result;
 }
 
+std::shared_ptr<Group> Group::connect(const std::string& name, int rank, int size) {
+  if (backend_) {
+    SHOAL_THROW(InvalidArgument,
+                "rank {}: group '{}': named groups need the native engine; this group runs on "
+                "{} (unset SHOAL_BACKEND)",
+                rank_, name, backendName());
+  }
+  SHOAL_CHECK(size >= 1 && rank >= 0 && rank < size, "group '{}': rank {} of {}", name, rank, size);
+  SHOAL_CHECK(!name.empty() && name.find('/') == std::string::npos,
+              "group name '{}' must be non-empty without '/'", name);
+  const std::string prefix = fmt::format("{}/named/{}", prefix_, name);
+  return std::shared_ptr<Group>(
+      new Group(root_, prefix, rank, size, fnv1a(prefix), options_, secret_, secretHolder_));
+}
+
 AllreduceAlgorithm Group::allreduceAlgorithm(const CallOptions& call) const {
   return call.algorithm != AllreduceAlgorithm::kAuto ? call.algorithm : options_.allreduce;
 }

@@ -120,6 +120,19 @@ class Group : public std::enable_shared_from_this<Group> {
   // key then by rank in this group. A negative color joins no group and gets nullptr.
   std::shared_ptr<Group> split(int color, int key);
 
+  // Not collective: a new group of `size` ranks named `name`, joined only by its members (each
+  // passes its rank in the new group). Shares this group's store and secret; blocks until all
+  // members connected, bounded by the group timeout. Each name must be used once per job.
+  // Parameter servers use one per (server, worker) pair. Native engine only.
+  std::shared_ptr<Group> connect(const std::string& name, int rank, int size);
+
+  // Thread-safe, for another thread than the one running an operation: makes the running and
+  // every later operation fail with PeerError, and the peers see this rank leave. Native engine
+  // only (a no-op on a backend group).
+  void interrupt() noexcept {
+    if (endpoint_) endpoint_->interrupt();
+  }
+
   // Runs `body` as operation `op` in issue order (see the class comment). Synchronous:
   // throws what the operation threw. Used by the collectives; not needed by applications.
   void execute(transport::OpCode op, const transport::FrameHeader& base, const CallOptions& call,

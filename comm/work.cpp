@@ -23,13 +23,27 @@ std::exception_ptr Work::error() const {
   return error_;
 }
 
+void Work::onDone(std::function<void(std::exception_ptr)> callback) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  if (!finished_) {
+    callbacks_.push_back(std::move(callback));
+    return;
+  }
+  auto error = error_;
+  lock.unlock();
+  callback(error);
+}
+
 void Work::finish(std::exception_ptr error) {
+  std::vector<std::function<void(std::exception_ptr)>> callbacks;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     finished_ = true;
-    error_ = std::move(error);
+    error_ = error;
+    callbacks.swap(callbacks_);
   }
   done_.notify_all();
+  for (auto& cb : callbacks) cb(error);
 }
 
 }  // namespace shoal::comm

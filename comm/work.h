@@ -6,7 +6,9 @@
 
 #include <condition_variable>
 #include <exception>
+#include <functional>
 #include <mutex>
+#include <vector>
 
 #include "common/deadline.h"
 
@@ -24,6 +26,11 @@ class Work {
   // The error the work failed with, or null (also null while still running).
   std::exception_ptr error() const;
 
+  // Calls `callback` with the error (null on success) once the work finished: at once on this
+  // thread if it already has, else on the thread that finishes it (the group's executor), so
+  // the callback must be short and must not wait on the same group.
+  void onDone(std::function<void(std::exception_ptr)> callback);
+
   // Executor side.
   void finish(std::exception_ptr error);
 
@@ -32,6 +39,7 @@ class Work {
   mutable std::condition_variable done_;
   bool finished_ = false;
   std::exception_ptr error_;
+  std::vector<std::function<void(std::exception_ptr)>> callbacks_;
 };
 
 }  // namespace shoal::comm

@@ -132,7 +132,7 @@ int trainMain(const Flags& f) {
   oo.lr = f.lr;
   auto optimizer = train::makeOptimizer(model->parameters(), oo);
   train::DistributedSampler sampler(trainSet.size(), g.rank(), g.size(), {.seed = f.seed});
-  train::LrSchedule schedule(f.lr, g.size(), f.lrScaling, f.warmupSteps,
+  LrSchedule schedule(f.lr, g.size(), f.lrScaling, f.warmupSteps,
                              f.lrDecay == "cosine" ? f.epochs * sampler.batches(f.batch) : 0);
 
   std::optional<train::Checkpointer> checkpoints;
@@ -179,7 +179,7 @@ int trainMain(const Flags& f) {
           orderTensor.slice(0, b * f.batch, std::min<int64_t>((b + 1) * f.batch, order.size()));
       auto x = trainSet.images.index_select(0, idx);
       auto y = trainSet.labels.index_select(0, idx);
-      schedule.set(*optimizer, at.step);
+      train::setLearningRate(*optimizer, schedule.at(at.step));
       optimizer->zero_grad();
       ddp.beforeForward();
       auto loss = torch::nn::functional::cross_entropy(model->forward(x), y);

@@ -24,74 +24,11 @@ namespace {
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 
-std::string readFile(const std::string& path) {
-  std::ifstream in(path);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-// A process with its stdout+stderr in a file.
-class Proc {
- public:
-  Proc(const std::vector<std::string>& argv, const std::string& outFile) : out_(outFile) {
-    pid_ = ::fork();
-    if (pid_ == 0) {
-      int fd = ::open(outFile.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      ::dup2(fd, 1);
-      ::dup2(fd, 2);
-      std::vector<char*> a;
-      for (auto& s : argv) a.push_back(const_cast<char*>(s.c_str()));
-      a.push_back(nullptr);
-      ::execv(a[0], a.data());
-      ::_exit(127);
-    }
-  }
-  ~Proc() {
-    if (!done_) {
-      ::kill(pid_, SIGKILL);
-      ::waitpid(pid_, nullptr, 0);
-    }
-  }
-  pid_t pid() const { return pid_; }
-  // The exit code (128 + signal if killed); -1 if it did not end in time (then killed).
-  int wait(std::chrono::seconds timeout) {
-    auto deadline = Clock::now() + timeout;
-    int status = 0;
-    while (::waitpid(pid_, &status, WNOHANG) == 0) {
-      if (Clock::now() > deadline) {
-        ::kill(pid_, SIGKILL);
-        ::waitpid(pid_, nullptr, 0);
-        done_ = true;
-        return -1;
-      }
-      std::this_thread::sleep_for(10ms);
-    }
-    done_ = true;
-    return WIFSIGNALED(status) ? 128 + WTERMSIG(status) : WEXITSTATUS(status);
-  }
-  std::string output() const { return readFile(out_); }
-
- private:
-  std::string out_;
-  pid_t pid_ = -1;
-  bool done_ = false;
-};
-
-struct Result {
-  int code;
-  std::string output;
-  double seconds;
-};
+using Result = RunResult;
 
 Result shoalRun(const std::vector<std::string>& args, const TempDir& dir,
                 std::chrono::seconds timeout = 120s) {
-  std::vector<std::string> argv{SHOAL_BIN, "run"};
-  argv.insert(argv.end(), args.begin(), args.end());
-  auto t0 = Clock::now();
-  Proc p(argv, dir.path + "/launcher.out");
-  int code = p.wait(timeout);
-  return {code, p.output(), std::chrono::duration<double>(Clock::now() - t0).count()};
+  return test::shoalRun(SHOAL_BIN, args, dir, timeout);
 }
 
 // Processes whose command line contains `token` (the test's own marker).

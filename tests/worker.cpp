@@ -18,20 +18,12 @@
 #include "common/error.h"
 #include "run/init.h"
 #include "tests/matrix.h"
+#include "tests/process_util.h"
 
 using namespace shoal;
+using shoal::test::typeName;
 
 namespace {
-
-const char* typeName(const std::exception& e) {
-  if (dynamic_cast<const TimeoutError*>(&e)) return "TimeoutError";
-  if (dynamic_cast<const PeerError*>(&e)) return "PeerError";
-  if (dynamic_cast<const MismatchError*>(&e)) return "MismatchError";
-  if (dynamic_cast<const ProtocolError*>(&e)) return "ProtocolError";
-  if (dynamic_cast<const StoreError*>(&e)) return "StoreError";
-  if (dynamic_cast<const InvalidArgument*>(&e)) return "InvalidArgument";
-  return "Error";
-}
 
 void loopOnce(comm::Group& g, const std::string& what, std::vector<float>& a,
               std::vector<float>& b) {

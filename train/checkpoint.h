@@ -1,11 +1,8 @@
 // Checkpoints that are never half-written and never loaded corrupt.
 //
-// File format: "SHOALCK1", u64 payload length (little endian), the payload (a libtorch archive:
-// model parameters and buffers, optimizer state, progress, every rank's RNG state), then the
-// SHA-256 of the payload. Written to <name>.tmp, fsync'ed, renamed over <name>, and the folder
-// fsync'ed: a crash at any point leaves either the old set of checkpoints or the new one.
-// Reading verifies length and checksum before anything is deserialized; a truncated or corrupt
-// file is an InvalidArgument naming the file and what is wrong.
+// Sealed files (common/sealed_file.h: length, SHA-256, atomic rename) holding a libtorch archive:
+// model parameters and buffers, optimizer state, progress, every rank's RNG state. Reading
+// verifies length and checksum before anything is deserialized.
 //
 // Collective: save() and load() are called by every rank (rank 0 writes and reads the file;
 // the RNG states travel through the group).
@@ -18,6 +15,7 @@
 #include <vector>
 
 #include "comm/group.h"
+#include "common/sealed_file.h"
 
 namespace shoal::train {
 
@@ -52,8 +50,7 @@ class Checkpointer {
   static void verify(const std::string& path);
 
  private:
-  std::string dir_;
-  int keep_;
+  SealedSeries series_;
 };
 
 }  // namespace shoal::train

@@ -331,6 +331,12 @@ void Endpoint::run(Transfer* ts, size_t n, const Deadline& deadline,
   }
 }
 
+void Endpoint::interrupt() noexcept {
+  for (auto& link : links_) {
+    if (link) ::shutdown(link->socketFd(), SHUT_RDWR);
+  }
+}
+
 void Endpoint::abort(AbortKind kind, const std::string& text) noexcept {
   if (aborted_) return;
   aborted_ = true;

@@ -100,6 +100,11 @@ class Endpoint {
   // one without corrupting a half-written frame, then shuts every link down.
   void abort(AbortKind kind, const std::string& text) noexcept;
   bool aborted() const { return aborted_; }
+
+  // The one call that may come from another thread while run() blocks: shuts every link's
+  // socket down, so that run() fails at once with PeerError and the peers see the connection
+  // close. For stopping a thread that waits on a peer which will never send.
+  void interrupt() noexcept;
   const std::string& abortReason() const { return abortReason_; }
 
   int rank() const { return rank_; }

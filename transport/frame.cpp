@@ -30,6 +30,8 @@ std::string_view toString(OpCode op) {
       return "send/recv";
     case OpCode::kInternal:
       return "internal";
+    case OpCode::kParameterServer:
+      return "ps";
   }
   return "unknown-op";
 }

@@ -37,7 +37,8 @@ enum class OpCode : uint8_t {
   kScatter,
   kBarrier,
   kSendRecv,
-  kInternal,  // group bookkeeping (split, diagnostics)
+  kInternal,         // group bookkeeping (split, diagnostics)
+  kParameterServer,  // a parameter-server request and its reply (ps/)
 };
 std::string_view toString(OpCode op);
 

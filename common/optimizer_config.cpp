@@ -1,0 +1,50 @@
+#include "common/optimizer_config.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "common/error.h"
+
+namespace shoal {
+
+OptimizerKind parseOptimizer(std::string_view name) {
+  if (name == "sgd") return OptimizerKind::kSgd;
+  if (name == "adam") return OptimizerKind::kAdam;
+  if (name == "rmsprop") return OptimizerKind::kRmsprop;
+  SHOAL_THROW(InvalidArgument, "optimizer '{}': expected sgd, adam or rmsprop", name);
+}
+
+std::string_view toString(OptimizerKind kind) {
+  switch (kind) {
+    case OptimizerKind::kSgd:
+      return "sgd";
+    case OptimizerKind::kAdam:
+      return "adam";
+    case OptimizerKind::kRmsprop:
+      return "rmsprop";
+  }
+  return "invalid";
+}
+
+LrSchedule::LrSchedule(double baseLr, int workers, bool linearScaling, int64_t warmupSteps,
+                       int64_t totalSteps)
+    : base_(baseLr),
+      target_(linearScaling ? baseLr * workers : baseLr),
+      warmup_(warmupSteps),
+      total_(totalSteps) {
+  SHOAL_CHECK(baseLr > 0 && workers >= 1 && warmupSteps >= 0 && totalSteps >= 0,
+              "learning-rate schedule: lr {}, workers {}, warm-up {}, total {}", baseLr, workers,
+              warmupSteps, totalSteps);
+}
+
+double LrSchedule::at(int64_t step) const {
+  if (step < warmup_) {
+    return base_ + (target_ - base_) * static_cast<double>(step) / static_cast<double>(warmup_);
+  }
+  if (total_ <= warmup_) return target_;
+  const double t =
+      std::min(1.0, static_cast<double>(step - warmup_) / static_cast<double>(total_ - warmup_));
+  return target_ * 0.5 * (1.0 + std::cos(M_PI * t));
+}
+
+}  // namespace shoal

@@ -1,0 +1,42 @@
+// Optimizer settings and the large-batch learning-rate rules, framework-neutral so that
+// data-parallel training (train/, libtorch's optimizers) and parameter servers (ps/, their own
+// kernels) read the same flags: linear scaling with the number of workers and a linear warm-up
+// (Goyal et al., "Accurate, Large Minibatch SGD"), then optional cosine decay.
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+
+namespace shoal {
+
+enum class OptimizerKind { kSgd, kAdam, kRmsprop };
+OptimizerKind parseOptimizer(std::string_view name);  // sgd | adam | rmsprop
+std::string_view toString(OptimizerKind kind);
+
+// Hyper-parameters follow libtorch's defaults and formulas (Adam betas 0.9/0.999, eps 1e-8;
+// RMSprop alpha 0.99, eps 1e-8).
+struct OptimizerOptions {
+  OptimizerKind kind = OptimizerKind::kSgd;
+  double lr = 0.01;
+  double momentum = 0.9;  // SGD's and RMSprop's
+  double weightDecay = 0;
+};
+
+class LrSchedule {
+ public:
+  // The rate at a step: baseLr (x workers with linear scaling), reached linearly over
+  // warmupSteps starting from baseLr (the one-worker rate), then, with totalSteps > 0, a cosine
+  // decay to zero at totalSteps. InvalidArgument for a non-positive rate or negative steps.
+  LrSchedule(double baseLr, int workers, bool linearScaling, int64_t warmupSteps,
+             int64_t totalSteps = 0);
+  double at(int64_t step) const;
+  double target() const { return target_; }
+
+ private:
+  double base_;
+  double target_;
+  int64_t warmup_;
+  int64_t total_;
+};
+
+}  // namespace shoal

@@ -1,0 +1,113 @@
+#include "ps/protocol.h"
+
+#include "common/error.h"
+
+namespace shoal::ps {
+
+using transport::Transfer;
+
+std::string_view toString(RequestKind kind) {
+  switch (kind) {
+    case RequestKind::kHello:
+      return "hello";
+    case RequestKind::kInit:
+      return "init";
+    case RequestKind::kPush:
+      return "push";
+    case RequestKind::kPull:
+      return "pull";
+    case RequestKind::kPushPull:
+      return "push-pull";
+    case RequestKind::kBye:
+      return "bye";
+  }
+  return "unknown";
+}
+
+std::string pairName(int server, int worker) {
+  return fmt::format("ps-s{}-w{}", server, worker);
+}
+
+namespace {
+
+// The engine's error, retold from the worker's point of view (which server, which request).
+std::exception_ptr retell(std::exception_ptr error, int server, const Request& rq, int worker) {
+  if (!error) return nullptr;
+  const auto what = toString(static_cast<RequestKind>(rq.kind));
+  const std::string op =
+      fmt::format("parameter server {}: {} step {} from worker {}", server, what, rq.step, worker);
+  try {
+    std::rethrow_exception(error);
+  } catch (const InvalidArgument& e) {
+    return std::make_exception_ptr(InvalidArgument(
+        fmt::format("parameter server {} refused the {}: {}", server, what, e.what())));
+  } catch (const TimeoutError& e) {
+    return std::make_exception_ptr(TimeoutError(fmt::format("{} timed out: {}", op, e.what())));
+  } catch (const PeerError& e) {
+    return std::make_exception_ptr(PeerError(fmt::format(
+        "{} failed: the server died, was killed or stopped (see its log): {}", op, e.what())));
+  } catch (const ProtocolError& e) {
+    return std::make_exception_ptr(
+        ProtocolError(fmt::format("{}: protocol error: {}", op, e.what())));
+  } catch (...) {
+    return std::current_exception();
+  }
+}
+
+}  // namespace
+
+std::shared_ptr<comm::Work> submitExchange(comm::Group& pair, int server, int worker,
+                                           std::shared_ptr<Exchange> x,
+                                           std::chrono::nanoseconds timeout) {
+  comm::CallOptions call;
+  call.timeout = timeout;
+  transport::FrameHeader base;
+  base.dtype = static_cast<uint8_t>(DataType::kUInt8);
+  auto inner =
+      pair.submit(transport::OpCode::kParameterServer, base, call, [x](comm::OpContext& ctx) {
+        std::vector<Transfer> batch{ctx.send(0, 0, &x->request, sizeof(Request))};
+        if (x->request.bytes > 0) batch.push_back(ctx.send(0, 1, x->payload, x->request.bytes));
+        batch.push_back(ctx.recv(0, 2, &x->reply, sizeof(Reply)));
+        ctx.run(batch);
+        const Reply& r = x->reply;
+        if (r.magic != kReplyMagic) SHOAL_THROW(ProtocolError, "reply magic {:#x}", r.magic);
+        const auto status = static_cast<Status>(r.status);
+        std::string text;
+        if (r.bytes > 0) {
+          void* dst = nullptr;
+          if (status == Status::kOk && x->into) {
+            if (r.bytes != x->request.pullBytes) {
+              SHOAL_THROW(ProtocolError, "the server sent {} bytes of values, expected {}", r.bytes,
+                          x->request.pullBytes);
+            }
+            dst = x->into;
+          } else {
+            if (r.bytes > kMaxErrorText)
+              SHOAL_THROW(ProtocolError, "a {}-byte reply text", r.bytes);
+            text.resize(r.bytes);
+            dst = text.data();
+          }
+          std::vector<Transfer> values{ctx.recv(0, 3, dst, r.bytes)};
+          ctx.run(values);
+        }
+        switch (status) {
+          case Status::kOk:
+            x->text = std::move(text);
+            return;
+          case Status::kRejected:
+            throw InvalidArgument(text);
+          case Status::kTimeout:
+            throw TimeoutError(text);
+          case Status::kFailed:
+            throw PeerError(text);
+        }
+        SHOAL_THROW(ProtocolError, "reply status {}", r.status);
+      });
+  auto outer = std::make_shared<comm::Work>();
+  inner->onDone([outer, x, server, worker](std::exception_ptr e) {
+    outer->finish(retell(e, server, x->request, worker));
+  });
+  return outer;
+}
+
+}  // namespace shoal::ps

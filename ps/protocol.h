@@ -1,0 +1,95 @@
+// The parameter-server wire protocol: one request and one reply per operation, over the engine
+// (each (server, worker) pair is a two-rank group: server rank 0, worker rank 1), so every
+// message travels in checked Shoal frames on shared memory or TCP, authenticated.
+//
+// An operation is four frames of one kParameterServer op: request header (step 0), its payload
+// (step 1, may be empty), reply header (step 2), reply payload (step 3: values on a pull, the
+// error text on a refusal). The receiver of a payload knows its size from the header before it.
+// A refused request costs its payload (the server drains it) and nothing else: the pair stays in
+// step and the server keeps serving.
+//
+// Compression hook: a future encoding would be a Request/Reply field naming the payload's
+// encoding (the reserved byte), decoded by the server before the shard sees it.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "comm/group.h"
+#include "comm/work.h"
+
+namespace shoal::ps {
+
+inline constexpr uint32_t kRequestMagic = 0x51525350;  // "PSRQ"
+inline constexpr uint32_t kReplyMagic = 0x50525350;    // "PSRP"
+inline constexpr int kMaxDims = 8;
+inline constexpr int32_t kAllKeys = -1;  // the request covers every piece the server holds
+inline constexpr size_t kMaxErrorText = 64 << 10;
+
+enum class RequestKind : uint32_t {
+  kHello = 1,     // payload: training settings, a blank line, the keys (Partition::keysText)
+  kInit = 2,      // payload: initial values of the whole shard (worker 0 on a fresh start)
+  kPush = 3,      // payload: gradients (parameters) and values (state keys) for `step`
+  kPull = 4,      // no payload; reply: values for computing `step`
+  kPushPull = 5,  // push for `step`, then pull for step + 1, in one round trip
+  kBye = 6,       // the worker is done
+};
+std::string_view toString(RequestKind kind);
+
+enum class Status : uint32_t {
+  kOk = 0,
+  kRejected = 1,  // bad request (shape, dtype, key, step): InvalidArgument on the worker
+  kTimeout = 2,   // the server waited too long for other workers: TimeoutError
+  kFailed = 3,    // the server failed (another worker died): PeerError
+};
+
+#pragma pack(push, 1)
+struct Request {
+  uint32_t magic = kRequestMagic;
+  uint32_t kind = 0;
+  int32_t key = kAllKeys;
+  uint8_t dtype = 0;
+  uint8_t ndim = 0;
+  uint8_t encoding = 0;  // reserved for compression: 0 = raw
+  uint8_t reserved = 0;
+  int64_t shape[kMaxDims] = {};
+  uint64_t step = 0;
+  uint64_t bytes = 0;      // payload after the header
+  uint64_t pullBytes = 0;  // pull / push-pull: the bytes the worker expects back
+};
+
+struct Reply {
+  uint32_t magic = kReplyMagic;
+  uint32_t status = 0;
+  uint64_t step = 0;     // hello: the step to resume from; pull: the step the values are for
+  uint64_t slowest = 0;  // pull: the slowest worker's clock (steps pushed) when released
+  uint64_t version = 0;  // updates applied to the shard so far
+  uint64_t flags = 0;    // hello: kNeedsInit
+  uint64_t bytes = 0;    // payload after the header
+};
+#pragma pack(pop)
+
+inline constexpr uint64_t kNeedsInit = 1;
+
+// The name of the pair group between server s and worker w.
+std::string pairName(int server, int worker);
+
+// One exchange from the worker's side. `payload` and `into` belong to the exchange until its
+// Work finishes; `into` must hold request.pullBytes.
+struct Exchange {
+  Request request;
+  const void* payload = nullptr;
+  void* into = nullptr;
+  Reply reply;
+  std::string text;  // a kOk reply's payload when `into` is null (hello)
+};
+
+// Runs the exchange on the pair group's executor. The Work fails with InvalidArgument (refused),
+// TimeoutError or PeerError (server gone or failed), each message naming the server.
+std::shared_ptr<comm::Work> submitExchange(comm::Group& pair, int server, int worker,
+                                           std::shared_ptr<Exchange> x,
+                                           std::chrono::nanoseconds timeout);
+
+}  // namespace shoal::ps

@@ -1,0 +1,576 @@
+#include "ps/server.h"
+
+#include <algorithm>
+#include <condition_variable>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "comm/collectives.h"
+#include "common/error.h"
+#include "common/sealed_file.h"
+#include "ps/partition.h"
+#include "ps/protocol.h"
+#include "ps/shard.h"
+
+namespace shoal::ps {
+
+namespace {
+
+using transport::Transfer;
+
+constexpr size_t kMaxHello = 16 << 20;
+// A refused request's payload is read and dropped up to this size; a larger one is not a
+// mistake but a broken stream (ProtocolError).
+constexpr size_t kMaxDrain = 1ull << 30;
+
+// Per worker thread buffers.
+struct Scratch {
+  std::string text;
+  std::vector<uint8_t> drain;
+  std::vector<float> pull;
+};
+
+// The pieces [first, last) a request covers, and their place in the shard.
+struct Target {
+  size_t first = 0, last = 0;
+  size_t offset = 0;  // local element offset
+  size_t count = 0;   // elements
+};
+
+class Server {
+ public:
+  Server(comm::Group& world, int id, int servers, int workers, const ServerOptions& o)
+      : world_(world),
+        id_(id),
+        servers_(servers),
+        workers_(workers),
+        opt_(o),
+        clocks_(static_cast<size_t>(workers), 0),
+        done_(static_cast<size_t>(workers), 0),
+        busy_(static_cast<size_t>(workers), 0),
+        pairs_(static_cast<size_t>(workers)) {
+    SHOAL_CHECK(servers >= 1 && id >= 0 && id < servers, "server {} of {}", id, servers);
+    SHOAL_CHECK(workers >= 1, "parameter server {}: {} workers", id, workers);
+    if (!opt_.checkpointDir.empty()) {
+      series_ = std::make_unique<SealedSeries>(fmt::format("{}/server-{}", opt_.checkpointDir, id),
+                                               "shard-", ".bin", opt_.keep);
+    }
+  }
+
+  ServerReport run() {
+    if (opt_.resume && series_) restore();
+    std::vector<std::thread> threads;
+    for (int w = 0; w < workers_; ++w) threads.emplace_back([this, w] { serveWorker(w); });
+    for (auto& t : threads) t.join();
+    std::unique_lock<std::mutex> lock(mu_);
+    if (!failure_.empty()) throw PeerError(failure_);
+    report_.finalStep = minClock();
+    if (series_ && configured_) writeCheckpoint(checkpointRound());
+    return report_;
+  }
+
+ private:
+  // ---- one thread per worker
+
+  void serveWorker(int w) {
+    try {
+      auto pair = world_.connect(pairName(id_, w), 0, 2);
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        pairs_[w] = pair;
+        if (!failure_.empty()) pair->interrupt();
+      }
+      Scratch scratch;
+      comm::CallOptions call;
+      call.timeout = opt_.idleTimeout;
+      transport::FrameHeader base;
+      base.dtype = static_cast<uint8_t>(DataType::kUInt8);
+      bool bye = false;
+      while (!bye) {
+        pair->execute(transport::OpCode::kParameterServer, base, call,
+                      [&](comm::OpContext& ctx) { bye = handle(ctx, w, scratch); });
+      }
+    } catch (const std::exception& e) {
+      fail(w, e.what());
+    }
+  }
+
+  bool handle(comm::OpContext& ctx, int w, Scratch& sc) {
+    Request rq;
+    {
+      std::vector<Transfer> b{ctx.recv(1, 0, &rq, sizeof(Request))};
+      ctx.run(b);
+    }
+    if (rq.magic != kRequestMagic) {
+      SHOAL_THROW(ProtocolError, "worker {} sent request magic {:#x}", w, rq.magic);
+    }
+    setBusy(w, true);
+    Status status = Status::kOk;
+    std::string error;
+    auto guarded = [&](auto&& fn) {
+      if (status != Status::kOk) return;
+      try {
+        fn();
+      } catch (const InvalidArgument& e) {
+        status = Status::kRejected;
+        error = e.what();
+      } catch (const TimeoutError& e) {
+        status = Status::kTimeout;
+        error = e.what();
+      } catch (const PeerError& e) {
+        status = Status::kFailed;
+        error = e.what();
+      }
+    };
+    void* dst = nullptr;
+    guarded([&] { dst = prepare(w, rq, sc); });
+    if (rq.bytes > 0) {
+      if (!dst) {
+        if (rq.bytes > kMaxDrain) {
+          SHOAL_THROW(ProtocolError, "worker {} sent a {}-byte payload", w, rq.bytes);
+        }
+        sc.drain.resize(rq.bytes);
+        dst = sc.drain.data();
+      }
+      std::vector<Transfer> b{ctx.recv(1, 1, dst, rq.bytes)};
+      ctx.run(b);
+    }
+    Reply rp;
+    const void* out = nullptr;
+    size_t outBytes = 0;
+    guarded([&] { complete(w, rq, sc, rp, out, outBytes); });
+    if (status != Status::kOk) {
+      if (status == Status::kRejected) {
+        std::lock_guard<std::mutex> lock(mu_);
+        ++report_.refused;
+      }
+      error = fmt::format("worker {}: {} step {}: {}", w,
+                          toString(static_cast<RequestKind>(rq.kind)), rq.step, error);
+      error.resize(std::min(error.size(), kMaxErrorText));
+      rp = Reply{};
+      rp.status = static_cast<uint32_t>(status);
+      out = error.data();
+      outBytes = error.size();
+    }
+    rp.bytes = outBytes;
+    std::vector<Transfer> b{ctx.send(1, 2, &rp, sizeof(Reply))};
+    if (outBytes > 0) b.push_back(ctx.send(1, 3, out, outBytes));
+    ctx.run(b);
+    setBusy(w, false);
+    return status == Status::kOk && static_cast<RequestKind>(rq.kind) == RequestKind::kBye;
+  }
+
+  // Where the request's payload goes (null: it has none, or the request is refused and the
+  // payload is drained). Throws to refuse.
+  void* prepare(int w, const Request& rq, Scratch& sc) {
+    const auto kind = static_cast<RequestKind>(rq.kind);
+    std::unique_lock<std::mutex> lock(mu_);
+    throwIfFailed();
+    switch (kind) {
+      case RequestKind::kHello:
+        if (rq.bytes > kMaxHello) {
+          SHOAL_THROW(InvalidArgument, "a {}-byte hello (the model description is too large)",
+                      rq.bytes);
+        }
+        sc.text.resize(rq.bytes);
+        return sc.text.data();
+      case RequestKind::kInit:
+        requireConfigured();
+        if (w != 0 || initialized_) {
+          SHOAL_THROW(InvalidArgument, "only worker 0 initializes, once (the shard is {})",
+                      initialized_ ? "already initialized" : "waiting for worker 0");
+        }
+        expectBytes(rq.bytes, shard_->elements() * sizeof(float), "initial values");
+        return shard_->values();
+      case RequestKind::kPush:
+      case RequestKind::kPushPull: {
+        requireConfigured();
+        waitInitialized(lock);
+        Target t = target(rq);
+        expectBytes(rq.bytes, t.count * sizeof(float), "the push");
+        if (config_.mode == Mode::kSync) waitForStep(lock, w, t, rq.step);
+        return shard_->slot(w) + t.offset;
+      }
+      case RequestKind::kPull:
+        requireConfigured();
+        expectBytes(rq.bytes, 0, "a pull");
+        return nullptr;
+      case RequestKind::kBye:
+        return nullptr;
+    }
+    SHOAL_THROW(InvalidArgument, "unknown request kind {}", rq.kind);
+  }
+
+  void complete(int w, const Request& rq, Scratch& sc, Reply& rp, const void*& out,
+                size_t& outBytes) {
+    const auto kind = static_cast<RequestKind>(rq.kind);
+    std::unique_lock<std::mutex> lock(mu_);
+    throwIfFailed();
+    switch (kind) {
+      case RequestKind::kHello:
+        hello(w, sc.text, rp);
+        return;
+      case RequestKind::kInit:
+        initialized_ = true;
+        cv_.notify_all();
+        return;
+      case RequestKind::kPush:
+        push(w, rq);
+        return;
+      case RequestKind::kPushPull:
+        push(w, rq);
+        pull(lock, w, rq, rq.step + 1, sc, rp, out, outBytes);
+        return;
+      case RequestKind::kPull:
+        pull(lock, w, rq, rq.step, sc, rp, out, outBytes);
+        return;
+      case RequestKind::kBye:
+        done_[w] = 1;
+        cv_.notify_all();
+        return;
+    }
+  }
+
+  void hello(int w, const std::string& text, Reply& rp) {
+    const auto nl = text.find('\n');
+    if (nl == std::string::npos) SHOAL_THROW(InvalidArgument, "malformed hello");
+    const std::string configText = text.substr(0, nl);
+    TrainingConfig config;
+    std::vector<KeySpec> keys;
+    try {
+      config = TrainingConfig::parse(configText);
+      keys = Partition::parseKeys(std::string_view(text).substr(nl + 1));
+    } catch (const ProtocolError& e) {
+      SHOAL_THROW(InvalidArgument, "malformed hello: {}", e.what());
+    }
+    if (!configured_) {
+      partition_ = std::make_unique<Partition>(std::move(keys), servers_);
+      config_ = config;
+      configText_ = configText;
+      shard_ = std::make_unique<Shard>(*partition_, id_, workers_, config_);
+      configured_ = true;
+      report_.partition = partition_->describe();
+      if (!opt_.quiet) {
+        fmt::print(
+            "parameter server {} of {}: {} mode{}, {} workers, {} (lr {}); holds {:.1f} KB\n", id_,
+            servers_, toString(config_.mode),
+            config_.mode == Mode::kSsp ? fmt::format(" (staleness {})", config_.staleness) : "",
+            workers_, toString(config_.optimizer.kind), config_.optimizer.lr,
+            static_cast<double>(shard_->elements() * sizeof(float)) / 1e3);
+        std::fflush(stdout);
+      }
+      cv_.notify_all();
+    } else {
+      const std::string origin =
+          restored_ ? "the checkpoint this server resumed from" : "the first worker's";
+      if (auto d = partition_->firstDifference(keys); !d.empty()) {
+        SHOAL_THROW(InvalidArgument, "worker {}'s model differs from {}: {}", w, origin, d);
+      }
+      if (configText != configText_) {
+        SHOAL_THROW(InvalidArgument, "worker {}'s training settings '{}' differ from {}: '{}'", w,
+                    configText, origin, configText_);
+      }
+    }
+    rp.step = resumeStep_;
+    rp.flags = (w == 0 && !initialized_) ? kNeedsInit : 0;
+  }
+
+  void push(int w, const Request& rq) {
+    Target t = target(rq);
+    if (config_.mode == Mode::kSync) {
+      if (shard_->arrive(w, t.first, t.last)) {
+        cv_.notify_all();
+      }
+    } else {
+      shard_->applyNow(w, t.first, t.last, static_cast<int64_t>(rq.step));
+    }
+    clocks_[w] = std::max<uint64_t>(clocks_[w], rq.step + 1);
+    ++report_.pushes;
+    cv_.notify_all();
+    maybeCheckpoint();
+  }
+
+  void pull(std::unique_lock<std::mutex>& lock, int w, const Request& rq, uint64_t step,
+            Scratch& sc, Reply& rp, const void*& out, size_t& outBytes) {
+    waitInitialized(lock);
+    Target t = target(rq);
+    expectBytes(rq.pullBytes, t.count * sizeof(float), "the pull's buffer");
+    if (config_.mode == Mode::kSync) {
+      waitUntil(
+          lock, [&] { return minVersion(t) >= step; },
+          [&] { return fmt::format("pull for step {}: {}", step, missing(t)); });
+    } else if (config_.mode == Mode::kSsp) {
+      waitUntil(
+          lock, [&] { return minClock() + static_cast<uint64_t>(config_.staleness) >= step; },
+          [&] {
+            return fmt::format("pull for step {} (staleness {}): the slowest worker is at step {}",
+                               step, config_.staleness, minClock());
+          });
+    }
+    const uint64_t slowest = minClock();
+    report_.maxLead = std::max<int64_t>(report_.maxLead,
+                                        static_cast<int64_t>(step) - static_cast<int64_t>(slowest));
+    ++report_.pulls;
+    rp.step = step;
+    rp.slowest = slowest;
+    rp.version = minVersion(t);
+    const float* src = shard_->values() + t.offset;
+    if (config_.mode == Mode::kSync) {
+      // No update of these pieces can start before this worker pushes again, which it does
+      // after this reply: the values can be sent without a copy.
+      out = src;
+    } else {
+      sc.pull.assign(src, src + t.count);
+      out = sc.pull.data();
+    }
+    outBytes = t.count * sizeof(float);
+  }
+
+  // ---- request checks
+
+  Target target(const Request& rq) const {
+    Target t;
+    if (rq.key == kAllKeys) {
+      if (rq.dtype != static_cast<uint8_t>(DataType::kFloat32)) {
+        SHOAL_THROW(InvalidArgument, "the whole shard is float32, not {}",
+                    toString(static_cast<DataType>(rq.dtype)));
+      }
+      t.first = 0;
+      t.last = shard_->pieceCount();
+      t.count = shard_->elements();
+      return t;
+    }
+    const auto& keys = partition_->keys();
+    if (rq.key < 0 || static_cast<size_t>(rq.key) >= keys.size()) {
+      SHOAL_THROW(InvalidArgument, "no key {} (the model has {})", rq.key, keys.size());
+    }
+    const KeySpec& k = keys[rq.key];
+    std::vector<int64_t> shape(rq.shape, rq.shape + std::min<int>(rq.ndim, kMaxDims));
+    if (rq.dtype != static_cast<uint8_t>(k.dtype) || shape != k.shape) {
+      SHOAL_THROW(InvalidArgument, "key '{}' is {}; got {}", k.name,
+                  describeTensor(k.dtype, k.shape),
+                  describeTensor(static_cast<DataType>(rq.dtype), shape));
+    }
+    for (size_t i = 0; i < shard_->pieceCount(); ++i) {
+      if (shard_->piece(i).key == rq.key) {
+        t.first = i;
+        t.last = i + 1;
+        t.offset = shard_->localOffset(i);
+        t.count = shard_->piece(i).count;
+        return t;
+      }
+    }
+    SHOAL_THROW(InvalidArgument, "key '{}' is not held by server {}", k.name, id_);
+  }
+
+  static void expectBytes(uint64_t got, uint64_t expected, const char* what) {
+    if (got != expected) {
+      SHOAL_THROW(InvalidArgument, "{} carries {} bytes, expected {}", what, got, expected);
+    }
+  }
+
+  void requireConfigured() const {
+    if (!configured_) SHOAL_THROW(InvalidArgument, "request before the worker's hello");
+  }
+
+  void throwIfFailed() const {
+    if (!failure_.empty()) throw PeerError(failure_);
+  }
+
+  // ---- waiting (bounded by the world's timeout; a failure elsewhere ends every wait)
+
+  template <typename Pred, typename What>
+  void waitUntil(std::unique_lock<std::mutex>& lock, Pred pred, What what) {
+    const auto timeout = world_.options().timeout;
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    while (true) {
+      throwIfFailed();
+      if (pred()) return;
+      if (cv_.wait_until(lock, deadline) == std::cv_status::timeout) {
+        throwIfFailed();
+        if (pred()) return;
+        SHOAL_THROW(TimeoutError, "parameter server {}: {} (waited {:.0f} s)", id_, what(),
+                    std::chrono::duration<double>(timeout).count());
+      }
+    }
+  }
+
+  void waitInitialized(std::unique_lock<std::mutex>& lock) {
+    waitUntil(
+        lock, [&] { return initialized_; },
+        [] { return std::string("worker 0 has not sent the initial values"); });
+  }
+
+  void waitForStep(std::unique_lock<std::mutex>& lock, int w, const Target& t, uint64_t step) {
+    for (size_t i = t.first; i < t.last; ++i) {
+      if (shard_->version(i) > step) {
+        SHOAL_THROW(InvalidArgument, "step {} was already applied (the shard is at step {})", step,
+                    shard_->version(i));
+      }
+      if (shard_->version(i) == step && shard_->hasArrived(i, w)) {
+        SHOAL_THROW(InvalidArgument, "step {} was already pushed by this worker", step);
+      }
+    }
+    // A worker may push the next step before the others finished this one: it waits here
+    // (its slot still holds the current step's contribution).
+    waitUntil(
+        lock, [&] { return minVersion(t) >= step; },
+        [&] { return fmt::format("push of step {}: {}", step, missing(t)); });
+  }
+
+  uint64_t minVersion(const Target& t) const {
+    uint64_t v = UINT64_MAX;
+    for (size_t i = t.first; i < t.last; ++i) v = std::min(v, shard_->version(i));
+    return v == UINT64_MAX ? minClock() : v;
+  }
+
+  std::string missing(const Target& t) const {
+    if (t.first == t.last) return "waiting";
+    std::vector<int> absent;
+    for (int w = 0; w < workers_; ++w) {
+      if (!shard_->hasArrived(t.first, w)) absent.push_back(w);
+    }
+    return fmt::format("step {} still waits for worker(s) {}", shard_->version(t.first),
+                       fmt::join(absent, ", "));
+  }
+
+  // The slowest running worker's clock (steps pushed); finished workers do not hold others.
+  uint64_t minClock() const {
+    uint64_t m = UINT64_MAX, all = 0;
+    for (int w = 0; w < workers_; ++w) {
+      all = std::max(all, clocks_[w]);
+      if (!done_[w]) m = std::min(m, clocks_[w]);
+    }
+    return m == UINT64_MAX ? all : m;
+  }
+
+  // ---- checkpoints
+
+  uint64_t checkpointRound() const {
+    if (config_.mode == Mode::kSync && shard_->pieceCount() > 0) {
+      return minVersion({0, shard_->pieceCount(), 0, shard_->elements()});
+    }
+    return minClock();
+  }
+
+  void maybeCheckpoint() {
+    if (!series_ || opt_.checkpointEvery <= 0) return;
+    const uint64_t round = checkpointRound();
+    const auto every = static_cast<uint64_t>(opt_.checkpointEvery);
+    if (round / every > lastCheckpoint_ / every) {
+      writeCheckpoint(round);
+    }
+  }
+
+  void writeCheckpoint(uint64_t round) {
+    // Every worker resumes from `round`: in synchronous mode the contributions already pushed
+    // for the next step are not saved (they are pushed again).
+    std::vector<uint64_t> clocks(static_cast<size_t>(workers_), round);
+    const std::string header = configText_ + "\n" + partition_->keysText();
+    report_.lastCheckpoint =
+        series_->write(static_cast<int64_t>(round), shard_->snapshot(header, round, clocks));
+    lastCheckpoint_ = round;
+  }
+
+  void restore() {
+    // The servers agree on the newest step they all hold, so the shards fit together.
+    auto group = world_.connect("ps-servers", id_, servers_);
+    int64_t mine = -1;
+    if (series_->latest()) mine = series_->list().back().first;
+    std::vector<int64_t> all(static_cast<size_t>(servers_));
+    comm::allgather(*group, &mine, all.data(), 1, DataType::kInt64);
+    const auto [lo, hi] = std::minmax_element(all.begin(), all.end());
+    if (*hi < 0) return;  // a fresh job
+    if (*lo < 0) {
+      SHOAL_THROW(InvalidArgument,
+                  "parameter server {}: cannot resume: server {} has no checkpoint in {} while "
+                  "server {} has step {}",
+                  id_, lo - all.begin(), opt_.checkpointDir, hi - all.begin(), *hi);
+    }
+    const std::string path = series_->pathFor(*lo);
+    std::string payload;
+    try {
+      payload = readSealedFile(path);
+    } catch (const InvalidArgument& e) {
+      SHOAL_THROW(InvalidArgument,
+                  "parameter server {}: the servers' newest common checkpoint is step {}, but: {}",
+                  id_, *lo, e.what());
+    }
+    // The header (settings and keys) comes first; build the shard from it, then fill it.
+    const uint64_t headerLen =
+        payload.size() >= 8 ? *reinterpret_cast<const uint64_t*>(payload.data()) : 0;
+    if (headerLen > payload.size() - 8) SHOAL_THROW(InvalidArgument, "{}: malformed shard", path);
+    const std::string header = payload.substr(8, headerLen);
+    const auto nl = header.find('\n');
+    configText_ = header.substr(0, nl);
+    config_ = TrainingConfig::parse(configText_);
+    partition_ = std::make_unique<Partition>(
+        Partition::parseKeys(std::string_view(header).substr(nl + 1)), servers_);
+    shard_ = std::make_unique<Shard>(*partition_, id_, workers_, config_);
+    uint64_t round = 0;
+    shard_->restore(payload, round, clocks_);
+    resumeStep_ = round;
+    lastCheckpoint_ = round;
+    report_.resumedFrom = round;
+    report_.partition = partition_->describe();
+    configured_ = initialized_ = restored_ = true;
+    if (!opt_.quiet) {
+      fmt::print("parameter server {} of {}: resumed from {} (step {})\n", id_, servers_, path,
+                 round);
+      std::fflush(stdout);
+    }
+  }
+
+  // ---- failure
+
+  void setBusy(int w, bool busy) {
+    std::lock_guard<std::mutex> lock(mu_);
+    busy_[w] = busy;
+  }
+
+  void fail(int w, const std::string& what) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!failure_.empty()) return;
+    failure_ = fmt::format("parameter server {} stopped: worker {} failed: {}", id_, w, what);
+    cv_.notify_all();
+    // Workers waiting in a request get the reason in their reply; idle connections are closed
+    // so that their threads stop waiting for requests that will not come.
+    for (int p = 0; p < workers_; ++p) {
+      if (p != w && pairs_[p] && !busy_[p] && !done_[p]) pairs_[p]->interrupt();
+    }
+  }
+
+  comm::Group& world_;
+  const int id_, servers_, workers_;
+  const ServerOptions opt_;
+  std::unique_ptr<SealedSeries> series_;
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool configured_ = false, initialized_ = false, restored_ = false;
+  std::unique_ptr<Partition> partition_;
+  TrainingConfig config_;
+  std::string configText_;
+  std::unique_ptr<Shard> shard_;
+  uint64_t resumeStep_ = 0;
+  uint64_t lastCheckpoint_ = 0;
+  std::vector<uint64_t> clocks_;
+  std::vector<char> done_;
+  std::vector<char> busy_;
+  std::vector<std::shared_ptr<comm::Group>> pairs_;
+  std::string failure_;
+  ServerReport report_;
+};
+
+}  // namespace
+
+ServerReport serve(comm::Group& world, int server, int numServers, int numWorkers,
+                   const ServerOptions& options) {
+  Server s(world, server, numServers, numWorkers, options);
+  return s.run();
+}
+
+}  // namespace shoal::ps

@@ -1,0 +1,69 @@
+#include "ps/server_optimizer.h"
+
+#include <cmath>
+
+namespace shoal::ps {
+
+int optimizerStateSlots(const OptimizerOptions& o) {
+  switch (o.kind) {
+    case OptimizerKind::kSgd:
+      return o.momentum != 0 ? 1 : 0;
+    case OptimizerKind::kAdam:
+      return 2;
+    case OptimizerKind::kRmsprop:
+      return o.momentum != 0 ? 2 : 1;
+  }
+  return 0;
+}
+
+void applyUpdate(const OptimizerOptions& o, double lr, int64_t count, float gradScale,
+                 const float* g, float* p, float* s0, float* s1, size_t n) {
+  const float wd = static_cast<float>(o.weightDecay);
+  const float mom = static_cast<float>(o.momentum);
+  const float rate = static_cast<float>(lr);
+  switch (o.kind) {
+    case OptimizerKind::kSgd:
+      for (size_t i = 0; i < n; ++i) {
+        float d = g[i] * gradScale + wd * p[i];
+        if (s0) {
+          // libtorch starts the buffer at the first gradient; with a zero buffer it is the same.
+          s0[i] = mom * s0[i] + d;
+          d = s0[i];
+        }
+        p[i] -= rate * d;
+      }
+      return;
+    case OptimizerKind::kAdam: {
+      const float b1 = 0.9f, b2 = 0.999f, eps = 1e-8f;
+      const double t = static_cast<double>(count);
+      const float bc1 = static_cast<float>(1.0 - std::pow(0.9, t));
+      const float bc2sqrt = static_cast<float>(std::sqrt(1.0 - std::pow(0.999, t)));
+      const float stepSize = rate / bc1;
+      for (size_t i = 0; i < n; ++i) {
+        const float d = g[i] * gradScale + wd * p[i];
+        s0[i] = s0[i] * b1 + d * (1 - b1);
+        s1[i] = s1[i] * b2 + d * d * (1 - b2);
+        const float denom = std::sqrt(s1[i]) / bc2sqrt + eps;
+        p[i] -= stepSize * (s0[i] / denom);
+      }
+      return;
+    }
+    case OptimizerKind::kRmsprop: {
+      const float alpha = 0.99f, eps = 1e-8f;
+      for (size_t i = 0; i < n; ++i) {
+        const float d = g[i] * gradScale + wd * p[i];
+        s0[i] = alpha * s0[i] + (1 - alpha) * d * d;
+        const float avg = std::sqrt(s0[i]) + eps;
+        if (s1) {
+          s1[i] = mom * s1[i] + d / avg;
+          p[i] -= rate * s1[i];
+        } else {
+          p[i] -= rate * (d / avg);
+        }
+      }
+      return;
+    }
+  }
+}
+
+}  // namespace shoal::ps

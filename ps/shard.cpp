@@ -1,0 +1,175 @@
+#include "ps/shard.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "common/error.h"
+#include "ps/server_optimizer.h"
+
+namespace shoal::ps {
+
+namespace {
+
+constexpr size_t kChunk = 4096;  // elements reduced at a time (stays in L1/L2)
+
+template <typename T>
+void put(std::string& out, const T& v) {
+  out.append(reinterpret_cast<const char*>(&v), sizeof(T));
+}
+
+void putBytes(std::string& out, const void* data, size_t n) {
+  put<uint64_t>(out, n);
+  out.append(static_cast<const char*>(data), n);
+}
+
+class Reader {
+ public:
+  explicit Reader(const std::string& s) : s_(s) {}
+  template <typename T>
+  T get() {
+    T v;
+    need(sizeof(T));
+    std::memcpy(&v, s_.data() + at_, sizeof(T));
+    at_ += sizeof(T);
+    return v;
+  }
+  std::string_view bytes() {
+    auto n = get<uint64_t>();
+    need(n);
+    std::string_view v(s_.data() + at_, n);
+    at_ += n;
+    return v;
+  }
+  bool atEnd() const { return at_ == s_.size(); }
+
+ private:
+  void need(size_t n) {
+    if (n > s_.size() - at_) SHOAL_THROW(InvalidArgument, "shard checkpoint is truncated");
+  }
+  const std::string& s_;
+  size_t at_ = 0;
+};
+
+}  // namespace
+
+Shard::Shard(const Partition& partition, int server, int workers, const TrainingConfig& config)
+    : config_(config), workers_(workers), begin_(partition.begin(server)) {
+  for (const Piece& p : partition.pieces(server)) {
+    PieceState s;
+    s.piece = p;
+    s.parameter = partition.keys()[p.key].kind == KeyKind::kParameter;
+    s.arrived.assign(static_cast<size_t>(workers), 0);
+    pieces_.push_back(std::move(s));
+  }
+  const size_t n = partition.elements(server);
+  values_.assign(n, 0.0f);
+  const int slots = optimizerStateSlots(config.optimizer);
+  if (slots >= 1) state0_.assign(n, 0.0f);
+  if (slots >= 2) state1_.assign(n, 0.0f);
+  slots_.assign(static_cast<size_t>(workers), std::vector<float>(n, 0.0f));
+  if (config.mode == Mode::kSync && workers > 1) sum_.resize(kChunk);
+}
+
+void Shard::update(PieceState& ps, const float* g, float scale, double lr, size_t at, size_t n) {
+  if (!ps.parameter) {
+    for (size_t i = 0; i < n; ++i) values_[at + i] = g[i] * scale;
+    return;
+  }
+  applyUpdate(config_.optimizer, lr, static_cast<int64_t>(ps.version) + 1, scale, g,
+              values_.data() + at, state0_.empty() ? nullptr : state0_.data() + at,
+              state1_.empty() ? nullptr : state1_.data() + at, n);
+}
+
+bool Shard::arrive(int worker, size_t first, size_t last) {
+  bool completed = false;
+  const LrSchedule schedule(config_.optimizer.lr, workers_, config_.linearScaling,
+                            config_.warmupSteps, config_.totalSteps);
+  for (size_t i = first; i < last; ++i) {
+    PieceState& ps = pieces_[i];
+    ps.arrived[worker] = 1;
+    if (++ps.arrivals < workers_) continue;
+    const size_t at = localOffset(i);
+    const size_t n = ps.piece.count;
+    const double lr = schedule.at(static_cast<int64_t>(ps.version));
+    const float scale = 1.0f / static_cast<float>(workers_);
+    if (workers_ == 1) {
+      update(ps, slots_[0].data() + at, 1.0f, lr, at, n);
+    } else {
+      // Worker order, whatever the arrival order: the same sums on every run.
+      for (size_t c = 0; c < n; c += kChunk) {
+        const size_t m = std::min(kChunk, n - c);
+        const float* s0 = slots_[0].data() + at + c;
+        std::copy(s0, s0 + m, sum_.data());
+        for (int w = 1; w < workers_; ++w) {
+          const float* sw = slots_[w].data() + at + c;
+          for (size_t k = 0; k < m; ++k) sum_[k] += sw[k];
+        }
+        update(ps, sum_.data(), scale, lr, at + c, m);
+      }
+    }
+    ++ps.version;
+    ps.arrivals = 0;
+    std::fill(ps.arrived.begin(), ps.arrived.end(), 0);
+    completed = true;
+  }
+  return completed;
+}
+
+void Shard::applyNow(int worker, size_t first, size_t last, int64_t step) {
+  const LrSchedule schedule(config_.optimizer.lr, 1, false, config_.warmupSteps,
+                            config_.totalSteps);
+  const double lr = schedule.at(step);
+  for (size_t i = first; i < last; ++i) {
+    PieceState& ps = pieces_[i];
+    const size_t at = localOffset(i);
+    update(ps, slots_[worker].data() + at, 1.0f, lr, at, ps.piece.count);
+    ++ps.version;
+  }
+}
+
+std::string Shard::snapshot(const std::string& header, uint64_t round,
+                            const std::vector<uint64_t>& clocks) const {
+  std::string out;
+  putBytes(out, header.data(), header.size());
+  put<uint64_t>(out, round);
+  put<uint64_t>(out, clocks.size());
+  for (uint64_t c : clocks) put<uint64_t>(out, c);
+  put<uint64_t>(out, pieces_.size());
+  for (const PieceState& ps : pieces_) put<uint64_t>(out, ps.version);
+  putBytes(out, values_.data(), values_.size() * sizeof(float));
+  putBytes(out, state0_.data(), state0_.size() * sizeof(float));
+  putBytes(out, state1_.data(), state1_.size() * sizeof(float));
+  return out;
+}
+
+std::string Shard::restore(const std::string& payload, uint64_t& round,
+                           std::vector<uint64_t>& clocks) {
+  Reader in(payload);
+  std::string header(in.bytes());
+  round = in.get<uint64_t>();
+  clocks.resize(in.get<uint64_t>());
+  if (clocks.size() != static_cast<size_t>(workers_)) {
+    SHOAL_THROW(InvalidArgument, "shard checkpoint was written for {} workers; this job has {}",
+                clocks.size(), workers_);
+  }
+  for (auto& c : clocks) c = in.get<uint64_t>();
+  if (in.get<uint64_t>() != pieces_.size()) {
+    SHOAL_THROW(InvalidArgument, "shard checkpoint holds another partition of the model");
+  }
+  for (PieceState& ps : pieces_) ps.version = in.get<uint64_t>();
+  auto fill = [&](std::vector<float>& v, const char* what) {
+    auto b = in.bytes();
+    if (b.size() != v.size() * sizeof(float)) {
+      SHOAL_THROW(InvalidArgument, "shard checkpoint: {} holds {} bytes, expected {}", what,
+                  b.size(), v.size() * sizeof(float));
+    }
+    std::memcpy(v.data(), b.data(), b.size());
+  };
+  fill(values_, "values");
+  fill(state0_, "optimizer state");
+  fill(state1_, "optimizer state");
+  if (!in.atEnd()) SHOAL_THROW(InvalidArgument, "shard checkpoint has trailing bytes");
+  return header;
+}
+
+}  // namespace shoal::ps

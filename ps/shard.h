@@ -1,0 +1,68 @@
+// One server's part of the model: values, optimizer state and one receive slot per worker, with
+// the update rules of the consistency modes. Not thread-safe: the server serializes calls
+// (ps/server.cpp), except that each worker's slot is written only by that worker's thread.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "ps/config.h"
+#include "ps/partition.h"
+
+namespace shoal::ps {
+
+class Shard {
+ public:
+  Shard(const Partition& partition, int server, int workers, const TrainingConfig& config);
+
+  size_t elements() const { return values_.size(); }
+  size_t begin() const { return begin_; }  // flat index of element 0
+  float* values() { return values_.data(); }
+  // Worker w's receive buffer, as large as the shard.
+  float* slot(int worker) { return slots_.at(worker).data(); }
+
+  size_t pieceCount() const { return pieces_.size(); }
+  const Piece& piece(size_t i) const { return pieces_[i].piece; }
+  size_t localOffset(size_t i) const { return pieces_[i].piece.flat - begin_; }
+  // Updates applied to piece i (synchronous: completed steps).
+  uint64_t version(size_t i) const { return pieces_[i].version; }
+  bool hasArrived(size_t i, int worker) const { return pieces_[i].arrived[worker] != 0; }
+
+  // Synchronous: worker w's slot holds its contribution to pieces [first, last) for their
+  // current step. Each piece whose every worker has now arrived is reduced in worker order
+  // (bitwise reproducible), averaged and applied. Returns true if a step completed.
+  bool arrive(int worker, size_t first, size_t last);
+  // Asynchronous / SSP: applies worker w's slot to pieces [first, last) now; `step` is the
+  // worker's step (for the learning-rate schedule).
+  void applyNow(int worker, size_t first, size_t last, int64_t step);
+
+  // Serialized values, optimizer state, versions, plus the caller's round and clocks. Pending
+  // synchronous contributions are not saved: resuming workers push that step again.
+  std::string snapshot(const std::string& header, uint64_t round,
+                       const std::vector<uint64_t>& clocks) const;
+  // Restores a snapshot written for the same partition; returns its header and fills round and
+  // clocks. InvalidArgument if it does not fit this shard.
+  std::string restore(const std::string& payload, uint64_t& round, std::vector<uint64_t>& clocks);
+
+ private:
+  struct PieceState {
+    Piece piece;
+    bool parameter = true;
+    uint64_t version = 0;
+    int arrivals = 0;
+    std::vector<char> arrived;
+  };
+  void update(PieceState& ps, const float* g, float scale, double lr, size_t at, size_t n);
+
+  TrainingConfig config_;
+  int workers_;
+  size_t begin_ = 0;
+  std::vector<PieceState> pieces_;
+  std::vector<float> values_;
+  std::vector<float> state0_, state1_;
+  std::vector<std::vector<float>> slots_;
+  std::vector<float> sum_;  // synchronous reduction scratch
+};
+
+}  // namespace shoal::ps

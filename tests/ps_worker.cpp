@@ -1,0 +1,261 @@
+// A rank program for the parameter-server tests, started by `shoal run -n W --servers S`.
+// Server ranks serve; worker ranks run the scenario and print one verdict line.
+//
+//   ps_worker sums [--pushes N]            async, lr 1: every worker pushes known gradients N
+//                                          times (some per key); the pulled values must be the
+//                                          exact sums: "sums exact over K elements"
+//   ps_worker staleness --mode M --staleness S
+//                                          the last worker is slow; prints the largest lead of
+//                                          each worker: "lead max L (staleness S)"
+//   ps_worker reject                       worker 1 pushes a wrong shape and a wrong dtype,
+//                                          which must be refused, then all train on: "reject ok"
+//   ps_worker train --dir D [--steps N] [--kill-server-at K] [--resume]
+//                                          deterministic synchronous training with shard
+//                                          checkpoints every 5 steps; worker 0 SIGKILLs server 1
+//                                          after step K; prints "final digest X"
+// Errors are printed as "ERROR <Type>: <message>" (exit 1).
+#include <signal.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "comm/collectives.h"
+#include "common/error.h"
+#include "ps/client.h"
+#include "ps/server.h"
+#include "run/init.h"
+#include "tests/process_util.h"
+
+using namespace shoal;
+
+namespace {
+
+struct Args {
+  std::string scenario;
+  std::string dir;
+  std::string mode = "sync";
+  int staleness = 0;
+  int pushes = 2000;
+  int steps = 30;
+  int killServerAt = -1;
+  bool resume = false;
+};
+
+Args parse(int argc, char** argv) {
+  Args a;
+  a.scenario = argc > 1 ? argv[1] : "";
+  for (int i = 2; i < argc; ++i) {
+    std::string f = argv[i];
+    auto next = [&] {
+      if (i + 1 >= argc) SHOAL_THROW(InvalidArgument, "{} needs a value", f);
+      return std::string(argv[++i]);
+    };
+    if (f == "--dir")
+      a.dir = next();
+    else if (f == "--mode")
+      a.mode = next();
+    else if (f == "--staleness")
+      a.staleness = std::stoi(next());
+    else if (f == "--pushes")
+      a.pushes = std::stoi(next());
+    else if (f == "--steps")
+      a.steps = std::stoi(next());
+    else if (f == "--kill-server-at")
+      a.killServerAt = std::stoi(next());
+    else if (f == "--resume")
+      a.resume = true;
+    else
+      SHOAL_THROW(InvalidArgument, "unknown flag {}", f);
+  }
+  return a;
+}
+
+ps::TrainingConfig sgd(ps::Mode mode, double lr, double momentum, int staleness = 0) {
+  ps::TrainingConfig c;
+  c.mode = mode;
+  c.staleness = staleness;
+  c.optimizer.kind = OptimizerKind::kSgd;
+  c.optimizer.lr = lr;
+  c.optimizer.momentum = momentum;
+  return c;
+}
+
+// Worker 0 starts the servers from zeros; everyone then has the values of step `start`.
+void start(ps::Client& c, std::vector<float>& values) {
+  if (c.mustInitialize()) c.initialize(values.data());
+  c.pull(values.data(), c.startStep())->wait();
+}
+
+int sums(comm::Group& world, int me, int workers, const Args& a) {
+  std::vector<ps::KeySpec> keys{{"big", {20000}}, {"b", {7}}, {"m", {30, 3}}};
+  ps::Client c(world, me, workers, world.size() - workers, keys, sgd(ps::Mode::kAsync, 1.0, 0));
+  const size_t n = c.partition().totalElements();
+  std::vector<float> values(n, 0.0f), grads(n);
+  for (size_t i = 0; i < n; ++i) grads[i] = -static_cast<float>((me + 1) + static_cast<int>(i % 5));
+  start(c, values);
+  // Many pushes in flight at once, every fourth step key by key.
+  std::vector<std::shared_ptr<comm::Work>> inflight;
+  for (int t = 0; t < a.pushes; ++t) {
+    if (t % 4 == 3) {
+      size_t at = 0;
+      for (const auto& k : keys) {
+        inflight.push_back(c.pushKey(k.name, grads.data() + at, DataType::kFloat32, k.shape, t));
+        at += k.numel();
+      }
+    } else {
+      inflight.push_back(c.push(grads.data(), t));
+    }
+    if (inflight.size() > 16) {
+      inflight.front()->wait();
+      inflight.erase(inflight.begin());
+    }
+  }
+  for (auto& w : inflight) w->wait();
+  // Every worker's pushes are in before anyone reads.
+  auto peers = world.connect("ps-test-workers", me, workers);
+  comm::barrier(*peers);
+  c.pull(values.data(), a.pushes)->wait();
+  c.finish();
+  for (size_t i = 0; i < n; ++i) {
+    const double expected = static_cast<double>(a.pushes) *
+                            (workers * (workers + 1) / 2.0 + workers * static_cast<double>(i % 5));
+    if (values[i] != expected) {
+      std::printf("WRONG sum at %zu: %.1f, expected %.1f\n", i, values[i], expected);
+      return 1;
+    }
+  }
+  std::printf("sums exact over %zu elements after %d pushes from each of %d workers\n", n, a.pushes,
+              workers);
+  return 0;
+}
+
+int staleness(comm::Group& world, int me, int workers, const Args& a) {
+  std::vector<ps::KeySpec> keys{{"w", {1000}}};
+  ps::Client c(world, me, workers, world.size() - workers, keys,
+               sgd(ps::parseMode(a.mode), 0.01, 0, a.staleness));
+  std::vector<float> values(1000, 0.0f), grads(1000, 0.001f);
+  start(c, values);
+  for (int t = c.startStep(); t < a.steps; ++t) {
+    if (me == workers - 1) std::this_thread::sleep_for(std::chrono::milliseconds(15));
+    c.pushPull(grads.data(), values.data(), t)->wait();
+  }
+  c.finish();
+  int64_t most = 0;
+  for (int64_t l : c.leads()) most = std::max(most, l);
+  std::printf("lead max %ld (staleness %d)\n", static_cast<long>(most), a.staleness);
+  return 0;
+}
+
+int reject(comm::Group& world, int me, int workers, const Args& a) {
+  std::vector<ps::KeySpec> keys{{"w", {4, 5}}, {"v", {3}}};
+  ps::Client c(world, me, workers, world.size() - workers, keys, sgd(ps::Mode::kSync, 0.1, 0));
+  std::vector<float> values(23, 0.0f), grads(23, static_cast<float>(me + 1));
+  start(c, values);
+  const int steps = 5;
+  for (int t = 0; t < steps; ++t) {
+    if (me == 1 && t == 2) {
+      auto expectRefused = [&](DataType dtype, std::vector<int64_t> shape, const char* expected) {
+        std::vector<double> data(20, 1.0);
+        try {
+          c.pushKey("w", data.data(), dtype, shape, t)->wait();
+          std::printf("WRONG: a push of %s was accepted\n", expected);
+          std::exit(1);
+        } catch (const InvalidArgument& e) {
+          if (!std::strstr(e.what(), expected)) {
+            std::printf("WRONG message: %s\n", e.what());
+            std::exit(1);
+          }
+          std::printf("refused as expected: %s\n", e.what());
+        }
+      };
+      expectRefused(DataType::kFloat32, {5, 4}, "key 'w' is float32 [4, 5]; got float32 [5, 4]");
+      expectRefused(DataType::kFloat64, {4, 5}, "key 'w' is float32 [4, 5]; got float64 [4, 5]");
+    }
+    c.pushPull(grads.data(), values.data(), t)->wait();
+  }
+  c.finish();
+  // Each step subtracts lr x the mean gradient (the mean of 1..workers).
+  const float expected = -0.1f * steps * (workers + 1) / 2.0f;
+  for (float v : values) {
+    if (std::fabs(v - expected) > 1e-5f) {
+      std::printf("WRONG value %.7f, expected %.7f\n", v, expected);
+      return 1;
+    }
+  }
+  std::printf("reject ok\n");
+  return 0;
+}
+
+uint64_t digest(const std::vector<float>& v) {
+  uint64_t h = 1469598103934665603ull;
+  const auto* p = reinterpret_cast<const uint8_t*>(v.data());
+  for (size_t i = 0; i < v.size() * sizeof(float); ++i) h = (h ^ p[i]) * 1099511628211ull;
+  return h;
+}
+
+int train(comm::Group& world, int me, int workers, const Args& a) {
+  std::vector<ps::KeySpec> keys{{"a", {40000}}, {"b", {10}}};
+  ps::Client c(world, me, workers, world.size() - workers, keys, sgd(ps::Mode::kSync, 0.05, 0.9));
+  const size_t n = c.partition().totalElements();
+  std::vector<float> values(n, 0.0f), grads(n);
+  start(c, values);
+  if (c.startStep() > 0) std::printf("worker %d resumes at step %ld\n", me, c.startStep());
+  for (int t = c.startStep(); t < a.steps; ++t) {
+    // A quadratic pull towards a per-worker target: the gradient depends on the values, so the
+    // result depends on every step being applied exactly once.
+    for (size_t i = 0; i < n; ++i) {
+      const float target = std::sin(0.01f * static_cast<float>(i) + static_cast<float>(me));
+      grads[i] = (values[i] - target) * (1.0f + 0.1f * static_cast<float>(t % 3));
+    }
+    c.pushPull(grads.data(), values.data(), t)->wait();
+    if (me == 0 && t == a.killServerAt) {
+      const std::string pid = test::readFile(a.dir + "/server-1.pid");
+      std::printf("killing parameter server 1 (pid %s) after step %d\n", pid.c_str(), t);
+      std::fflush(stdout);
+      ::kill(std::stoi(pid), SIGKILL);
+    }
+  }
+  c.finish();
+  std::printf("final digest %016lx\n", static_cast<unsigned long>(digest(values)));
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    const Args a = parse(argc, argv);
+    World w = init();
+    const int workers = w.size - w.numServers;
+    if (w.role == run::Role::kServer) {
+      if (!a.dir.empty()) {
+        std::ofstream(fmt::format("{}/server-{}.pid", a.dir, w.roleRank)) << ::getpid();
+      }
+      ps::ServerOptions o;
+      if (a.scenario == "train") {
+        o.checkpointDir = a.dir + "/checkpoints";
+        o.checkpointEvery = 5;
+        o.resume = a.resume;
+      }
+      auto r = ps::serve(*w.group, w.roleRank, w.numServers, workers, o);
+      std::printf("server %d: %lu pushes, %lu pulls, %lu refused, max lead %ld, final step %lu\n",
+                  w.roleRank, static_cast<unsigned long>(r.pushes),
+                  static_cast<unsigned long>(r.pulls), static_cast<unsigned long>(r.refused),
+                  static_cast<long>(r.maxLead), static_cast<unsigned long>(r.finalStep));
+      return 0;
+    }
+    if (a.scenario == "sums") return sums(*w.group, w.roleRank, workers, a);
+    if (a.scenario == "staleness") return staleness(*w.group, w.roleRank, workers, a);
+    if (a.scenario == "reject") return reject(*w.group, w.roleRank, workers, a);
+    if (a.scenario == "train") return train(*w.group, w.roleRank, workers, a);
+    SHOAL_THROW(InvalidArgument, "unknown scenario '{}'", a.scenario);
+  } catch (const std::exception& e) {
+    std::printf("ERROR %s: %s\n", test::typeName(e), e.what());
+    return 1;
+  }
+}
