@@ -6,6 +6,14 @@
 // DistributedDataParallel while backward runs, rank 0 shows a progress bar and the test accuracy
 // after each epoch, and writes one JSON line per epoch to --metrics. Checkpoints (--checkpoint-dir)
 // every --checkpoint-every steps and at the end of each epoch; --resume continues exactly.
+//
+// With parameter servers instead of all-reduce (one flag):
+//
+//   shoal run -n 2 --servers 1 -- build/fashion_mnist --mode ps-sync   # or ps-async,
+//                                                                     # ps-ssp --staleness 2
+//
+// the server ranks hold the model and the optimizer (and write the checkpoints: their shards);
+// the workers compute gradients.
 #include <fmt/format.h>
 #include <signal.h>
 #include <unistd.h>
@@ -26,6 +34,8 @@
 #include "train/fashion_cnn.h"
 #include "train/idx_dataset.h"
 #include "train/optim.h"
+#include "ps/server.h"
+#include "train/ps_trainer.h"
 
 using namespace shoal;
 using Clock = std::chrono::steady_clock;
@@ -54,7 +64,28 @@ struct Flags {
   std::string saveParams;    // tests: rank 0 writes the final parameters here
   int64_t crashAtStep = -1;  // tests: the last rank kills itself after this step
   bool quiet = false;
+  std::string mode = "ddp";  // ddp | ps-sync | ps-async | ps-ssp
+  int staleness = 2;
 };
+
+// A server rank of a parameter-server job: serve until every worker is done.
+int serveMain(const Flags& f, World& w) {
+  ps::ServerOptions o;
+  o.checkpointDir = f.checkpointDir;
+  o.checkpointEvery = f.checkpointEvery;
+  o.keep = f.keep;
+  o.resume = !f.resume.empty();
+  if (o.resume && f.resume != "latest") {
+    SHOAL_THROW(InvalidArgument, "--resume: parameter servers resume from 'latest' only");
+  }
+  auto r = ps::serve(*w.group, w.roleRank, w.numServers, w.size - w.numServers, o);
+  if (!f.quiet) {
+    fmt::print("parameter server {}: {} pushes, {} pulls, {} refused, largest lead {} steps{}\n",
+               w.roleRank, r.pushes, r.pulls, r.refused, r.maxLead,
+               r.lastCheckpoint.empty() ? "" : ", last checkpoint " + r.lastCheckpoint);
+  }
+  return 0;
+}
 
 // The fraction of the test set classified right: each rank scores its strided share, the
 // counts are summed over ranks.
@@ -110,7 +141,24 @@ class ProgressBar {
 int trainMain(const Flags& f) {
   train::keepFreedMemoryForReuse();
   World w = init();
-  comm::Group& g = *w.group;
+  const bool usePs = f.mode != "ddp";
+  if (usePs && w.numServers == 0) {
+    SHOAL_THROW(InvalidArgument,
+                "--mode {} needs parameter servers: start the job with shoal run -n N --servers K",
+                f.mode);
+  }
+  if (!usePs && w.numServers > 0) {
+    SHOAL_THROW(InvalidArgument,
+                "the job has {} parameter servers but --mode is ddp: pass --mode ps-sync, "
+                "ps-async or ps-ssp",
+                w.numServers);
+  }
+  if (w.role == run::Role::kServer) return serveMain(f, w);
+  // The workers' own group (evaluation, loss): the world includes the servers.
+  const int numWorkers = w.size - w.numServers;
+  std::shared_ptr<comm::Group> workers =
+      usePs ? w.group->connect("workers", w.roleRank, numWorkers) : w.group;
+  comm::Group& g = *workers;
   const bool lead = g.rank() == 0;
   torch::set_num_threads(f.threads);
   torch::manual_seed(f.seed);  // the same initial model everywhere (rank 0's is broadcast anyway)
@@ -123,24 +171,52 @@ int trainMain(const Flags& f) {
   }
 
   train::FashionCnn model;
-  train::DdpOptions ddpOptions;
-  ddpOptions.overlap = !f.noOverlap;
-  ddpOptions.bucketBytes = f.bucketMb << 20;
-  train::DistributedDataParallel ddp(model.ptr(), w.group, ddpOptions);
   train::OptimizerOptions oo;
   oo.kind = train::parseOptimizer(f.optimizer);
   oo.lr = f.lr;
-  auto optimizer = train::makeOptimizer(model->parameters(), oo);
   train::DistributedSampler sampler(trainSet.size(), g.rank(), g.size(), {.seed = f.seed});
-  LrSchedule schedule(f.lr, g.size(), f.lrScaling, f.warmupSteps,
-                             f.lrDecay == "cosine" ? f.epochs * sampler.batches(f.batch) : 0);
+  const int64_t totalSteps = f.lrDecay == "cosine" ? f.epochs * sampler.batches(f.batch) : 0;
+  // Asynchronous updates are one worker's batch each: the one-worker rate (see ps/config.h).
+  const bool scaled = f.lrScaling && (f.mode == "ddp" || f.mode == "ps-sync");
+  LrSchedule schedule(f.lr, g.size(), scaled, f.warmupSteps, totalSteps);
 
+  std::optional<train::DistributedDataParallel> ddp;
+  std::unique_ptr<torch::optim::Optimizer> optimizer;
+  std::unique_ptr<train::PsTrainer> psTrainer;
+  if (usePs) {
+    ps::TrainingConfig pc;
+    pc.mode = ps::parseMode(f.mode);
+    pc.staleness = f.staleness;
+    pc.optimizer = oo;
+    pc.linearScaling = f.lrScaling;
+    pc.warmupSteps = f.warmupSteps;
+    pc.totalSteps = totalSteps;
+    psTrainer = std::make_unique<train::PsTrainer>(*w.group, w.roleRank, numWorkers,
+                                                   w.numServers, *model, pc);
+  } else {
+    train::DdpOptions ddpOptions;
+    ddpOptions.overlap = !f.noOverlap;
+    ddpOptions.bucketBytes = f.bucketMb << 20;
+    ddp.emplace(model.ptr(), w.group, ddpOptions);
+    optimizer = train::makeOptimizer(model->parameters(), oo);
+  }
+
+  // Parameter servers write their own (shard) checkpoints; workers only in ddp mode.
   std::optional<train::Checkpointer> checkpoints;
-  if (!f.checkpointDir.empty()) checkpoints.emplace(f.checkpointDir, f.keep);
+  if (!f.checkpointDir.empty() && !usePs) checkpoints.emplace(f.checkpointDir, f.keep);
   train::Progress at;
   // Dropout differs per rank: its own stream (restored exactly on resume).
   torch::manual_seed(f.seed * 7919 + static_cast<uint64_t>(g.rank()) + 1);
-  if (!f.resume.empty()) {
+  if (psTrainer) {
+    const int64_t steps = sampler.batches(f.batch);
+    at.step = psTrainer->startStep();
+    at.epoch = at.step / steps;
+    at.batchInEpoch = at.step % steps;
+    if (lead && at.step > 0) {
+      fmt::print("resumed from the parameter servers: epoch {}, batch {}, step {}\n",
+                 at.epoch + 1, at.batchInEpoch, at.step);
+    }
+  } else if (!f.resume.empty()) {
     SHOAL_CHECK(checkpoints.has_value(), "--resume needs --checkpoint-dir");
     std::string path = f.resume;
     if (path == "latest") {
@@ -155,9 +231,13 @@ int trainMain(const Flags& f) {
   }
   if (lead && !f.quiet) {
     fmt::print(
-        "fashion_mnist: {} ranks ({}), batch {} per rank, {} lr {}{}, {} epochs, {} "
+        "fashion_mnist: {} {} ({}), batch {} per rank, {} lr {}{}, {} epochs, {} "
         "training samples\n",
-        g.size(), toString(w.launcher), f.batch, f.optimizer, schedule.target(),
+        g.size(),
+        usePs ? fmt::format("workers and {} parameter servers ({}{})", w.numServers, f.mode,
+                            f.mode == "ps-ssp" ? fmt::format(", staleness {}", f.staleness) : "")
+              : std::string("ranks"),
+        toString(w.launcher), f.batch, f.optimizer, schedule.target(),
         f.warmupSteps ? fmt::format(" (warm-up {} steps)", f.warmupSteps) : "", f.epochs,
         trainSet.size());
   }
@@ -179,12 +259,20 @@ int trainMain(const Flags& f) {
           orderTensor.slice(0, b * f.batch, std::min<int64_t>((b + 1) * f.batch, order.size()));
       auto x = trainSet.images.index_select(0, idx);
       auto y = trainSet.labels.index_select(0, idx);
-      train::setLearningRate(*optimizer, schedule.at(at.step));
-      optimizer->zero_grad();
-      ddp.beforeForward();
-      auto loss = torch::nn::functional::cross_entropy(model->forward(x), y);
-      ddp.backward(loss);
-      optimizer->step();
+      torch::Tensor loss;
+      if (psTrainer) {
+        model->zero_grad();
+        loss = torch::nn::functional::cross_entropy(model->forward(x), y);
+        loss.backward();
+        psTrainer->step(at.step);
+      } else {
+        train::setLearningRate(*optimizer, schedule.at(at.step));
+        optimizer->zero_grad();
+        ddp->beforeForward();
+        loss = torch::nn::functional::cross_entropy(model->forward(x), y);
+        ddp->backward(loss);
+        optimizer->step();
+      }
       ++at.step;
       lossSum += loss.item<double>() * idx.size(0);
       samples += idx.size(0);
@@ -201,6 +289,8 @@ int trainMain(const Flags& f) {
     // Loss over every rank's samples of the epoch.
     double sums[2] = {lossSum, static_cast<double>(samples)};
     comm::allreduce(g, sums, 2, DataType::kFloat64, ReduceOp::kSum);
+    // Asynchronous workers hold slightly different copies: evaluate the servers' latest.
+    if (psTrainer) psTrainer->refresh(at.step);
     const double accuracy = testAccuracy(g, model, testSet);
     if (checkpoints) checkpoints->save(g, *model, *optimizer, {epoch + 1, 0, at.step});
     if (lead) {
@@ -227,6 +317,7 @@ int trainMain(const Flags& f) {
       }
     }
   }
+  if (psTrainer) psTrainer->finish();
   if (lead && !f.saveParams.empty()) {
     std::vector<torch::Tensor> params;
     for (auto& p : model->parameters()) params.push_back(p);
@@ -274,6 +365,15 @@ int main(int argc, char** argv) {
   app.add_option("--save-params", f.saveParams, "write the final parameters (tests)");
   app.add_option("--crash-at-step", f.crashAtStep, "the last rank kills itself (tests)");
   app.add_flag("-q,--quiet", f.quiet, "no progress output");
+  app.add_option("--mode", f.mode,
+                 "ddp (all-reduce), or through parameter servers (shoal run --servers K): "
+                 "ps-sync, ps-async, ps-ssp")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"ddp", "ps-sync", "ps-async", "ps-ssp"}));
+  app.add_option("--staleness", f.staleness,
+                 "ps-ssp: steps a worker may run ahead of the slowest")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1000000));
   CLI11_PARSE(app, argc, argv);
   try {
     return trainMain(f);

@@ -34,25 +34,28 @@ void applyUpdate(const OptimizerOptions& o, double lr, int64_t count, float grad
       }
       return;
     case OptimizerKind::kAdam: {
-      const float b1 = 0.9f, b2 = 0.999f, eps = 1e-8f;
+      // Constants rounded from double once, as libtorch passes them (1 - 0.9f is not 0.1f).
+      const double beta1 = 0.9, beta2 = 0.999;
+      const float b1 = static_cast<float>(beta1), b2 = static_cast<float>(beta2), eps = 1e-8f;
+      const float c1 = static_cast<float>(1 - beta1), c2 = static_cast<float>(1 - beta2);
       const double t = static_cast<double>(count);
-      const float bc1 = static_cast<float>(1.0 - std::pow(0.9, t));
-      const float bc2sqrt = static_cast<float>(std::sqrt(1.0 - std::pow(0.999, t)));
-      const float stepSize = rate / bc1;
+      const float bc2sqrt = static_cast<float>(std::sqrt(1.0 - std::pow(beta2, t)));
+      const float stepSize = static_cast<float>(lr / (1.0 - std::pow(beta1, t)));
       for (size_t i = 0; i < n; ++i) {
         const float d = g[i] * gradScale + wd * p[i];
-        s0[i] = s0[i] * b1 + d * (1 - b1);
-        s1[i] = s1[i] * b2 + d * d * (1 - b2);
+        s0[i] = s0[i] * b1 + d * c1;
+        s1[i] = s1[i] * b2 + d * d * c2;
         const float denom = std::sqrt(s1[i]) / bc2sqrt + eps;
         p[i] -= stepSize * (s0[i] / denom);
       }
       return;
     }
     case OptimizerKind::kRmsprop: {
-      const float alpha = 0.99f, eps = 1e-8f;
+      const double alpha = 0.99;
+      const float a = static_cast<float>(alpha), c = static_cast<float>(1 - alpha), eps = 1e-8f;
       for (size_t i = 0; i < n; ++i) {
         const float d = g[i] * gradScale + wd * p[i];
-        s0[i] = alpha * s0[i] + (1 - alpha) * d * d;
+        s0[i] = a * s0[i] + c * d * d;
         const float avg = std::sqrt(s0[i]) + eps;
         if (s1) {
           s1[i] = mom * s1[i] + d / avg;

@@ -9,6 +9,8 @@
 #include "common/error.h"
 #include "tests/thread_ranks.h"
 #include "train/optim.h"
+#include "ps/server.h"
+#include "train/ps_trainer.h"
 
 namespace shoal::test {
 namespace {
@@ -196,6 +198,77 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"adam_shared_layer", train::OptimizerKind::kAdam, true, false, false,
                            false, true}),
     [](const auto& info) { return info.param.name; });
+
+// Synchronous parameter-server training (3 workers, 2 servers, the optimizer on the servers)
+// against all-reduce data parallelism (3 ranks, libtorch's optimizer) on the same data order.
+class PsSyncEquivalence : public ::testing::TestWithParam<train::OptimizerKind> {};
+
+TEST_P(PsSyncEquivalence, EndsWithTheParametersOfAllreduceDataParallelism) {
+  Case c{"ps"};
+  c.optimizer = GetParam();
+  torch::set_num_threads(1);
+  Data data = makeData(kSteps);
+  namespace F = torch::nn::functional;
+
+  std::vector<Net> ddpNets, psNets;
+  std::vector<std::unique_ptr<torch::optim::Optimizer>> opts;
+  for (int r = 0; r < kRanks; ++r) {
+    ddpNets.push_back(makeNet(c));
+    opts.push_back(makeOpt(ddpNets.back(), c));
+    psNets.push_back(makeNet(c));
+  }
+  std::vector<std::vector<torch::Tensor>> viaDdp(kRanks), viaPs(kRanks);
+  auto errors = runThreadRanks(kRanks, testOptions(TransportKind::kShm), [&](comm::Group& g) {
+    const int r = g.rank();
+    train::DistributedDataParallel ddp(ddpNets[r].ptr(), g.shared_from_this());
+    for (int s = 0; s < kSteps; ++s) {
+      opts[r]->zero_grad();
+      ddp.beforeForward();
+      ddp.backward(F::cross_entropy(ddpNets[r]->forward(rows(data.x[s], r)), rows(data.y[s], r)));
+      opts[r]->step();
+    }
+    viaDdp[r] = stateOf(ddpNets[r]);
+  });
+  for (int r = 0; r < kRanks; ++r) ASSERT_EQ(errors[r], "") << "ddp rank " << r;
+
+  constexpr int kServers = 2;
+  ps::TrainingConfig config;
+  config.mode = ps::Mode::kSync;
+  config.optimizer.kind = c.optimizer;
+  config.optimizer.lr = 0.05;
+  errors = runThreadRanks(kRanks + kServers, testOptions(TransportKind::kShm), [&](comm::Group& g) {
+    const int r = g.rank();
+    if (r >= kRanks) {
+      ps::ServerOptions o;
+      o.quiet = true;
+      ps::serve(g, r - kRanks, kServers, kRanks, o);
+      return;
+    }
+    train::PsTrainer trainer(g, r, kRanks, kServers, *psNets[r], config);
+    for (int s = 0; s < kSteps; ++s) {
+      psNets[r]->zero_grad();
+      F::cross_entropy(psNets[r]->forward(rows(data.x[s], r)), rows(data.y[s], r)).backward();
+      trainer.step(s);
+    }
+    trainer.finish();
+    viaPs[r] = stateOf(psNets[r]);
+  });
+  for (int r = 0; r < kRanks + kServers; ++r) ASSERT_EQ(errors[r], "") << "ps rank " << r;
+  for (int r = 0; r < kRanks; ++r) {
+    ASSERT_EQ(viaPs[r].size(), viaDdp[0].size());
+    for (size_t i = 0; i < viaDdp[0].size(); ++i) {
+      EXPECT_TRUE(torch::allclose(viaPs[r][i].to(torch::kFloat64), viaDdp[0][i].to(torch::kFloat64),
+                                  1e-5, 1e-6))
+          << "worker " << r << " tensor " << i << " differs by "
+          << (viaPs[r][i] - viaDdp[0][i]).abs().max().item<double>();
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(, PsSyncEquivalence,
+                         ::testing::Values(train::OptimizerKind::kSgd, train::OptimizerKind::kAdam,
+                                           train::OptimizerKind::kRmsprop),
+                         [](const auto& info) { return std::string(toString(info.param)); });
 
 // Two ranks with the model of `c` compute a loss on one batch; `then` does the rest with it.
 // Returns each rank's error text.
