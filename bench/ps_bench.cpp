@@ -68,7 +68,8 @@ double tcpSeconds(size_t bytes) {
   ::listen(lst, 1);
   ::getsockname(lst, reinterpret_cast<sockaddr*>(&a), &len);
   int c = ::socket(AF_INET, SOCK_STREAM, 0);
-  if (::connect(c, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) throwSystemError("connect", errno);
+  if (::connect(c, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0)
+    throwSystemError("connect", errno);
   int s = ::accept(lst, nullptr, nullptr);
   std::vector<char> out(bytes, 1), in(bytes);
   std::vector<double> t;
@@ -106,16 +107,21 @@ int main(int argc, char** argv) {
     bool limits = false;
     for (int i = 1; i < argc; ++i) {
       std::string f = argv[i];
-      if (f == "limits") limits = true;
-      else if (f == "--bytes" && i + 1 < argc) bytes = std::stoull(argv[++i]);
-      else if (f == "--steps" && i + 1 < argc) steps = std::stoi(argv[++i]);
-      else SHOAL_THROW(InvalidArgument, "unknown argument {}", f);
+      if (f == "limits")
+        limits = true;
+      else if (f == "--bytes" && i + 1 < argc)
+        bytes = std::stoull(argv[++i]);
+      else if (f == "--steps" && i + 1 < argc)
+        steps = std::stoi(argv[++i]);
+      else
+        SHOAL_THROW(InvalidArgument, "unknown argument {}", f);
     }
     if (limits) {
       const double copy = shmCopySeconds(bytes), tcp = tcpSeconds(bytes);
-      std::printf("{\"kind\": \"limits\", \"bytes\": %zu, \"shm_copy_GBps\": %.3f, "
-                  "\"tcp_GBps\": %.3f}\n",
-                  bytes, bytes / copy / 1e9, bytes / tcp / 1e9);
+      std::printf(
+          "{\"kind\": \"limits\", \"bytes\": %zu, \"shm_copy_GBps\": %.3f, "
+          "\"tcp_GBps\": %.3f}\n",
+          bytes, bytes / copy / 1e9, bytes / tcp / 1e9);
       return 0;
     }
     World w = init();
@@ -146,10 +152,11 @@ int main(int argc, char** argv) {
     c.finish();
     if (w.roleRank == 0) {
       const double step = median(t);
-      std::printf("{\"kind\": \"pushpull\", \"servers\": %d, \"workers\": %d, \"bytes\": %zu, "
-                  "\"step_ms_median\": %.3f, \"single_GBps\": %.3f, \"aggregate_GBps\": %.3f}\n",
-                  w.numServers, workers, bytes, step * 1e3, 2.0 * bytes / step / 1e9,
-                  2.0 * bytes * workers * steps / wall / 1e9);
+      std::printf(
+          "{\"kind\": \"pushpull\", \"servers\": %d, \"workers\": %d, \"bytes\": %zu, "
+          "\"step_ms_median\": %.3f, \"single_GBps\": %.3f, \"aggregate_GBps\": %.3f}\n",
+          w.numServers, workers, bytes, step * 1e3, 2.0 * bytes / step / 1e9,
+          2.0 * bytes * workers * steps / wall / 1e9);
     }
     return 0;
   } catch (const std::exception& e) {

@@ -26,6 +26,7 @@
 
 #include "comm/collectives.h"
 #include "common/error.h"
+#include "ps/server.h"
 #include "run/init.h"
 #include "train/allocator.h"
 #include "train/checkpoint.h"
@@ -34,7 +35,6 @@
 #include "train/fashion_cnn.h"
 #include "train/idx_dataset.h"
 #include "train/optim.h"
-#include "ps/server.h"
 #include "train/ps_trainer.h"
 
 using namespace shoal;
@@ -191,8 +191,8 @@ int trainMain(const Flags& f) {
     pc.linearScaling = f.lrScaling;
     pc.warmupSteps = f.warmupSteps;
     pc.totalSteps = totalSteps;
-    psTrainer = std::make_unique<train::PsTrainer>(*w.group, w.roleRank, numWorkers,
-                                                   w.numServers, *model, pc);
+    psTrainer = std::make_unique<train::PsTrainer>(*w.group, w.roleRank, numWorkers, w.numServers,
+                                                   *model, pc);
   } else {
     train::DdpOptions ddpOptions;
     ddpOptions.overlap = !f.noOverlap;
@@ -213,8 +213,8 @@ int trainMain(const Flags& f) {
     at.epoch = at.step / steps;
     at.batchInEpoch = at.step % steps;
     if (lead && at.step > 0) {
-      fmt::print("resumed from the parameter servers: epoch {}, batch {}, step {}\n",
-                 at.epoch + 1, at.batchInEpoch, at.step);
+      fmt::print("resumed from the parameter servers: epoch {}, batch {}, step {}\n", at.epoch + 1,
+                 at.batchInEpoch, at.step);
     }
   } else if (!f.resume.empty()) {
     SHOAL_CHECK(checkpoints.has_value(), "--resume needs --checkpoint-dir");
@@ -370,8 +370,7 @@ int main(int argc, char** argv) {
                  "ps-sync, ps-async, ps-ssp")
       ->capture_default_str()
       ->check(CLI::IsMember({"ddp", "ps-sync", "ps-async", "ps-ssp"}));
-  app.add_option("--staleness", f.staleness,
-                 "ps-ssp: steps a worker may run ahead of the slowest")
+  app.add_option("--staleness", f.staleness, "ps-ssp: steps a worker may run ahead of the slowest")
       ->capture_default_str()
       ->check(CLI::Range(0, 1000000));
   CLI11_PARSE(app, argc, argv);

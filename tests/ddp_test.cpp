@@ -7,9 +7,9 @@
 #include <thread>
 
 #include "common/error.h"
+#include "ps/server.h"
 #include "tests/thread_ranks.h"
 #include "train/optim.h"
-#include "ps/server.h"
 #include "train/ps_trainer.h"
 
 namespace shoal::test {

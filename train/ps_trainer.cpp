@@ -32,8 +32,8 @@ PsTrainer::PsTrainer(comm::Group& world, int worker, int numWorkers, int numServ
     keys.push_back({b.key(), shapeOf(b.value()), DataType::kFloat32, ps::KeyKind::kState});
     tensors_.push_back(b.value());
   }
-  client_ = std::make_unique<ps::Client>(world, worker, numWorkers, numServers, std::move(keys),
-                                         config);
+  client_ =
+      std::make_unique<ps::Client>(world, worker, numWorkers, numServers, std::move(keys), config);
   const size_t n = client_->partition().totalElements();
   values_.assign(n, 0.0f);
   grads_.assign(n, 0.0f);
