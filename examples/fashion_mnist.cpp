@@ -176,21 +176,23 @@ int trainMain(const Flags& f) {
   oo.lr = f.lr;
   train::DistributedSampler sampler(trainSet.size(), g.rank(), g.size(), {.seed = f.seed});
   const int64_t totalSteps = f.lrDecay == "cosine" ? f.epochs * sampler.batches(f.batch) : 0;
-  // Asynchronous updates are one worker's batch each: the one-worker rate (see ps/config.h).
-  const bool scaled = f.lrScaling && (f.mode == "ddp" || f.mode == "ps-sync");
-  LrSchedule schedule(f.lr, g.size(), scaled, f.warmupSteps, totalSteps);
-
-  std::optional<train::DistributedDataParallel> ddp;
-  std::unique_ptr<torch::optim::Optimizer> optimizer;
-  std::unique_ptr<train::PsTrainer> psTrainer;
+  ps::TrainingConfig pc;  // parameter-server modes: what the servers apply
   if (usePs) {
-    ps::TrainingConfig pc;
     pc.mode = ps::parseMode(f.mode);
     pc.staleness = f.staleness;
     pc.optimizer = oo;
     pc.linearScaling = f.lrScaling;
     pc.warmupSteps = f.warmupSteps;
     pc.totalSteps = totalSteps;
+  }
+  const LrSchedule schedule =
+      usePs ? pc.schedule(g.size())
+            : LrSchedule(f.lr, g.size(), f.lrScaling, f.warmupSteps, totalSteps);
+
+  std::optional<train::DistributedDataParallel> ddp;
+  std::unique_ptr<torch::optim::Optimizer> optimizer;
+  std::unique_ptr<train::PsTrainer> psTrainer;
+  if (usePs) {
     psTrainer = std::make_unique<train::PsTrainer>(*w.group, w.roleRank, numWorkers, w.numServers,
                                                    *model, pc);
   } else {

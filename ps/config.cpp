@@ -26,6 +26,12 @@ std::string_view toString(Mode mode) {
   return "invalid";
 }
 
+LrSchedule TrainingConfig::schedule(int workers) const {
+  const bool sync = mode == Mode::kSync;
+  return LrSchedule(optimizer.lr, sync ? workers : 1, sync && linearScaling, warmupSteps,
+                    totalSteps);
+}
+
 std::string TrainingConfig::toText() const {
   return fmt::format(
       "mode={} staleness={} optimizer={} lr={:.17g} momentum={:.17g} weight_decay={:.17g} "

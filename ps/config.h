@@ -31,6 +31,9 @@ struct TrainingConfig {
   int64_t warmupSteps = 0;
   int64_t totalSteps = 0;
 
+  // The schedule the servers follow with `workers` workers (the rule above).
+  LrSchedule schedule(int workers) const;
+
   // "key=value" pairs, and back (ProtocolError / InvalidArgument on bad text or values).
   std::string toText() const;
   static TrainingConfig parse(std::string_view text);

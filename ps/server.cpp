@@ -500,10 +500,7 @@ class Server {
                   id_, *lo, e.what());
     }
     // The header (settings and keys) comes first; build the shard from it, then fill it.
-    const uint64_t headerLen =
-        payload.size() >= 8 ? *reinterpret_cast<const uint64_t*>(payload.data()) : 0;
-    if (headerLen > payload.size() - 8) SHOAL_THROW(InvalidArgument, "{}: malformed shard", path);
-    const std::string header = payload.substr(8, headerLen);
+    const std::string header = Shard::snapshotHeader(payload);
     const auto nl = header.find('\n');
     configText_ = header.substr(0, nl);
     config_ = TrainingConfig::parse(configText_);

@@ -82,8 +82,7 @@ void Shard::update(PieceState& ps, const float* g, float scale, double lr, size_
 
 bool Shard::arrive(int worker, size_t first, size_t last) {
   bool completed = false;
-  const LrSchedule schedule(config_.optimizer.lr, workers_, config_.linearScaling,
-                            config_.warmupSteps, config_.totalSteps);
+  const LrSchedule schedule = config_.schedule(workers_);
   for (size_t i = first; i < last; ++i) {
     PieceState& ps = pieces_[i];
     ps.arrived[worker] = 1;
@@ -116,8 +115,7 @@ bool Shard::arrive(int worker, size_t first, size_t last) {
 }
 
 void Shard::applyNow(int worker, size_t first, size_t last, int64_t step) {
-  const LrSchedule schedule(config_.optimizer.lr, 1, false, config_.warmupSteps,
-                            config_.totalSteps);
+  const LrSchedule schedule = config_.schedule(workers_);
   const double lr = schedule.at(step);
   for (size_t i = first; i < last; ++i) {
     PieceState& ps = pieces_[i];
@@ -140,6 +138,11 @@ std::string Shard::snapshot(const std::string& header, uint64_t round,
   putBytes(out, state0_.data(), state0_.size() * sizeof(float));
   putBytes(out, state1_.data(), state1_.size() * sizeof(float));
   return out;
+}
+
+std::string Shard::snapshotHeader(const std::string& payload) {
+  Reader in(payload);
+  return std::string(in.bytes());
 }
 
 std::string Shard::restore(const std::string& payload, uint64_t& round,

@@ -41,6 +41,9 @@ class Shard {
   // synchronous contributions are not saved: resuming workers push that step again.
   std::string snapshot(const std::string& header, uint64_t round,
                        const std::vector<uint64_t>& clocks) const;
+  // The header of a snapshot, read before a shard exists to restore it into (InvalidArgument
+  // if the payload is too short to hold one).
+  static std::string snapshotHeader(const std::string& payload);
   // Restores a snapshot written for the same partition; returns its header and fills round and
   // clocks. InvalidArgument if it does not fit this shard.
   std::string restore(const std::string& payload, uint64_t& round, std::vector<uint64_t>& clocks);
