@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <vector>
 
 #include "comm/group.h"
@@ -17,13 +18,46 @@ inline size_t blockSize(size_t count, int n, int i) {
   return blockBegin(count, n, i + 1) - blockBegin(count, n, i);
 }
 
+// The all-reduce algorithm that actually runs: what comm/allreduce.cpp's choose() resolves a
+// request (kAuto included) to. Its value travels in every frame's `algo` byte, so two ranks
+// that resolved differently fail with a MismatchError instead of misreading each other's bytes.
+// The first three values equal AllreduceAlgorithm's; 4 is Rabenseifner.
+enum class AllreduceKind : uint8_t {
+  kRing = 1,               // allreduce_ring.cpp
+  kRecursiveDoubling = 2,  // allreduce_recursive_doubling.cpp
+  kDriver = 3,             // allreduce_driver.cpp
+  kRabenseifner = 4,       // allreduce_rabenseifner.cpp
+};
+
 void allreduceRing(OpContext& ctx, void* data, size_t count);
 void allreduceRecursiveDoubling(OpContext& ctx, void* data, size_t count);
+void allreduceRabenseifner(OpContext& ctx, void* data, size_t count);
 void allreduceDriver(OpContext& ctx, void* data, size_t count);
 
-}  // namespace shoal::comm::algo
+// Note [Power-of-two fold]
+// Recursive doubling and Rabenseifner pair ranks by XOR of their numbers, which needs a
+// power-of-two world. Other sizes are folded first: with p the largest power of two <= n and
+// e = n - p, ranks 0..2e-1 pair up; each even one sends its whole buffer to the odd rank above
+// it (step 0; the odd rank reduces it in) and sits out. The p remaining ranks are renumbered
+// 0..p-1 ("virtual ranks") and run the algorithm's rounds (steps 1..rounds). At the end
+// (step rounds + 1) each odd rank sends the result back to its even partner. The fold costs
+// one extra buffer each way for 2e ranks and two steps of latency.
+struct PowerOfTwoFold {
+  int p = 1;       // ranks taking part in the rounds
+  int logp = 0;    // log2(p)
+  int extra = 0;   // n - p
+  int vrank = -1;  // this rank among the p, or -1 when it was folded out
+  // The real rank of virtual rank v.
+  int realRank(int v) const { return v < extra ? 2 * v + 1 : v + extra; }
+};
 
-namespace shoal::comm::algo {
+// The fold's shape for this group, without communicating.
+PowerOfTwoFold powerOfTwoFold(const OpContext& ctx);
+// Step 0 of the fold (`rounds`: the steps the algorithm uses after it). A folded-out rank has
+// received the final result when this returns (vrank == -1: nothing more to do).
+PowerOfTwoFold foldIn(OpContext& ctx, void* data, size_t bytes, uint32_t rounds);
+// The last step: the odd partners hand the result back. Called by every rank still in.
+void foldOut(OpContext& ctx, const PowerOfTwoFold& fold, void* data, size_t bytes, uint32_t rounds);
 
 // Position of `rank` in a binomial tree rooted at `root` over n ranks: its parent (-1 for the
 // root) and its children, largest subtree first.

@@ -1,34 +1,57 @@
 // All-reduce entry point and the algorithm choice.
 //
-// Automatic choice (overridden per call, or for the group by SHOAL_ALLREDUCE_ALGORITHM), from
-// the crossovers measured in bench/results/allreduce.md:
-// - small buffers: recursive doubling, log2(n) rounds where latency dominates;
-// - with a power-of-two world, recursive halving/doubling stays ahead of the ring up to a few
-//   MiB (2 log2 n steps against 2(n-1), and no fold step): up to 16 MiB over shared memory,
-//   1 MiB over TCP;
-// - otherwise the ring: bandwidth-optimal and pipelined in segments, best on TCP above 128 KiB
-//   where its segments keep the socket buffers full.
-// The driver algorithm is never chosen automatically: it is the baseline.
+// choose() resolves a request to the algorithm that runs (algo::AllreduceKind). A forced
+// algorithm (per call, or for the group by SHOAL_ALLREDUCE_ALGORITHM) runs as named at every
+// size. `auto` picks from the crossovers measured in bench/results/allreduce.md, by the bytes
+// per rank and whether every link of this rank is shared memory ("shm") or not ("tcp"):
+//
+//   bytes per rank                       | algorithm
+//   <= 64 KiB                            | recursive doubling: log2(n) rounds, latency dominates
+//   <= 256 KiB (shm), <= 128 KiB (tcp)   | Rabenseifner
+//   <= 16 MiB (shm), <= 1 MiB (tcp),     | Rabenseifner: 2 log2(n) steps against the ring's
+//     and n a power of two               |   2(n-1), and no fold
+//   anything else                        | ring: bandwidth-optimal and pipelined in segments
+//
+// The driver algorithm is never chosen automatically: it is the baseline. The README's table
+// ("How `auto` picks an all-reduce algorithm") repeats this one: change both together.
 #include "comm/algorithms.h"
 #include "comm/collective_util.h"
 #include "comm/collectives.h"
+#include "common/error.h"
 #include "common/reduce.h"
 
 namespace shoal::comm {
 
 namespace {
 
-AllreduceAlgorithm choose(const Group& g, AllreduceAlgorithm requested, size_t bytes) {
-  if (requested != AllreduceAlgorithm::kAuto) return requested;
+constexpr size_t kRecursiveDoublingBytes = 64u << 10;
+
+algo::AllreduceKind choose(const Group& g, AllreduceAlgorithm requested, size_t bytes) {
+  using algo::AllreduceKind;
+  switch (requested) {
+    case AllreduceAlgorithm::kRing:
+      return AllreduceKind::kRing;
+    case AllreduceAlgorithm::kRecursiveDoubling:
+      return AllreduceKind::kRecursiveDoubling;
+    case AllreduceAlgorithm::kDriver:
+      return AllreduceKind::kDriver;
+    case AllreduceAlgorithm::kAuto:
+      break;
+    case AllreduceAlgorithm::kRabenseifner:
+      return AllreduceKind::kRabenseifner;
+    default:
+      SHOAL_THROW(InvalidArgument, "allreduce: unknown algorithm {}", static_cast<int>(requested));
+  }
   const int n = g.size();
   const bool powerOfTwo = (n & (n - 1)) == 0;
   const bool shm = g.allLinksShm();
   const size_t latencyBytes = shm ? (256u << 10) : (128u << 10);
   const size_t halvingBytes = shm ? (16u << 20) : (1u << 20);
+  if (bytes <= kRecursiveDoublingBytes) return AllreduceKind::kRecursiveDoubling;
   if (bytes <= latencyBytes || (powerOfTwo && bytes <= halvingBytes)) {
-    return AllreduceAlgorithm::kRecursiveDoubling;
+    return AllreduceKind::kRabenseifner;
   }
-  return AllreduceAlgorithm::kRing;
+  return AllreduceKind::kRing;
 }
 
 std::shared_ptr<Work> allreduceImpl(Group& g, bool async, void* data, size_t count, DataType type,
@@ -42,14 +65,18 @@ std::shared_ptr<Work> allreduceImpl(Group& g, bool async, void* data, size_t cou
                           [=](OpContext& ctx) {
                             if (ctx.size() > 1) {
                               switch (algorithm) {
-                                case AllreduceAlgorithm::kRing:
+                                case algo::AllreduceKind::kRing:
                                   algo::allreduceRing(ctx, data, count);
                                   break;
-                                case AllreduceAlgorithm::kDriver:
+                                case algo::AllreduceKind::kRecursiveDoubling:
+                                  algo::allreduceRecursiveDoubling(ctx, data, count);
+                                  break;
+                                case algo::AllreduceKind::kRabenseifner:
+                                  algo::allreduceRabenseifner(ctx, data, count);
+                                  break;
+                                case algo::AllreduceKind::kDriver:
                                   algo::allreduceDriver(ctx, data, count);
                                   break;
-                                default:
-                                  algo::allreduceRecursiveDoubling(ctx, data, count);
                               }
                             }
                             if (op == ReduceOp::kAvg) scaleAverage(data, count, type, ctx.size());

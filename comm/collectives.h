@@ -13,6 +13,7 @@
 #pragma once
 
 #include <memory>
+#include <vector>
 
 #include "comm/group.h"
 
@@ -70,14 +71,53 @@ std::shared_ptr<Work> scatterAsync(Group& g, const void* send, void* recv, size_
 void barrier(Group& g, const CallOptions& call = {});
 std::shared_ptr<Work> barrierAsync(Group& g, const CallOptions& call = {});
 
-// Point to point. Not collective: only the two ranks take part. Messages between a pair are
-// matched in order: the k-th send from a to b is the k-th recv on b from a, and its count and
-// type must agree (MismatchError otherwise). Sends and receives are ordered with the group's
-// collectives: receive what a peer sent before the next collective you both run.
+// Point to point. Not collective: only the two ranks take part.
+// - Matching: messages from a to b with the same tag are matched in order: the k-th send from a
+//   to b with tag t is the k-th receive on b from a with tag t, and count and type must agree
+//   (MismatchError on both sides). Different tags, and the two directions, are independent.
+//   Tags are >= 0 (the blocking and *Async forms use tag 0).
+// - Progress: each (peer, tag) has a channel of its own (comm/p2p_channel.h), connected on first
+//   use, so point-to-point never waits behind the group's collectives, and sends and receives in
+//   flight move together: two ranks may send each other large messages at the same time, or a
+//   ring of ranks each send to the next before receiving, without deadlock.
+// - Completion: an isend's Work completes once all its bytes were handed to the transport (the
+//   buffer may then be reused; the peer may not have received them yet); an irecv's once the
+//   whole message is in its buffer. Until then the buffer belongs to the operation.
+// - Deadline: the call's timeout (else the group's), counted from posting; the first operation
+//   with a peer also waits within it for the peer's first operation with that tag. A failure
+//   fails every pending and later operation of that (peer, tag) channel; the group's collectives
+//   are not affected.
+// - Thread-safe: any thread may post.
+// A group on a backend (SHOAL_BACKEND=mpi) runs point-to-point in issue order with its
+// collectives, and supports tag 0 only.
+std::shared_ptr<Work> isend(Group& g, const void* data, size_t count, DataType type, int peer,
+                            int tag = 0, const CallOptions& call = {});
+std::shared_ptr<Work> irecv(Group& g, void* data, size_t count, DataType type, int peer,
+                            int tag = 0, const CallOptions& call = {});
+
+// One send or receive of a batch.
+struct P2pOp {
+  enum class Kind : uint8_t { kSend, kRecv };
+  Kind kind = Kind::kSend;
+  void* data = nullptr;  // a send only reads it
+  size_t count = 0;
+  DataType type = DataType::kFloat32;
+  int peer = 0;
+  int tag = 0;
+};
+
+// Posts every operation (in order, to several peers if need be) and returns one Work that
+// completes when all of them did, with the first error if any failed. What a pipeline schedule
+// posts at each step. Every operation is checked before any is posted (InvalidArgument).
+std::shared_ptr<Work> batchIsendIrecv(Group& g, const std::vector<P2pOp>& ops,
+                                      const CallOptions& call = {});
+
+// Blocking forms (tag 0): return when isend / irecv completed; throw its error.
 void send(Group& g, const void* data, size_t count, DataType type, int peer,
           const CallOptions& call = {});
 void recv(Group& g, void* data, size_t count, DataType type, int peer,
           const CallOptions& call = {});
+// Same as isend / irecv with tag 0.
 std::shared_ptr<Work> sendAsync(Group& g, const void* data, size_t count, DataType type, int peer,
                                 const CallOptions& call = {});
 std::shared_ptr<Work> recvAsync(Group& g, void* data, size_t count, DataType type, int peer,

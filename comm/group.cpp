@@ -27,21 +27,31 @@ uint32_t fnv1a(const std::string& s) {
   return h;
 }
 
-constexpr std::string_view kAlgorithmNames[] = {"auto", "ring", "recursive_doubling", "driver"};
+// Note [Bounded diagnostics]: store calls made to explain a failure must not make a survivor
+// overrun its deadline when the store's host is itself stopped or dead. Each has a small fixed
+// budget; together they stay well under the 1 s a failure report may add to the timeout.
+constexpr Duration kPostBudget = std::chrono::milliseconds(100);    // "blocked" marker
+constexpr Duration kReportBudget = std::chrono::milliseconds(400);  // who is where
+constexpr Duration kRecordBudget = std::chrono::milliseconds(200);  // our abort record
+constexpr Duration kLookupBudget = std::chrono::milliseconds(300);  // a peer's abort record
+
+constexpr std::string_view kAlgorithmNames[] = {"auto", "ring", "recursive_doubling", "driver",
+                                                "rabenseifner"};
 
 }  // namespace
 
 std::string_view toString(AllreduceAlgorithm a) {
-  return kAlgorithmNames[static_cast<int>(a)];
+  const auto i = static_cast<size_t>(a);
+  return i < std::size(kAlgorithmNames) ? kAlgorithmNames[i] : std::string_view("unknown");
 }
 
 AllreduceAlgorithm parseAllreduceAlgorithm(std::string_view name) {
-  for (int i = 0; i < 4; ++i) {
+  for (size_t i = 0; i < std::size(kAlgorithmNames); ++i) {
     if (kAlgorithmNames[i] == name) return static_cast<AllreduceAlgorithm>(i);
   }
   SHOAL_THROW(InvalidArgument,
               "unknown all-reduce algorithm '{}' (auto, ring, "
-              "recursive_doubling, driver)",
+              "recursive_doubling, rabenseifner, driver)",
               name);
 }
 
@@ -101,23 +111,17 @@ Transfer OpContext::recvReduce(int peer, uint32_t step, void* data, size_t bytes
 void OpContext::run(std::vector<Transfer>& batch) {
   if (batch.empty()) return;
   // Only an operation blocked for a while says so in the store, for the timeout report of
-  // whichever rank gives up first (see Group::arrivalReport). Nothing is done on the fast path.
+  // whichever rank gives up first (see Group::arrivalReport). Nothing is done on the fast path,
+  // and the slow path never waits long on the store (Note [Bounded diagnostics]).
   bool posted = false;
-  auto key = [this] { return fmt::format("blocked/{}", group_.rank()); };
   auto onSlow = [&] {
-    try {
-      group_.store_->set(key(), transport::describe(base_));
-      posted = true;
-    } catch (const Error&) {
-      // Diagnostics only; the operation's own deadline still applies.
-    }
+    posted = group_.diagnostics_.set(kPostBudget, fmt::format("blocked/{}", group_.rank()),
+                                     transport::describe(base_));
   };
   group_.endpoint_->run(batch.data(), batch.size(), deadline_, onSlow);
   if (posted) {
-    try {
-      group_.store_->deleteKey(key());
-    } catch (const Error&) {
-    }
+    group_.diagnostics_.run(Duration(0), [key = fmt::format("blocked/{}", group_.rank())](
+                                             store::Store& s) { s.deleteKey(key); });
   }
 }
 
@@ -129,14 +133,13 @@ Group::Group(std::shared_ptr<store::Store> root, std::string prefix, int rank, i
     : root_(std::move(root)),
       prefix_(std::move(prefix)),
       store_(std::make_shared<store::PrefixStore>(prefix_, root_)),
+      diagnostics_(store_),
       rank_(rank),
       size_(size),
       id_(id),
       options_(std::move(options)),
       secret_(std::move(secret)),
-      secretHolder_(std::move(secretHolder)),
-      sendSeq_(static_cast<size_t>(size), 0),
-      recvSeq_(static_cast<size_t>(size), 0) {
+      secretHolder_(std::move(secretHolder)) {
   // Publish "arrived" only after a quarter of the deadline (at most 1 s) spent blocked.
   options_.endpoint.slowAfter =
       std::min<Duration>(options_.endpoint.slowAfter, options_.timeout / 4);
@@ -159,13 +162,12 @@ Group::Group(std::shared_ptr<store::Store> root, std::string prefix, int rank, i
 }
 
 Group::Group(std::shared_ptr<Backend> backend, GroupOptions options)
-    : rank_(backend->rank()),
+    : diagnostics_(nullptr),
+      rank_(backend->rank()),
       size_(backend->size()),
       id_(0),
       options_(std::move(options)),
-      backend_(std::move(backend)),
-      sendSeq_(static_cast<size_t>(size_), 0),
-      recvSeq_(static_cast<size_t>(size_), 0) {}
+      backend_(std::move(backend)) {}
 
 Group::~Group() = default;
 
@@ -187,13 +189,19 @@ std::shared_ptr<Group> Group::create(std::shared_ptr<store::Store> store, int ra
   SHOAL_CHECK(store != nullptr, "Group::create needs a store");
   SHOAL_CHECK(size >= 1, "world size {} must be at least 1", size);
   SHOAL_CHECK(rank >= 0 && rank < size, "rank {} outside 0..{}", rank, size - 1);
-  const std::string prefix = "shoal";
+  const uint64_t generation =
+      options.generation
+          ? *options.generation
+          : static_cast<uint64_t>(store->add(fmt::format("shoal/worlds/{}", rank), 1) - 1);
+  const std::string prefix = fmt::format("shoal/g{}", generation);
   store::PrefixStore scoped(prefix, store);
   auto secret = transport::resolveJobSecret(options.secret, options.secretFile, scoped, rank,
                                             options.timeout);
-  return std::shared_ptr<Group>(new Group(store, prefix, rank, size, fnv1a(prefix),
-                                          std::move(options), std::move(secret.bytes),
-                                          std::move(secret.holder)));
+  auto g =
+      std::shared_ptr<Group>(new Group(store, prefix, rank, size, fnv1a(prefix), std::move(options),
+                                       std::move(secret.bytes), std::move(secret.holder)));
+  g->generation_ = generation;
+  return g;
 }
 
 std::shared_ptr<Group> Group::split(int color, int key) {
@@ -236,11 +244,13 @@ std::shared_ptr<Group> Group::split(int color, int key) {
         std::shared_ptr<Group>(new Group(root_, prefix, newRank, static_cast<int>(members.size()),
                                          fnv1a(prefix), o, secret_, secretHolder_));
     result->options_.timeout = options_.timeout;
+    result->generation_ = generation_;
   });
   return result;
 }
 
-std::shared_ptr<Group> Group::connect(const std::string& name, int rank, int size) {
+std::shared_ptr<Group> Group::connect(const std::string& name, int rank, int size,
+                                      std::optional<Duration> timeout) {
   if (backend_) {
     SHOAL_THROW(InvalidArgument,
                 "rank {}: group '{}': named groups need the native engine; this group runs on "
@@ -251,38 +261,159 @@ std::shared_ptr<Group> Group::connect(const std::string& name, int rank, int siz
   SHOAL_CHECK(!name.empty() && name.find('/') == std::string::npos,
               "group name '{}' must be non-empty without '/'", name);
   const std::string prefix = fmt::format("{}/named/{}", prefix_, name);
-  return std::shared_ptr<Group>(
-      new Group(root_, prefix, rank, size, fnv1a(prefix), options_, secret_, secretHolder_));
+  GroupOptions o = options_;
+  if (timeout) o.timeout = *timeout;
+  auto g = std::shared_ptr<Group>(
+      new Group(root_, prefix, rank, size, fnv1a(prefix), o, secret_, secretHolder_));
+  g->options_.timeout = options_.timeout;
+  g->generation_ = generation_;
+  return g;
+}
+
+P2pChannel& Group::p2pChannel(int peer, int tag) {
+  std::lock_guard<std::mutex> lock(p2pMutex_);
+  auto& channel = p2p_[{peer, tag}];
+  if (!channel) channel = std::make_unique<P2pChannel>(*this, peer, tag);
+  return *channel;
 }
 
 AllreduceAlgorithm Group::allreduceAlgorithm(const CallOptions& call) const {
   return call.algorithm != AllreduceAlgorithm::kAuto ? call.algorithm : options_.allreduce;
 }
 
-std::string Group::arrivalReport(uint64_t) {
-  std::vector<std::string> blocked;
-  std::vector<int> silent;
-  try {
-    for (int p = 0; p < size_; ++p) {
+Group::ArrivalReport Group::arrivalReport() {
+  struct Found {
+    std::vector<std::string> blocked;
+    std::vector<int> silent;
+  };
+  auto found = std::make_shared<Found>();
+  const int me = rank_, n = size_;
+  bool answered = diagnostics_.run(kReportBudget, [found, me, n](store::Store& s) {
+    for (int p = 0; p < n; ++p) {
       std::string key = fmt::format("blocked/{}", p);
-      if (store_->check({key})) {
-        blocked.push_back(fmt::format("{} in {}", p, store_->get(key, std::chrono::seconds(1))));
-      } else {
-        silent.push_back(p);
+      if (s.check({key})) {
+        found->blocked.push_back(
+            fmt::format("{} in {}", p, s.get(key, std::chrono::milliseconds(100))));
+      } else if (p != me) {
+        found->silent.push_back(p);
       }
     }
-  } catch (const Error&) {
-    return " (the store could not be asked where the other ranks are)";
+  });
+  ArrivalReport r;
+  r.answered = answered;
+  if (!answered) {
+    r.text = fmt::format(
+        " (diagnostics skipped: the store did not answer within {} ms; its host may be stopped "
+        "or dead)",
+        std::chrono::duration_cast<std::chrono::milliseconds>(kReportBudget).count());
+    return r;
   }
-  return fmt::format(
-      "; ranks blocked: {}; silent ranks (stopped, dead, or busy outside this "
-      "group): [{}]",
-      blocked.empty() ? std::string("none") : fmt::format("{}", fmt::join(blocked, ", ")),
-      fmt::join(silent, ", "));
+  if (found->silent.size() == 1) r.silent = found->silent[0];
+  r.text = fmt::format(
+      "; ranks blocked: {}; silent ranks (stopped, dead, or busy outside this group): [{}]",
+      found->blocked.empty() ? std::string("none")
+                             : fmt::format("{}", fmt::join(found->blocked, ", ")),
+      fmt::join(found->silent, ", "));
+  return r;
 }
 
 std::string Group::withContext(const FrameHeader& base, const std::string& what) const {
   return fmt::format("rank {}: {} failed: {}", rank_, transport::describe(base), what);
+}
+
+// Note [Root cause]
+// When one rank fails, every other rank of the group reports the same cause and names the rank
+// where it started, not the peer through which it heard of it:
+// - A rank that fails by itself (its own timeout, a bad frame, any exception inside the
+//   operation) is the origin of the Failure; a timeout with exactly one silent rank names that
+//   rank as the origin instead (it stopped; the others only waited for it).
+// - Before shutting its links down, an aborting rank writes its Failure to the store under
+//   abort/<rank> (bounded, Note [Bounded diagnostics]), then sends it in an abort frame to every
+//   peer that can take one. A TCP peer in the middle of a data frame cannot: it only sees the
+//   connection close.
+// - A rank that receives an abort frame forwards that Failure unchanged.
+// - A rank whose connection to a peer ends without a word (transport::ConnectionLost) first
+//   looks up the peer's abort record: if the peer aborted, its Failure is adopted; otherwise the
+//   peer died and is the origin.
+// Every message then reads "rank r: <op> failed (cause: rank k): <k's account>".
+std::optional<transport::Failure> Group::abortRecord(int peer) {
+  auto v = diagnostics_.lookup(kLookupBudget, fmt::format("abort/{}", peer));
+  if (!v) return std::nullopt;
+  // "<kind> <origin>\n<text>", written by fail() below; checked like any outside input.
+  transport::Failure f;
+  int kind = 0;
+  size_t nl = v->find('\n');
+  if (nl == std::string::npos || std::sscanf(v->c_str(), "%d %d", &kind, &f.origin) != 2 ||
+      kind < 0 || kind > static_cast<int>(AbortKind::kProtocol) || f.origin < -1 ||
+      f.origin >= size_) {
+    return std::nullopt;
+  }
+  f.kind = static_cast<AbortKind>(kind);
+  f.text = v->substr(nl + 1, transport::kMaxAbortText);
+  return f;
+}
+
+void Group::recordFailure(const transport::Failure& f) {
+  diagnostics_.set(kRecordBudget, fmt::format("abort/{}", rank_),
+                   fmt::format("{} {}\n{}", static_cast<int>(f.kind), f.origin, f.text));
+}
+
+void Group::fail(const FrameHeader& base, std::exception_ptr error) {
+  // Aborted by an earlier operation: its cause was recorded and told then; the endpoint's
+  // "failed earlier" error says which.
+  if (endpoint_->aborted()) std::rethrow_exception(error);
+  transport::Failure f;
+  std::string heardFrom;
+  bool rethrowOriginal = false;
+  try {
+    std::rethrow_exception(error);
+  } catch (const transport::ConnectionLost& e) {
+    if (auto record = abortRecord(e.peer())) {
+      f = *record;
+      heardFrom = fmt::format(" (heard from rank {}, which aborted and closed)", e.peer());
+    } else {
+      f = {AbortKind::kPeer, e.peer(), std::string(e.what()) + " (it exited or died)"};
+    }
+  } catch (const Error& e) {
+    if (const auto& told = endpoint_->receivedAbort()) {
+      f = *told;
+      heardFrom = fmt::format(" (heard from: {})", e.what());
+      if (heardFrom.size() > 300) heardFrom.clear();
+    } else if (dynamic_cast<const TimeoutError*>(&e)) {
+      ArrivalReport report = arrivalReport();
+      // The silent rank if the store could say; else the one peer waited on, if only one.
+      const int origin = report.silent >= 0                    ? report.silent
+                         : !report.answered && e.origin() >= 0 ? e.origin()
+                                                               : rank_;
+      f = {AbortKind::kTimeout, origin, std::string(e.what()) + report.text};
+    } else if (dynamic_cast<const MismatchError*>(&e)) {
+      f = {AbortKind::kMismatch, -1, e.what()};
+    } else if (dynamic_cast<const ProtocolError*>(&e)) {
+      f = {AbortKind::kProtocol, rank_, e.what()};
+    } else if (dynamic_cast<const PeerError*>(&e)) {
+      f = {AbortKind::kPeer, e.origin() >= 0 ? e.origin() : rank_, e.what()};
+    } else {
+      // Store, system, argument or internal errors inside an operation: the peers are out of
+      // step with this rank all the same, so they are told; the caller gets the error as it was.
+      f = {AbortKind::kPeer, rank_, withContext(base, e.what())};
+      rethrowOriginal = true;
+    }
+  } catch (const std::exception& e) {
+    f = {AbortKind::kPeer, rank_, withContext(base, e.what())};
+    rethrowOriginal = true;
+  } catch (...) {
+    f = {AbortKind::kPeer, rank_, withContext(base, "unknown exception")};
+    rethrowOriginal = true;
+  }
+  if (f.text.size() > transport::kMaxAbortText) f.text.resize(transport::kMaxAbortText);
+  recordFailure(f);
+  endpoint_->abort(f);
+  if (rethrowOriginal) std::rethrow_exception(error);
+  std::string message = f.origin >= 0
+                            ? fmt::format("rank {}: {} failed (cause: rank {}): {}{}", rank_,
+                                          transport::describe(base), f.origin, f.text, heardFrom)
+                            : withContext(base, f.text + heardFrom);
+  transport::throwFailure(f, message);
 }
 
 void Group::runOp(OpCode op, FrameHeader base, const CallOptions& call,
@@ -293,21 +424,9 @@ void Group::runOp(OpCode op, FrameHeader base, const CallOptions& call,
   OpContext ctx(*this, base, call.timeout.value_or(options_.timeout));
   try {
     body(ctx);
-  } catch (const TimeoutError& e) {
-    std::string msg = std::string(e.what()) + arrivalReport(base.seq);
-    endpoint_->abort(AbortKind::kTimeout, msg);
-    throw TimeoutError(msg);
-  } catch (const MismatchError& e) {
-    endpoint_->abort(AbortKind::kMismatch, e.what());
-    throw;
-  } catch (const ProtocolError& e) {
-    std::string msg = withContext(base, e.what());
-    endpoint_->abort(AbortKind::kProtocol, msg);
-    throw ProtocolError(msg);
-  } catch (const PeerError& e) {
-    std::string msg = withContext(base, e.what());
-    endpoint_->abort(AbortKind::kPeer, msg);
-    throw PeerError(msg);
+  } catch (...) {
+    // One policy: whatever failed inside an operation aborts the group (Note [Root cause]).
+    fail(ctx.base(), std::current_exception());
   }
 }
 

@@ -8,19 +8,30 @@
 // - Each group has its own connections, sequence counter and executor: sub-groups made by
 //   split() never interfere with their parent.
 // - Every operation has a deadline: the per-call timeout, else the group's (default 60 s,
-//   SHOAL_TIMEOUT). After any failure (timeout, peer error, mismatch) the group is aborted:
-//   every peer is told, and every later call throws at once. Make a new group to go on.
+//   SHOAL_TIMEOUT). A failure report adds at most about 1 s to it, whatever happened to the
+//   store's host.
+// - Any failure inside an operation (timeout, a peer's death or abort, mismatch, a bad frame, and
+//   also store, system, parse or internal errors) aborts the group: every peer is told why and
+//   which rank failed first (Error::origin(); messages say "(cause: rank k)"), and every later
+//   call throws at once. Timeouts, peer failures, mismatches and bad frames reach the caller as
+//   TimeoutError / PeerError / MismatchError / ProtocolError with that context; any other error
+//   reaches the caller as it was thrown. Make a new group to go on. Argument errors found
+//   before anything moved (InvalidArgument) fail that call alone.
 #pragma once
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "comm/backend.h"
+#include "comm/diagnostics.h"
 #include "comm/executor.h"
+#include "comm/p2p_channel.h"
 #include "comm/work.h"
 #include "common/env.h"
 #include "common/types.h"
@@ -32,8 +43,9 @@ namespace shoal::comm {
 enum class AllreduceAlgorithm : uint8_t {
   kAuto = 0,
   kRing = 1,
-  kRecursiveDoubling = 2,  // recursive halving/doubling (Rabenseifner) for large messages
+  kRecursiveDoubling = 2,  // plain recursive doubling: the whole buffer each round
   kDriver = 3,             // reduce to rank 0, then broadcast: the baseline
+  kRabenseifner = 4,       // reduce-scatter by recursive halving + all-gather by doubling
 };
 std::string_view toString(AllreduceAlgorithm a);
 AllreduceAlgorithm parseAllreduceAlgorithm(std::string_view name);
@@ -47,6 +59,12 @@ struct GroupOptions {
   std::optional<std::string> secret;
   std::optional<std::string> secretFile;
   transport::EndpointOptions endpoint;
+  // Which incarnation of the world group this is: its store keys, its group id and so every
+  // frame belong to it, so a job can destroy and re-create its world (and sub-groups) on the
+  // same store, and a frame or record of an older generation is never taken for a newer one.
+  // Unset: the number of worlds this rank created on this store before (every rank creates
+  // its worlds in the same order, so they agree). Elastic jobs set it from the membership view.
+  std::optional<uint64_t> generation;
 
   // The SHOAL_* environment (see common/env.h), validated.
   static GroupOptions fromEnv();
@@ -93,8 +111,9 @@ class OpContext {
 
 class Group : public std::enable_shared_from_this<Group> {
  public:
-  // Collective over `size` ranks sharing `store` (unscoped: the group scopes its keys).
-  // Blocks until every rank joined and all connections are authenticated, or the timeout.
+  // Collective over `size` ranks sharing `store` (unscoped: the group scopes its keys under its
+  // generation, see GroupOptions::generation). Blocks until every rank joined and all
+  // connections are authenticated, or the timeout.
   static std::shared_ptr<Group> create(std::shared_ptr<store::Store> store, int rank, int size,
                                        GroupOptions options = GroupOptions::fromEnv());
   // A group whose operations run on an external library (see comm/backend.h); rank and size
@@ -108,6 +127,8 @@ class Group : public std::enable_shared_from_this<Group> {
   int size() const { return size_; }
   const GroupOptions& options() const { return options_; }
   uint32_t id() const { return id_; }
+  // The world generation this group (or the world it was split from) belongs to.
+  uint64_t generation() const { return generation_; }
   // The native engine's link to `peer` (InvalidArgument on a backend group).
   transport::LinkKind linkKind(int peer) const;
   // "native", or the backend's name ("mpi").
@@ -124,7 +145,9 @@ class Group : public std::enable_shared_from_this<Group> {
   // passes its rank in the new group). Shares this group's store and secret; blocks until all
   // members connected, bounded by the group timeout. Each name must be used once per job.
   // Parameter servers use one per (server, worker) pair. Native engine only.
-  std::shared_ptr<Group> connect(const std::string& name, int rank, int size);
+  // `timeout` bounds the connection phase (default: the group timeout).
+  std::shared_ptr<Group> connect(const std::string& name, int rank, int size,
+                                 std::optional<Duration> timeout = std::nullopt);
 
   // Thread-safe, for another thread than the one running an operation: makes the running and
   // every later operation fail with PeerError, and the peers see this rank leave. Native engine
@@ -140,9 +163,9 @@ class Group : public std::enable_shared_from_this<Group> {
   std::shared_ptr<Work> submit(transport::OpCode op, const transport::FrameHeader& base,
                                const CallOptions& call, std::function<void(OpContext&)> body);
 
-  // Point-to-point ordering: a per-peer sequence number for each direction.
-  uint64_t nextSendSeq(int peer) { return sendSeq_.at(peer)++; }
-  uint64_t nextRecvSeq(int peer) { return recvSeq_.at(peer)++; }
+  // The point-to-point channel to `peer` for `tag` (comm/p2p_channel.h), made on first use.
+  // Thread-safe. Native engine only.
+  P2pChannel& p2pChannel(int peer, int tag);
 
   // Runs a backend group's operation in issue order, like execute() / submit().
   std::shared_ptr<Work> runOnBackend(bool async, const BackendOp& op, const CallOptions& call);
@@ -164,12 +187,27 @@ class Group : public std::enable_shared_from_this<Group> {
   void inOrder(const std::function<void()>& task);
   // Queues `task` in issue order; its Work carries what it threw.
   std::shared_ptr<Work> queue(std::function<void()> task);
-  std::string arrivalReport(uint64_t seq);
+  // Where the other ranks are, for a timeout report (Note [Bounded diagnostics]).
+  struct ArrivalReport {
+    std::string text;
+    int silent = -1;        // the one rank that never said it was blocked, if exactly one
+    bool answered = false;  // the store answered within the budget
+  };
+  ArrivalReport arrivalReport();
+  // A peer's abort record in the store, if it aborted (Note [Root cause] in group.cpp).
+  std::optional<transport::Failure> abortRecord(int peer);
+  // Writes this rank's abort record (bounded; Note [Bounded diagnostics]).
+  void recordFailure(const transport::Failure& failure);
+  friend class P2pChannel;  // records and looks up failures of its channel in this group
+  // Aborts the group for `error` (any exception from inside an operation) and throws.
+  [[noreturn]] void fail(const transport::FrameHeader& base, std::exception_ptr error);
   std::string withContext(const transport::FrameHeader& base, const std::string& what) const;
 
   std::shared_ptr<store::Store> root_;  // unscoped, for sub-groups
   std::string prefix_;
+  uint64_t generation_ = 0;
   std::shared_ptr<store::Store> store_;  // scoped to this group
+  BoundedStore diagnostics_;             // store_, for failure reports only
   int rank_;
   int size_;
   uint32_t id_;
@@ -182,9 +220,10 @@ class Group : public std::enable_shared_from_this<Group> {
   bool allShm_ = false;
   uint64_t nextSeq_ = 0;
   uint64_t splits_ = 0;
-  std::vector<uint64_t> sendSeq_;
-  std::vector<uint64_t> recvSeq_;
-  Executor executor_;  // last: destroyed (drained) first
+  Executor executor_;
+  std::mutex p2pMutex_;
+  // Destroyed first: the channels' workers use this group (connect) until they are joined.
+  std::map<std::pair<int, int>, std::unique_ptr<P2pChannel>> p2p_;
 };
 
 }  // namespace shoal::comm

@@ -1,5 +1,5 @@
-// Point-to-point send and receive. Each direction of each pair numbers its messages, so the
-// k-th send matches the k-th receive and a disagreement on count or type is a MismatchError.
+// Point-to-point entry points: argument checks, then the (peer, tag) channel
+// (comm/p2p_channel.h), or the backend's send / recv for a backend group.
 #include "comm/collective_util.h"
 #include "comm/collectives.h"
 
@@ -7,18 +7,24 @@ namespace shoal::comm {
 
 namespace {
 
-void checkPeer(const Group& g, int peer, const char* what) {
+void checkOp(const Group& g, const void* data, size_t count, DataType type, int peer, int tag,
+             const char* what) {
+  detail::checkBuffer(g, data, count, type, what);
   if (peer < 0 || peer >= g.size() || peer == g.rank()) {
     SHOAL_THROW(InvalidArgument, "rank {}: {}: peer {} must be another rank of 0..{}", g.rank(),
                 what, peer, g.size() - 1);
   }
+  if (tag < 0)
+    SHOAL_THROW(InvalidArgument, "rank {}: {}: tag {} must be >= 0", g.rank(), what, tag);
+  if (g.backend() && tag != 0) {
+    SHOAL_THROW(InvalidArgument,
+                "rank {}: {}: tag {}: the {} backend runs point-to-point with tag 0 only", g.rank(),
+                what, tag, g.backendName());
+  }
 }
 
-std::shared_ptr<Work> p2pImpl(Group& g, bool async, bool isSend, void* data, size_t count,
-                              DataType type, int peer, const CallOptions& call) {
-  const char* what = isSend ? "send" : "recv";
-  detail::checkBuffer(g, data, count, type, what);
-  checkPeer(g, peer, what);
+std::shared_ptr<Work> post(Group& g, bool isSend, void* data, size_t count, DataType type, int peer,
+                           int tag, const CallOptions& call) {
   if (g.backend()) {
     BackendOp b{.op = transport::OpCode::kSendRecv,
                 .send = isSend ? data : nullptr,
@@ -27,38 +33,58 @@ std::shared_ptr<Work> p2pImpl(Group& g, bool async, bool isSend, void* data, siz
                 .type = type,
                 .root = peer,
                 .isSend = isSend};
-    return g.runOnBackend(async, b, call);
+    return g.runOnBackend(true, b, call);
   }
-  auto base = detail::baseHeader(count, type);
-  return detail::dispatch(
-      g, async, transport::OpCode::kSendRecv, base, call, {}, [=, &g](OpContext& ctx) {
-        auto h = ctx.header(0, count * elementSize(type));
-        h.seq = isSend ? g.nextSendSeq(peer) : g.nextRecvSeq(peer);
-        std::vector<transport::Transfer> batch{isSend ? transport::Transfer::send(peer, h, data)
-                                                      : transport::Transfer::recv(peer, h, data)};
-        ctx.run(batch);
-      });
+  return g.p2pChannel(peer, tag).post(isSend, data, count, type,
+                                      call.timeout.value_or(g.options().timeout));
 }
 
 }  // namespace
 
+std::shared_ptr<Work> isend(Group& g, const void* data, size_t count, DataType type, int peer,
+                            int tag, const CallOptions& call) {
+  checkOp(g, data, count, type, peer, tag, "isend");
+  return post(g, true, const_cast<void*>(data), count, type, peer, tag, call);
+}
+
+std::shared_ptr<Work> irecv(Group& g, void* data, size_t count, DataType type, int peer, int tag,
+                            const CallOptions& call) {
+  checkOp(g, data, count, type, peer, tag, "irecv");
+  return post(g, false, data, count, type, peer, tag, call);
+}
+
+std::shared_ptr<Work> batchIsendIrecv(Group& g, const std::vector<P2pOp>& ops,
+                                      const CallOptions& call) {
+  for (const auto& op : ops) {
+    checkOp(g, op.data, op.count, op.type, op.peer, op.tag,
+            op.kind == P2pOp::Kind::kSend ? "batch send" : "batch receive");
+  }
+  std::vector<std::shared_ptr<Work>> works;
+  works.reserve(ops.size());
+  for (const auto& op : ops) {
+    works.push_back(
+        post(g, op.kind == P2pOp::Kind::kSend, op.data, op.count, op.type, op.peer, op.tag, call));
+  }
+  return Work::all(works);
+}
+
 void send(Group& g, const void* data, size_t count, DataType type, int peer,
           const CallOptions& call) {
-  p2pImpl(g, false, true, const_cast<void*>(data), count, type, peer, call);
+  isend(g, data, count, type, peer, 0, call)->wait();
 }
 
 void recv(Group& g, void* data, size_t count, DataType type, int peer, const CallOptions& call) {
-  p2pImpl(g, false, false, data, count, type, peer, call);
+  irecv(g, data, count, type, peer, 0, call)->wait();
 }
 
 std::shared_ptr<Work> sendAsync(Group& g, const void* data, size_t count, DataType type, int peer,
                                 const CallOptions& call) {
-  return p2pImpl(g, true, true, const_cast<void*>(data), count, type, peer, call);
+  return isend(g, data, count, type, peer, 0, call);
 }
 
 std::shared_ptr<Work> recvAsync(Group& g, void* data, size_t count, DataType type, int peer,
                                 const CallOptions& call) {
-  return p2pImpl(g, true, false, data, count, type, peer, call);
+  return irecv(g, data, count, type, peer, 0, call);
 }
 
 }  // namespace shoal::comm

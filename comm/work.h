@@ -7,6 +7,7 @@
 #include <condition_variable>
 #include <exception>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <vector>
 
@@ -28,13 +29,20 @@ class Work {
 
   // Calls `callback` with the error (null on success) once the work finished: at once on this
   // thread if it already has, else on the thread that finishes it (the group's executor), so
-  // the callback must be short and must not wait on the same group.
+  // the callback must be short and must not wait on the same group. A callback that throws is
+  // logged and ignored: the work's outcome is already settled.
   void onDone(std::function<void(std::exception_ptr)> callback);
 
-  // Executor side.
+  // A work that completes when every one of `works` did: with the first error (in the order
+  // given) if any failed, else successfully. Completes at once for an empty list.
+  static std::shared_ptr<Work> all(const std::vector<std::shared_ptr<Work>>& works);
+
+  // Executor side: called exactly once (a second call is an InternalError).
   void finish(std::exception_ptr error);
 
  private:
+  static void runCallback(const std::function<void(std::exception_ptr)>& callback,
+                          std::exception_ptr error) noexcept;
   mutable std::mutex mutex_;
   mutable std::condition_variable done_;
   bool finished_ = false;

@@ -1,5 +1,7 @@
 #include "common/env.h"
 
+#include <charconv>
+#include <cmath>
 #include <cstdlib>
 
 #include "common/error.h"
@@ -8,29 +10,14 @@ namespace shoal {
 
 namespace {
 
-std::optional<std::string> get(const char* name) {
-  const char* v = std::getenv(name);
-  if (v == nullptr || *v == '\0') return std::nullopt;
-  return std::string(v);
-}
-
-double parsePositiveDouble(const char* name, const std::string& v) {
-  char* end = nullptr;
-  double d = std::strtod(v.c_str(), &end);
-  if (end == v.c_str() || *end != '\0' || !(d > 0)) {
-    SHOAL_THROW(InvalidArgument, "{}='{}': expected a positive number of seconds", name, v);
+// A set variable's value; an empty one is refused here, once for every variable, because
+// "SHOAL_TIMEOUT=" silently meaning the default hides a broken script.
+std::optional<std::string> get(const EnvReader& env, const char* name) {
+  auto v = env(name);
+  if (v && v->empty()) {
+    SHOAL_THROW(InvalidArgument, "{} is set but empty: give it a value or unset it", name);
   }
-  return d;
-}
-
-size_t parseBytes(const char* name, const std::string& v) {
-  char* end = nullptr;
-  unsigned long long n = std::strtoull(v.c_str(), &end, 10);
-  if (end == v.c_str() || *end != '\0' || n < 4096 || n > (1ull << 32)) {
-    SHOAL_THROW(InvalidArgument, "{}='{}': expected a byte count between 4096 and 4294967296", name,
-                v);
-  }
-  return static_cast<size_t>(n);
+  return v;
 }
 
 LogLevel parseLogLevel(const std::string& v) {
@@ -42,6 +29,35 @@ LogLevel parseLogLevel(const std::string& v) {
 }
 
 }  // namespace
+
+int64_t parseInteger(std::string_view what, std::string_view text, int64_t min, int64_t max) {
+  int64_t n = 0;
+  const char* first = text.data();
+  const char* last = text.data() + text.size();
+  if (!text.empty() && *first == '+') ++first;  // "+5" is as clear as "5"
+  auto [end, ec] = std::from_chars(first, last, n);
+  if (text.empty() || ec != std::errc() || end != last || n < min || n > max) {
+    SHOAL_THROW(InvalidArgument, "{}='{}': expected an integer from {} to {}", what, text, min,
+                max);
+  }
+  return n;
+}
+
+double parseNumber(std::string_view what, std::string_view text, double min, double max) {
+  double d = 0;
+  const char* first = text.data();
+  const char* last = text.data() + text.size();
+  if (!text.empty() && *first == '+') ++first;
+  // from_chars reads "inf" and "nan" too; isfinite refuses them, and the range check (written
+  // so that NaN fails it) refuses the rest.
+  auto [end, ec] = std::from_chars(first, last, d);
+  if (text.empty() || ec != std::errc() || end != last || !std::isfinite(d) || !(d >= min) ||
+      !(d <= max)) {
+    SHOAL_THROW(InvalidArgument, "{}='{}': expected a finite number from {} to {}", what, text, min,
+                max);
+  }
+  return d;
+}
 
 std::string_view toString(TransportKind kind) {
   switch (kind) {
@@ -62,28 +78,45 @@ TransportKind parseTransportKind(std::string_view v) {
   SHOAL_THROW(InvalidArgument, "transport '{}': expected auto, tcp or shm", v);
 }
 
+EnvReader processEnvReader() {
+  return [](const std::string& name) -> std::optional<std::string> {
+    const char* v = std::getenv(name.c_str());
+    if (v == nullptr) return std::nullopt;
+    return std::string(v);
+  };
+}
+
 EnvConfig readEnvConfig() {
+  return readEnvConfig(processEnvReader());
+}
+
+EnvConfig readEnvConfig(const EnvReader& env) {
   EnvConfig c;
-  if (auto v = get("SHOAL_TIMEOUT")) c.timeoutSeconds = parsePositiveDouble("SHOAL_TIMEOUT", *v);
-  if (auto v = get("SHOAL_TRANSPORT")) {
+  if (auto v = get(env, "SHOAL_TIMEOUT")) {
+    c.timeoutSeconds = parseNumber("SHOAL_TIMEOUT", *v, kMinTimeoutSeconds, kMaxTimeoutSeconds);
+  }
+  if (auto v = get(env, "SHOAL_TRANSPORT")) {
     try {
       c.transport = parseTransportKind(*v);
     } catch (const InvalidArgument& e) {
       SHOAL_THROW(InvalidArgument, "SHOAL_TRANSPORT: {}", e.what());
     }
   }
-  if (auto v = get("SHOAL_ALLREDUCE_ALGORITHM")) c.allreduceAlgorithm = *v;
-  c.secret = get("SHOAL_SECRET");
-  c.secretFile = get("SHOAL_SECRET_FILE");
-  c.listenAddress = get("SHOAL_ADDR");
-  if (auto v = get("SHOAL_BACKEND")) {
+  if (auto v = get(env, "SHOAL_ALLREDUCE_ALGORITHM")) c.allreduceAlgorithm = *v;
+  c.secret = get(env, "SHOAL_SECRET");
+  c.secretFile = get(env, "SHOAL_SECRET_FILE");
+  c.listenAddress = get(env, "SHOAL_ADDR");
+  if (auto v = get(env, "SHOAL_BACKEND")) {
     if (*v != "native" && *v != "mpi") {
       SHOAL_THROW(InvalidArgument, "SHOAL_BACKEND='{}': expected native or mpi", *v);
     }
     c.backend = *v;
   }
-  if (auto v = get("SHOAL_SHM_RING_BYTES")) c.shmRingBytes = parseBytes("SHOAL_SHM_RING_BYTES", *v);
-  if (auto v = get("SHOAL_LOG_LEVEL")) c.logLevel = parseLogLevel(*v);
+  if (auto v = get(env, "SHOAL_SHM_RING_BYTES")) {
+    c.shmRingBytes =
+        static_cast<size_t>(parseInteger("SHOAL_SHM_RING_BYTES", *v, 4096, int64_t{1} << 32));
+  }
+  if (auto v = get(env, "SHOAL_LOG_LEVEL")) c.logLevel = parseLogLevel(*v);
   return c;
 }
 

@@ -14,6 +14,16 @@ namespace shoal {
 class Error : public std::runtime_error {
  public:
   explicit Error(const std::string& what) : std::runtime_error(what) {}
+
+  // For failures of a group operation: the rank of that group where the failure started (the
+  // rank that died, stopped answering, or failed locally first), or -1 when not known. Every
+  // rank that fails because of the same root cause reports the same origin (see
+  // Note [Root cause] in comm/group.cpp).
+  int origin() const { return origin_; }
+  void setOrigin(int rank) { origin_ = rank; }
+
+ private:
+  int origin_ = -1;
 };
 
 // A blocking call ran out of its deadline.
@@ -53,6 +63,13 @@ class StoreError : public Error {
   using Error::Error;
 };
 
+// An internal invariant of Shoal does not hold: a bug in Shoal, not in the caller's input.
+// Distinct from InvalidArgument, which blames the caller.
+class InternalError : public Error {
+ public:
+  using Error::Error;
+};
+
 // System call failures, with errno text.
 class SystemError : public Error {
  public:
@@ -72,6 +89,16 @@ class SystemError : public Error {
       throw ::shoal::InvalidArgument(                                                \
           ::fmt::format("check failed: {}: {}", #cond, ::fmt::format(__VA_ARGS__))); \
     }                                                                                \
+  } while (0)
+
+// For invariants that only a bug in Shoal can break (SHOAL_CHECK blames the caller).
+#define SHOAL_ASSERT(cond, ...)                                                                   \
+  do {                                                                                            \
+    if (!(cond)) {                                                                                \
+      throw ::shoal::InternalError(::fmt::format("internal error: {} does not hold at {}:{}: {}", \
+                                                 #cond, __FILE__, __LINE__,                       \
+                                                 ::fmt::format(__VA_ARGS__)));                    \
+    }                                                                                             \
   } while (0)
 
 #define SHOAL_CHECK_OP(a, b, op, ...)                                                           \

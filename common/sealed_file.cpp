@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <openssl/sha.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -62,29 +63,66 @@ void writeSealedFile(const std::string& path, std::string_view payload) {
 }
 
 std::string readSealedFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) SHOAL_THROW(InvalidArgument, "checkpoint {}: cannot be read", path);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  const std::string file = ss.str();
-  if (file.size() < kFraming || std::memcmp(file.data(), kMagic, 8) != 0) {
-    SHOAL_THROW(InvalidArgument, "checkpoint {}: not a Shoal checkpoint ({} bytes, bad header)",
-                path, file.size());
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    SHOAL_THROW(InvalidArgument, "checkpoint {}: cannot be read ({})", path, std::strerror(errno));
   }
+  // Only a regular file has a size to check lengths against: a FIFO or /dev/zero passed as a
+  // checkpoint would otherwise be read without end.
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    SHOAL_THROW(InvalidArgument, "checkpoint {}: not a regular file", path);
+  }
+  const uint64_t size = static_cast<uint64_t>(st.st_size);
+  unsigned char head[16];
+  auto readExactly = [&](void* into, size_t n, uint64_t at) {
+    size_t done = 0;
+    while (done < n) {
+      ssize_t r =
+          ::pread(fd, static_cast<char*>(into) + done, n - done, static_cast<off_t>(at + done));
+      if (r < 0 && errno == EINTR) continue;
+      if (r <= 0) {
+        const int err = r < 0 ? errno : 0;
+        ::close(fd);
+        SHOAL_THROW(InvalidArgument, "checkpoint {}: read failed after {} bytes ({})", path,
+                    at + done, err ? std::strerror(err) : "the file shrank while being read");
+      }
+      done += static_cast<size_t>(r);
+    }
+  };
+  if (size < kFraming) {
+    ::close(fd);
+    SHOAL_THROW(InvalidArgument, "checkpoint {}: not a Shoal checkpoint ({} bytes, bad header)",
+                path, size);
+  }
+  readExactly(head, sizeof(head), 0);
+  if (std::memcmp(head, kMagic, 8) != 0) {
+    ::close(fd);
+    SHOAL_THROW(InvalidArgument, "checkpoint {}: not a Shoal checkpoint ({} bytes, bad header)",
+                path, size);
+  }
+  // The length is checked against the file's real size before it sizes anything.
   uint64_t len = 0;
-  std::memcpy(&len, file.data() + 8, 8);
-  if (len != file.size() - kFraming) {
+  std::memcpy(&len, head + 8, 8);
+  if (len != size - kFraming) {
+    ::close(fd);
     SHOAL_THROW(InvalidArgument,
                 "checkpoint {}: truncated or padded: header says {} bytes of "
                 "payload, the file holds {}",
-                path, len, file.size() - std::min(file.size(), kFraming));
+                path, len, size - kFraming);
   }
+  std::string payload(len, '\0');
+  unsigned char stored[SHA256_DIGEST_LENGTH];
+  readExactly(payload.data(), len, 16);
+  readExactly(stored, sizeof(stored), 16 + len);
+  ::close(fd);
   unsigned char digest[SHA256_DIGEST_LENGTH];
-  SHA256(reinterpret_cast<const unsigned char*>(file.data() + 16), len, digest);
-  if (std::memcmp(digest, file.data() + 16 + len, SHA256_DIGEST_LENGTH) != 0) {
+  SHA256(reinterpret_cast<const unsigned char*>(payload.data()), len, digest);
+  if (std::memcmp(digest, stored, SHA256_DIGEST_LENGTH) != 0) {
     SHOAL_THROW(InvalidArgument, "checkpoint {}: checksum mismatch (the file is corrupt)", path);
   }
-  return file.substr(16, len);
+  return payload;
 }
 
 SealedSeries::SealedSeries(std::string dir, std::string stem, std::string suffix, int keep)

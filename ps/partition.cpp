@@ -117,6 +117,7 @@ std::string Partition::keysText() const {
 
 std::vector<KeySpec> Partition::parseKeys(std::string_view text) {
   std::vector<KeySpec> keys;
+  uint64_t total = 0;
   std::istringstream in{std::string(text)};
   std::string line;
   while (std::getline(in, line)) {
@@ -131,8 +132,23 @@ std::vector<KeySpec> Partition::parseKeys(std::string_view text) {
     k.kind = static_cast<KeyKind>(kind);
     k.dtype = parseDataType(dtype);
     k.shape.resize(ndim);
+    // Shapes come from a worker's hello or a checkpoint file: every dimension is positive and
+    // the model fits kMaxModelElements, checked before anything is sized from them.
+    uint64_t elements = 1;
     for (auto& d : k.shape) {
-      if (!(ls >> d)) SHOAL_THROW(ProtocolError, "malformed key description '{}'", line);
+      if (!(ls >> d) || d < 0) {
+        SHOAL_THROW(ProtocolError, "malformed key description '{}'", line);
+      }
+      if (d > 0 && elements > kMaxModelElements / static_cast<uint64_t>(d)) {
+        SHOAL_THROW(ProtocolError, "key '{}' is larger than {} elements", k.name,
+                    kMaxModelElements);
+      }
+      elements *= static_cast<uint64_t>(d);
+    }
+    total += elements;
+    if (total > kMaxModelElements) {
+      SHOAL_THROW(ProtocolError, "the model described has more than {} elements",
+                  kMaxModelElements);
     }
     keys.push_back(std::move(k));
   }

@@ -17,6 +17,10 @@
 
 namespace shoal::ps {
 
+// The largest model a parameter-server job takes (float32 elements over all keys: 64 Gi, i.e.
+// 256 GiB): a bound checked before a description read from the wire or a file sizes anything.
+inline constexpr uint64_t kMaxModelElements = uint64_t{1} << 36;
+
 // kParameter: the server applies the optimizer to pushed gradients. kState: pushed values are
 // stored as they are (averaged over the workers in synchronous mode): BatchNorm statistics.
 enum class KeyKind : uint8_t { kParameter = 0, kState = 1 };

@@ -19,6 +19,16 @@ namespace shoal::ps {
 
 namespace {
 
+// A checkpoint the server could not write: the server's fault, never the worker's it served.
+class CheckpointWriteError : public Error {
+ public:
+  using Error::Error;
+};
+
+}  // namespace
+
+namespace {
+
 using transport::Transfer;
 
 constexpr size_t kMaxHello = 16 << 20;
@@ -93,6 +103,9 @@ class Server {
         pair->execute(transport::OpCode::kParameterServer, base, call,
                       [&](comm::OpContext& ctx) { bye = handle(ctx, w, scratch); });
       }
+    } catch (const CheckpointWriteError& e) {
+      // The server's own disk failed, not the worker it was serving.
+      fail(w, e.what(), /*serverFault=*/true);
     } catch (const std::exception& e) {
       fail(w, e.what());
     }
@@ -470,8 +483,14 @@ class Server {
     // for the next step are not saved (they are pushed again).
     std::vector<uint64_t> clocks(static_cast<size_t>(workers_), round);
     const std::string header = configText_ + "\n" + partition_->keysText();
-    report_.lastCheckpoint =
-        series_->write(static_cast<int64_t>(round), shard_->snapshot(header, round, clocks));
+    try {
+      report_.lastCheckpoint =
+          series_->write(static_cast<int64_t>(round), shard_->snapshot(header, round, clocks));
+    } catch (const std::exception& e) {
+      throw CheckpointWriteError(
+          fmt::format("parameter server {}: writing the checkpoint of step {} failed: {}", id_,
+                      round, e.what()));
+    }
     lastCheckpoint_ = round;
   }
 
@@ -500,15 +519,16 @@ class Server {
                   id_, *lo, e.what());
     }
     // The header (settings and keys) comes first; build the shard from it, then fill it.
-    const std::string header = Shard::snapshotHeader(payload);
+    const std::string header = Shard::snapshotHeader(payload, path);
     const auto nl = header.find('\n');
     configText_ = header.substr(0, nl);
     config_ = TrainingConfig::parse(configText_);
     partition_ = std::make_unique<Partition>(
         Partition::parseKeys(std::string_view(header).substr(nl + 1)), servers_);
+    Shard::checkSnapshotFits(*partition_, id_, config_, payload.size(), path);
     shard_ = std::make_unique<Shard>(*partition_, id_, workers_, config_);
     uint64_t round = 0;
-    shard_->restore(payload, round, clocks_);
+    shard_->restore(payload, round, clocks_, path);
     resumeStep_ = round;
     lastCheckpoint_ = round;
     report_.resumedFrom = round;
@@ -528,10 +548,12 @@ class Server {
     busy_[w] = busy;
   }
 
-  void fail(int w, const std::string& what) {
+  void fail(int w, const std::string& what, bool serverFault = false) {
     std::lock_guard<std::mutex> lock(mu_);
     if (!failure_.empty()) return;
-    failure_ = fmt::format("parameter server {} stopped: worker {} failed: {}", id_, w, what);
+    failure_ = serverFault
+                   ? fmt::format("parameter server {} stopped: {}", id_, what)
+                   : fmt::format("parameter server {} stopped: worker {} failed: {}", id_, w, what);
     cv_.notify_all();
     // Workers waiting in a request get the reason in their reply; idle connections are closed
     // so that their threads stop waiting for requests that will not come.

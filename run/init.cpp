@@ -26,11 +26,16 @@ std::string advertisedAddress(const run::Rendezvous& r, const std::string& store
               r.rank);
 }
 
-std::shared_ptr<store::TcpStore> hostStore(const run::Rendezvous& r, int port, int* boundPort,
-                                           Duration timeout) {
+// Hosts the job's store on the address its clients use, authenticated with `secret` (empty
+// only when the job has no secret: see store/tcp_store.h).
+std::shared_ptr<store::TcpStore> hostStore(const run::Rendezvous& r, const std::string& host,
+                                           int port, int* boundPort, Duration timeout,
+                                           const std::string& secret) {
   std::unique_ptr<store::TcpStoreServer> server;
   try {
-    server = std::make_unique<store::TcpStoreServer>("0.0.0.0", port);
+    store::TcpStoreServerOptions so;
+    so.secret = secret;
+    server = std::make_unique<store::TcpStoreServer>(host, port, so);
   } catch (const SystemError& e) {
     SHOAL_THROW(SystemError,
                 "rank {} ({}): cannot host the job's store on port {}: {} (choose "
@@ -38,9 +43,27 @@ std::shared_ptr<store::TcpStore> hostStore(const run::Rendezvous& r, int port, i
                 r.rank, toString(r.launcher), port, e.what());
   }
   *boundPort = server->port();
-  auto store = std::make_shared<store::TcpStore>(HostPort{"127.0.0.1", server->port()}, timeout);
+  // The port actually bound (the OS's choice when asked for port 0): what a user or a test
+  // passes on to ranks started separately.
+  SHOAL_LOG_INFO("rank {} ({}) hosts the job's store on port {}", r.rank, toString(r.launcher),
+                 server->port());
+  // Connect where the clients do: the server may not be on loopback.
+  const std::string local = host == "0.0.0.0" ? "127.0.0.1" : host;
+  auto store = std::make_shared<store::TcpStore>(HostPort{local, server->port()}, timeout, secret);
   store->keepServer(std::move(server));
   return store;
+}
+
+// The secret the store is authenticated with: SHOAL_SECRET, else SHOAL_SECRET_FILE's contents.
+// Without either (Slurm / Kubernetes on one host), the store stays open: the generated secret
+// is shared through the store itself (transport::resolveJobSecret).
+std::string storeSecret(const comm::GroupOptions& o) {
+  if (o.secret) return *o.secret;
+  if (o.secretFile) {
+    store::MemoryStore unused;
+    return transport::resolveJobSecret(std::nullopt, o.secretFile, unused, 0, Duration(0)).bytes;
+  }
+  return {};
 }
 
 }  // namespace
@@ -65,6 +88,16 @@ World init() {
   }
 
   if (env.backend == "mpi") {
+    // Without mpirun (or srun) MPI_Init makes a world of one: every rank would train alone and
+    // nothing would say so. Refused before MPI is touched.
+    if (r.launcher != Launcher::kMpirun && r.launcher != Launcher::kSlurm) {
+      SHOAL_THROW(InvalidArgument,
+                  "SHOAL_BACKEND=mpi needs a job started by mpirun (or Slurm's srun); this process "
+                  "was {} (unset SHOAL_BACKEND, or start it with mpirun -n N)",
+                  r.launcher == Launcher::kNone
+                      ? std::string("started plainly")
+                      : fmt::format("started by {}", toString(r.launcher)));
+    }
     auto backend = comm::mpi::worldBackend();
     if (r.launcher != Launcher::kNone && (backend->rank() != r.rank || backend->size() != r.size)) {
       SHOAL_THROW(InvalidArgument,
@@ -90,14 +123,13 @@ World init() {
     // if none is configured, over MPI (which mpirun already connected and trusts).
     std::string message;
     if (r.rank == 0) {
+      // The secret comes first: the store authenticates its clients with it.
+      if (!options.secret && !options.secretFile) options.secret = transport::generateSecret();
+      const std::string host = run::storeListenAddress(r, env.listenAddress);
       int port = 0;
-      store = hostStore(r, r.storePort, &port, options.timeout);
-      const std::string host =
-          r.hosts <= 1 ? "127.0.0.1"
-                       : env.listenAddress.value_or(firstExternalIPv4().value_or("127.0.0.1"));
+      store = hostStore(r, host, r.storePort, &port, options.timeout, storeSecret(options));
       message =
-          fmt::format("{}:{}\n{}", host, port,
-                      options.secret || options.secretFile ? "" : transport::generateSecret());
+          fmt::format("{}:{}\n{}", host, port, env.secret || env.secretFile ? "" : *options.secret);
     }
     message = comm::mpi::broadcastFromRankZero(message, options.timeout);
     const auto newline = message.find('\n');
@@ -105,12 +137,15 @@ World init() {
     HostPort hp = parseHostPort(message.substr(0, newline));
     storeHost = hp.host;
     if (newline + 1 < message.size()) options.secret = message.substr(newline + 1);
-    if (!store) store = std::make_shared<store::TcpStore>(hp, options.timeout);
+    if (!store)
+      store = std::make_shared<store::TcpStore>(hp, options.timeout, storeSecret(options));
   } else if (r.hostsStore) {
     int port = 0;
-    store = hostStore(r, r.storePort, &port, options.timeout);
+    store = hostStore(r, run::storeListenAddress(r, env.listenAddress), r.storePort, &port,
+                      options.timeout, storeSecret(options));
   } else {
-    store = std::make_shared<store::TcpStore>(HostPort{storeHost, r.storePort}, options.timeout);
+    store = std::make_shared<store::TcpStore>(HostPort{storeHost, r.storePort}, options.timeout,
+                                              storeSecret(options));
   }
   if (!env.listenAddress) options.listenAddress = advertisedAddress(r, storeHost);
   w.group = comm::Group::create(store, r.rank, r.size, options);

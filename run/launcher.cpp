@@ -1,9 +1,7 @@
 #include "run/launcher.h"
 
-#include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
-#include <sys/prctl.h>
 #include <sys/signalfd.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -20,6 +18,7 @@
 #include "common/socket.h"
 #include "run/output_forwarder.h"
 #include "run/process_util.h"
+#include "run/spawner.h"
 #include "store/tcp_store.h"
 #include "transport/auth.h"
 
@@ -28,6 +27,17 @@ namespace shoal::run {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// "SIGSTOP" (strsignal's "Stopped (signal)" does not say which signal).
+std::string signalName(int sig) {
+  const char* abbrev = ::sigabbrev_np(sig);
+  return abbrev ? fmt::format("SIG{}", abbrev) : fmt::format("signal {}", sig);
+}
+
+double secondsBetween(std::chrono::steady_clock::time_point a,
+                      std::chrono::steady_clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
 
 // A remote rank's status is ssh's, which passes on the remote shell's: 128 + N for signal N.
 std::string describeRank(int status, bool local) {
@@ -52,6 +62,11 @@ struct Rank {
   pid_t pid = -1;  // also its process group
   bool running = false;
   int status = 0;
+  Clock::time_point failedAt;  // when its failing exit was seen
+  // Non-zero while the rank is stopped (SIGSTOP, SIGTSTP, ...): a local rank only, since for a
+  // remote one the launcher's child is ssh, whose status says nothing about the rank.
+  int stopSignal = 0;
+  Clock::time_point stoppedAt;
   Fd out, err, in;  // in: ssh's stdin (the secret, then held open as a lifeline)
   std::unique_ptr<std::FILE, int (*)(std::FILE*)> log{nullptr, &std::fclose};
   std::deque<std::string> tail;
@@ -163,26 +178,22 @@ class Job {
   }
 
   pid_t spawnPlain(const std::vector<std::string>& argv) {
-    std::vector<char*> a;
-    for (auto& s : argv) a.push_back(const_cast<char*>(s.c_str()));
-    a.push_back(nullptr);
-    pid_t pid = ::fork();
-    if (pid < 0) throwSystemError("fork", errno);
-    if (pid == 0) {
-      int devnull = ::open("/dev/null", O_RDWR);
-      ::dup2(devnull, 0);
-      ::dup2(devnull, 1);
-      ::execvp(a[0], a.data());
-      ::_exit(127);
-    }
-    return pid;
+    SpawnOptions so;
+    so.argv = argv;
+    so.env = environmentWithout({});
+    so.out = StreamMode::kNull;
+    so.signalMask = originalMask();
+    return spawn(so).pid;
   }
 
   void startStore() {
     bool remote = false;
     for (auto& p : places_) remote |= !p.local;
     try {
-      store_ = std::make_unique<store::TcpStoreServer>(remote ? "0.0.0.0" : "127.0.0.1", o_.port);
+      secret_ = transport::generateSecret();  // ranks get it as SHOAL_SECRET (ssh: on stdin)
+      store::TcpStoreServerOptions so;
+      so.secret = secret_;
+      store_ = std::make_unique<store::TcpStoreServer>(remote ? "0.0.0.0" : "127.0.0.1", o_.port, so);
     } catch (const SystemError& e) {
       SHOAL_THROW(InvalidArgument, "--port {}: the port is busy or cannot be bound ({})", o_.port,
                   e.what());
@@ -201,7 +212,15 @@ class Job {
     }
     storeHost_ = host;
     storeAddr_ = fmt::format("{}:{}", host, store_->port());
-    secret_ = transport::generateSecret();
+  }
+
+  // The launcher's mask before it blocked the signals it reads through the signalfd: what the
+  // programs it starts inherit.
+  sigset_t originalMask() const {
+    sigset_t m;
+    if (signalsBlocked_) return oldMask_;
+    ::sigprocmask(SIG_BLOCK, nullptr, &m);
+    return m;
   }
 
   void blockSignals() {
@@ -254,66 +273,31 @@ class Job {
     rk.errFwd = std::make_unique<OutputForwarder>(r, 2, rk.log.get(), &rk.tail);
 
     auto vars = rankVariables(r);
-    std::vector<std::string> argv, env;
+    SpawnOptions so;
     if (rk.where.local) {
-      argv = o_.command;
-      argv[0] = program_;
-      env = environmentWithout(namesOf(vars, {"SHOAL_SECRET"}));
-      for (auto& [k, v] : vars) env.push_back(k + "=" + v);
-      env.push_back("SHOAL_SECRET=" + secret_);
+      so.argv = o_.command;
+      so.argv[0] = program_;
+      so.env = environmentWithout(namesOf(vars, {"SHOAL_SECRET"}));
+      for (auto& [k, v] : vars) so.env.push_back(k + "=" + v);
+      so.env.push_back("SHOAL_SECRET=" + secret_);
     } else {
-      argv = ssh_;
-      argv.push_back(rk.where.host);
-      argv.push_back(remoteScript(vars));
-      env = environmentWithout({});
+      so.argv = ssh_;
+      so.argv.push_back(rk.where.host);
+      so.argv.push_back(remoteScript(vars));
+      so.env = environmentWithout({});
+      so.stdinPipe = true;  // the secret, then held open as the rank's lifeline
     }
-
-    int outPipe[2], errPipe[2], inPipe[2] = {-1, -1};
-    if (::pipe2(outPipe, O_CLOEXEC) < 0 || ::pipe2(errPipe, O_CLOEXEC) < 0) {
-      throwSystemError("pipe", errno);
-    }
-    if (!rk.where.local && ::pipe2(inPipe, O_CLOEXEC) < 0) throwSystemError("pipe", errno);
-    std::vector<char*> a, e;
-    for (auto& s : argv) a.push_back(s.data());
-    a.push_back(nullptr);
-    for (auto& s : env) e.push_back(s.data());
-    e.push_back(nullptr);
-
-    const pid_t parent = ::getpid();
-    pid_t pid = ::fork();
-    if (pid < 0) throwSystemError("fork", errno);
-    if (pid == 0) {
-      // Only async-signal-safe calls until exec.
-      ::setpgid(0, 0);
-      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-      if (::getppid() != parent) ::_exit(127);
-      ::signal(SIGPIPE, SIG_DFL);
-      ::sigprocmask(SIG_SETMASK, &oldMask_, nullptr);
-      int in = inPipe[0] >= 0 ? inPipe[0] : ::open("/dev/null", O_RDONLY);
-      ::dup2(in, 0);
-      ::dup2(outPipe[1], 1);
-      ::dup2(errPipe[1], 2);
-      if (rk.where.local) {
-        ::execve(a[0], a.data(), e.data());
-      } else {
-        ::execvpe(a[0], a.data(), e.data());
-      }
-      const char msg[] = "shoal run: exec failed\n";
-      [[maybe_unused]] ssize_t w = ::write(2, msg, sizeof(msg) - 1);
-      ::_exit(127);
-    }
-    ::setpgid(pid, pid);  // also from here: no race with a kill(-pid) right after fork
-    ::close(outPipe[1]);
-    ::close(errPipe[1]);
-    rk.out = Fd(outPipe[0]);
-    rk.err = Fd(errPipe[0]);
-    if (inPipe[0] >= 0) {
-      ::close(inPipe[0]);
-      rk.in = Fd(inPipe[1]);
+    so.out = so.err = StreamMode::kPipe;
+    so.signalMask = originalMask();
+    SpawnedProcess child = spawn(so);
+    rk.out = std::move(child.out);
+    rk.err = std::move(child.err);
+    if (child.in.valid()) {
+      rk.in = std::move(child.in);
       std::string line = secret_ + "\n";
       [[maybe_unused]] ssize_t w = ::write(rk.in.get(), line.data(), line.size());
     }
-    rk.pid = pid;
+    rk.pid = child.pid;
     rk.running = true;
   }
 
@@ -431,15 +415,36 @@ class Job {
   }
 
   // Exits arrive without an order (a remote rank's exit even travels through ssh), so the first
-  // failure is chosen after a short settling window: preferably a rank killed by a signal (its
+  // failure is chosen after a settling window of 1 s: preferably a rank killed by a signal (its
   // peers fail because it vanished), else the lowest rank among those that failed in the window.
+  // The window also lets the survivors report why they fail (each names the rank where the
+  // failure started) before they are stopped, even on a loaded machine.
   void reap() {
     for (;;) {
       int status = 0;
-      pid_t pid = ::waitpid(-1, &status, WNOHANG);
+      // WUNTRACED / WCONTINUED: the signalfd gets SIGCHLD for stops too (the launcher has no
+      // SA_NOCLDSTOP handler), and a stopped rank is what its peers will time out on.
+      pid_t pid = ::waitpid(-1, &status, WNOHANG | WUNTRACED | WCONTINUED);
       if (pid <= 0) break;
       for (auto& r : ranks_) {
         if (r.pid != pid || !r.running) continue;
+        if (WIFSTOPPED(status)) {
+          if (r.stopSignal == 0) {
+            r.stopSignal = WSTOPSIG(status);
+            r.stoppedAt = Clock::now();
+            if (!stopping_) {
+              say("rank {} ({}, pid {}) was stopped ({}); its peers will time out unless it "
+                  "continues",
+                  r.rank, r.where.host, r.pid, signalName(r.stopSignal));
+            }
+          }
+          continue;
+        }
+        if (WIFCONTINUED(status)) {
+          if (r.stopSignal != 0 && !stopping_) say("rank {} continued", r.rank);
+          r.stopSignal = 0;
+          continue;
+        }
         r.running = false;
         r.status = status;
         r.in.reset();
@@ -447,13 +452,19 @@ class Job {
         ::kill(-r.pid, SIGKILL);
         const bool failed = !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
         if (failed && !stopping_) {
+          r.failedAt = Clock::now();
           candidates_.push_back(&r);
-          if (!settleAt_) settleAt_ = Clock::now() + std::chrono::milliseconds(300);
+          if (!settleAt_) settleAt_ = Clock::now() + std::chrono::milliseconds(1000);
         }
       }
     }
   }
 
+  // Note [Stopped ranks]: a stopped rank neither exits nor answers, so its peers fail when
+  // their operation times out, each naming it as the silent rank. The first of them to exit is
+  // not the cause: a local rank that was stopped before the first failure (and is still
+  // stopped) is blamed instead, the earliest stopped one if several. A stopped remote rank is
+  // invisible here; then the first failed rank is named, and its output names the silent one.
   void settle() {
     if (!settleAt_ || Clock::now() < *settleAt_) return;
     settleAt_.reset();
@@ -463,12 +474,31 @@ class Job {
                                                         WEXITSTATUS(r->status) > 128);
       return std::make_pair(signalled ? 0 : 1, r->rank);
     };
-    failed_ = *std::min_element(candidates_.begin(), candidates_.end(),
-                                [&](const Rank* a, const Rank* b) { return order(a) < order(b); });
+    firstFailed_ =
+        *std::min_element(candidates_.begin(), candidates_.end(),
+                          [&](const Rank* a, const Rank* b) { return order(a) < order(b); });
+    Clock::time_point firstFailure = firstFailed_->failedAt;
+    for (const Rank* c : candidates_) firstFailure = std::min(firstFailure, c->failedAt);
+    failed_ = firstFailed_;
+    for (auto& r : ranks_) {
+      if (r.running && r.stopSignal != 0 && r.stoppedAt <= firstFailure &&
+          (!stopped_ || r.stoppedAt < stopped_->stoppedAt)) {
+        stopped_ = &r;
+      }
+    }
     int left = 0;
     for (auto& o : ranks_) left += o.running;
-    say("rank {} ({}) {}; stopping the other {} rank{}", failed_->rank, failed_->where.host,
-        describeRank(failed_->status, failed_->where.local), left, left == 1 ? "" : "s");
+    if (stopped_) {
+      failed_ = stopped_;
+      say("rank {} ({}) was stopped ({}) and its peers timed out waiting for it (rank {} {}, "
+          "{:.1f} s after the stop); stopping the {} rank{} still running",
+          stopped_->rank, stopped_->where.host, signalName(stopped_->stopSignal),
+          firstFailed_->rank, describeRank(firstFailed_->status, firstFailed_->where.local),
+          secondsBetween(stopped_->stoppedAt, firstFailed_->failedAt), left, left == 1 ? "" : "s");
+    } else {
+      say("rank {} ({}) {}; stopping the other {} rank{}", failed_->rank, failed_->where.host,
+          describeRank(failed_->status, failed_->where.local), left, left == 1 ? "" : "s");
+    }
     stopAll(SIGTERM);
   }
 
@@ -478,6 +508,8 @@ class Job {
       if (!r.running) continue;
       r.in.reset();  // a remote rank's lifeline
       ::kill(-r.pid, sig);
+      // A stopped rank acts on the signal only once continued (harmless for the others).
+      ::kill(-r.pid, SIGCONT);
     }
     killAt_ = Clock::now() + std::chrono::duration_cast<Clock::duration>(
                                  std::chrono::duration<double>(o_.graceSeconds));
@@ -495,10 +527,19 @@ class Job {
     if (failed_) {
       std::string lines;
       for (auto& l : failed_->tail) lines += "\n    " + l;
+      const std::string last =
+          failed_->tail.empty() ? " It printed nothing." : fmt::format(" Its last lines:{}", lines);
+      if (stopped_) {
+        say("job failed: rank {} (host {}, pid {}) was stopped ({}) and never continued; the "
+            "other ranks timed out waiting for it (the first to fail: rank {}, {}).{}",
+            stopped_->rank, stopped_->where.host, stopped_->pid, signalName(stopped_->stopSignal),
+            firstFailed_->rank, describeRank(firstFailed_->status, firstFailed_->where.local),
+            last);
+        return 128 + stopped_->stopSignal;
+      }
       say("job failed: rank {} (host {}, pid {}) failed first: {}.{}", failed_->rank,
           failed_->where.host, failed_->pid, describeRank(failed_->status, failed_->where.local),
-          failed_->tail.empty() ? " It printed nothing."
-                                : fmt::format(" Its last lines:{}", lines));
+          last);
       return exitCodeOf(failed_->status);
     }
     if (interrupted_) return 128 + interrupted_;
@@ -526,7 +567,9 @@ class Job {
   bool stopping_ = false;
   bool timedOut_ = false;
   int interrupted_ = 0;
-  Rank* failed_ = nullptr;
+  Rank* failed_ = nullptr;       // the rank the summary blames
+  Rank* firstFailed_ = nullptr;  // the first rank seen failing
+  Rank* stopped_ = nullptr;      // set when a stopped rank is blamed: Note [Stopped ranks]
   std::optional<Clock::time_point> killAt_;
   std::optional<Clock::time_point> settleAt_;
   std::vector<Rank*> candidates_;

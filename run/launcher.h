@@ -6,10 +6,15 @@
 //   on a host, a busy --port) are found before any rank starts: InvalidArgument, one line;
 // - every rank gets the variables of run/rendezvous.h (and torchrun's names), the job secret
 //   only through its environment (local) or ssh's stdin (remote), never on a command line;
-// - each rank runs in its own process group and dies with the launcher (PR_SET_PDEATHSIG), so a
-//   rank's children are stopped with it and nothing outlives the job;
-// - when a rank exits non-zero or is killed, the others get SIGTERM at once and SIGKILL after
-//   the grace period; SIGINT / SIGTERM / SIGHUP to the launcher do the same for every rank.
+// - each rank is started by run/spawner.h: its own process group, dies with the launcher
+//   (PR_SET_PDEATHSIG), so a rank's children are stopped with it and nothing outlives the job;
+// - when a rank exits non-zero or is killed, the others get SIGTERM (and SIGCONT, for stopped
+//   ones) at once and SIGKILL after the grace period; SIGINT / SIGTERM / SIGHUP to the launcher
+//   do the same for every rank;
+// - the summary names the cause: the first rank that failed, or a local rank that was stopped
+//   (SIGSTOP, SIGTSTP) before that and never continued, since its peers then fail only by
+//   timing out. A stopped rank on another host cannot be seen (the launcher's child there is
+//   ssh): the first rank to time out is named, and its own report names the silent rank.
 //
 // Single-threaded (besides the store's server thread); call launch() once per process.
 #pragma once
@@ -41,8 +46,9 @@ struct LaunchOptions {
 };
 
 // Runs the job to the end. Returns 0 when every rank exited 0; else the first failed rank's exit
-// code (128 + signal when killed), 124 when the time limit ended it, 128 + signal when the
-// launcher was interrupted. Throws InvalidArgument for a configuration error (nothing started).
+// code (128 + signal when killed; 128 + the stop signal when a stopped rank is blamed, e.g. 147
+// for SIGSTOP), 124 when the time limit ended it, 128 + signal when the launcher was
+// interrupted. Throws InvalidArgument for a configuration error (nothing started).
 int launch(const LaunchOptions& options);
 
 }  // namespace shoal::run

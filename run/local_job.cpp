@@ -1,8 +1,7 @@
 #include "run/local_job.h"
 
-#include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -10,12 +9,11 @@
 #include <cstring>
 #include <fstream>
 #include <sstream>
-#include <thread>
 
 #include "common/error.h"
 #include "run/process_util.h"
+#include "run/spawner.h"
 #include "transport/auth.h"
-
 
 namespace shoal::run {
 
@@ -31,14 +29,30 @@ LocalJob::LocalJob(LocalJobOptions options) : options_(std::move(options)) {
   if (::access(options_.argv[0].c_str(), X_OK) != 0) {
     SHOAL_THROW(InvalidArgument, "program '{}' not found or not executable", options_.argv[0]);
   }
-  if (options_.shoalVariables) store_ = std::make_unique<store::TcpStoreServer>("127.0.0.1", 0);
   const std::string secret = transport::generateSecret();
+  if (options_.shoalVariables) {
+    store::TcpStoreServerOptions so;
+    so.secret = secret;  // the ranks get it as SHOAL_SECRET
+    store_ = std::make_unique<store::TcpStoreServer>("127.0.0.1", 0, so);
+  }
 
   // The job's own variables replace whatever the caller's environment had.
   std::vector<std::string> baseEnv =
       environmentWithout({"SHOAL_RANK", "SHOAL_WORLD_SIZE", "SHOAL_STORE_ADDR", "SHOAL_SECRET"});
   for (auto& [k, v] : options_.env) baseEnv.push_back(k + "=" + v);
 
+  exits_.resize(static_cast<size_t>(options_.ranks));
+  reaped_.assign(static_cast<size_t>(options_.ranks), false);
+  try {
+    startRanks(baseEnv, secret);
+  } catch (...) {
+    // The destructor does not run for a half-built job: stop the ranks already started.
+    killUnreaped();
+    throw;
+  }
+}
+
+void LocalJob::startRanks(const std::vector<std::string>& baseEnv, const std::string& secret) {
   for (int r = 0; r < options_.ranks; ++r) {
     std::vector<std::string> env = baseEnv;
     if (options_.shoalVariables) {
@@ -50,38 +64,35 @@ LocalJob::LocalJob(LocalJobOptions options) : options_(std::move(options)) {
     if (options_.rankEnv) {
       for (auto& [k, v] : options_.rankEnv(r)) env.push_back(k + "=" + v);
     }
-    std::vector<char*> envp, argv;
-    for (auto& s : env) envp.push_back(s.data());
-    envp.push_back(nullptr);
-    for (auto& s : options_.argv) argv.push_back(const_cast<char*>(s.c_str()));
-    argv.push_back(nullptr);
-
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    std::string log;
+    SpawnOptions spawnOptions;
+    spawnOptions.argv = options_.argv;
+    spawnOptions.env = std::move(env);
     if (!options_.outputDir.empty()) {
-      log = fmt::format("{}/rank{}.log", options_.outputDir, r);
-      posix_spawn_file_actions_addopen(&fa, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      posix_spawn_file_actions_adddup2(&fa, 1, 2);
+      spawnOptions.out = spawnOptions.err = StreamMode::kFile;
+      spawnOptions.outputFile = fmt::format("{}/rank{}.log", options_.outputDir, r);
     }
-    pid_t pid = 0;
-    int rc = ::posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), envp.data());
-    posix_spawn_file_actions_destroy(&fa);
-    if (rc != 0) {
-      SHOAL_THROW(SystemError, "cannot start rank {} ({}): {}", r, options_.argv[0],
-                  std::strerror(rc));
+    SpawnedProcess child;
+    try {
+      child = spawn(spawnOptions);
+    } catch (const SystemError& e) {
+      SHOAL_THROW(SystemError, "cannot start rank {}: {}", r, e.what());
     }
-    pids_.push_back(pid);
+    pids_.push_back(child.pid);
+    // Readable when the rank exits: wait() blocks in poll(2) on these instead of sleeping.
+    pidFds_.push_back(openPidFd(child.pid));
   }
-  exits_.resize(pids_.size());
-  reaped_.assign(pids_.size(), false);
 }
 
 LocalJob::~LocalJob() {
+  killUnreaped();
+}
+
+void LocalJob::killUnreaped() {
   for (size_t r = 0; r < pids_.size(); ++r) {
     if (reaped_[r]) continue;
-    ::kill(pids_[r], SIGKILL);
+    ::kill(-pids_[r], SIGKILL);
     ::waitpid(pids_[r], nullptr, 0);
+    reaped_[r] = true;
   }
 }
 
@@ -90,30 +101,37 @@ std::string LocalJob::storeAddress() const {
 }
 
 void LocalJob::signal(int rank, int sig) {
-  ::kill(pids_.at(rank), sig);
+  const size_t r = static_cast<size_t>(rank);
+  // A reaped rank's pid (and group id) may already belong to another process.
+  if (!reaped_.at(r)) ::kill(-pids_[r], sig);
 }
 
 std::vector<RankExit> LocalJob::wait(Duration timeout, bool* timedOut) {
   Deadline deadline(timeout);
   if (timedOut) *timedOut = false;
-  auto pause = std::chrono::milliseconds(1);
   for (;;) {
-    bool all = true;
-    for (size_t r = 0; r < pids_.size(); ++r) all = poll(static_cast<int>(r)).has_value() && all;
-    if (all) return exits_;
-    if (deadline.expired()) {
-      if (timedOut) *timedOut = true;
-      for (size_t r = 0; r < pids_.size(); ++r) {
-        if (!reaped_[r]) {
-          ::kill(pids_[r], SIGKILL);
-          ::kill(pids_[r], SIGCONT);
-        }
-      }
-      return wait(std::chrono::seconds(10), nullptr);
+    std::vector<pollfd> fds;
+    for (size_t r = 0; r < pids_.size(); ++r) {
+      if (!poll(static_cast<int>(r))) fds.push_back({pidFds_[r].get(), POLLIN, 0});
     }
-    std::this_thread::sleep_for(std::min<Duration>(pause, deadline.remaining()));
-    pause = std::min(pause * 2, std::chrono::milliseconds(20));
+    if (fds.empty()) return exits_;
+    if (deadline.expired()) break;
+    // Bounded by the deadline; a pidfd turns readable when its process exits.
+    const int ms = static_cast<int>(std::min<int64_t>(
+        std::chrono::ceil<std::chrono::milliseconds>(deadline.remaining()).count(), 1 << 30));
+    if (::poll(fds.data(), fds.size(), std::max(ms, 1)) < 0 && errno != EINTR) {
+      throwSystemError("poll", errno);
+    }
   }
+  if (timedOut) *timedOut = true;
+  for (size_t r = 0; r < pids_.size(); ++r) {
+    if (!reaped_[r]) {
+      ::kill(-pids_[r], SIGKILL);
+      ::kill(-pids_[r], SIGCONT);  // a stopped rank acts on SIGKILL only once continued
+    }
+  }
+  // SIGKILL cannot be ignored: they go within moments, 10 s is a generous bound.
+  return wait(std::chrono::seconds(10), nullptr);
 }
 
 std::optional<RankExit> LocalJob::poll(int rank) {
@@ -122,6 +140,8 @@ std::optional<RankExit> LocalJob::poll(int rank) {
     int status = 0;
     if (::waitpid(pids_[r], &status, WNOHANG) != pids_[r]) return std::nullopt;
     reaped_[r] = true;
+    // Whatever the rank started goes with it (its process group; see run/spawner.h).
+    ::kill(-pids_[r], SIGKILL);
     exits_[r].rank = rank;
     if (WIFSIGNALED(status)) {
       exits_[r].signal = WTERMSIG(status);

@@ -2,8 +2,12 @@
 // secret, and spawns each rank with SHOAL_RANK, SHOAL_WORLD_SIZE, SHOAL_STORE_ADDR and
 // SHOAL_SECRET set. The seed of `shoal run`; used by the demo, the process tests and benches.
 //
-// Not thread-safe. The destructor kills (SIGKILL) and reaps every rank still running, so no
-// process outlives the job.
+// Ranks are started by run/spawner.h: each in its own process group, killed if the thread that
+// built the job ends (parent-death signal), stdin /dev/null, no inherited descriptors.
+//
+// Not thread-safe; build and use a job on one thread that outlives it. The destructor kills
+// (SIGKILL) and reaps every rank still running, with its process group, so no process outlives
+// the job; a rank's process group is also killed when the rank is reaped.
 #pragma once
 
 #include <sys/types.h>
@@ -16,6 +20,7 @@
 #include <vector>
 
 #include "common/deadline.h"
+#include "common/socket.h"
 #include "store/tcp_store.h"
 
 namespace shoal::run {
@@ -43,6 +48,8 @@ struct RankExit {
 
 class LocalJob {
  public:
+  // Starts every rank. Throws InvalidArgument (no ranks, program not executable) or SystemError
+  // (a rank could not be started: the ranks already started are killed first).
   explicit LocalJob(LocalJobOptions options);
   ~LocalJob();
   LocalJob(const LocalJob&) = delete;
@@ -51,11 +58,13 @@ class LocalJob {
   pid_t pid(int rank) const { return pids_.at(rank); }
   std::string storeAddress() const;
 
-  // Sends `sig` to one rank.
+  // Sends `sig` to one rank's process group (the rank and whatever it started). Does nothing
+  // once the rank has been reaped (its pid may belong to someone else by then).
   void signal(int rank, int sig);
 
-  // Waits for every rank to exit. Ranks still running at the deadline are killed and reported
-  // with their signal; `timedOut` (if given) says whether that happened.
+  // Waits (blocking in poll(2), no sleeping) for every rank to exit. Ranks still running at the
+  // deadline are killed, stopped ones too, and reported with their signal; `timedOut` (if
+  // given) says whether that happened.
   std::vector<RankExit> wait(Duration timeout, bool* timedOut = nullptr);
 
   // Non-blocking: the rank's exit if it has exited (reaping it), else nothing.
@@ -67,7 +76,11 @@ class LocalJob {
  private:
   LocalJobOptions options_;
   std::unique_ptr<store::TcpStoreServer> store_;
-  std::vector<pid_t> pids_;
+  void startRanks(const std::vector<std::string>& baseEnv, const std::string& secret);
+  void killUnreaped();
+
+  std::vector<pid_t> pids_;  // each also the rank's process group id
+  std::vector<Fd> pidFds_;   // pidfd per rank: readable once it exited
   std::vector<RankExit> exits_;
   std::vector<bool> reaped_;
 };

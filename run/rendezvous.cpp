@@ -275,6 +275,15 @@ Rendezvous detectLauncher(const EnvLookup& env) {
 
 }  // namespace
 
+std::string storeListenAddress(const Rendezvous& r,
+                               const std::optional<std::string>& listenAddress) {
+  // Clients connect to storeHost when there is one, so that is the address to be on.
+  if (!r.storeHost.empty()) return resolveIPv4(r.storeHost).value_or("0.0.0.0");
+  if (listenAddress) return *listenAddress;
+  if (r.hosts <= 1) return "127.0.0.1";
+  return firstExternalIPv4().value_or("127.0.0.1");
+}
+
 EnvLookup processEnv() {
   return [](const std::string& name) -> std::optional<std::string> {
     const char* v = std::getenv(name.c_str());

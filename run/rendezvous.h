@@ -55,6 +55,16 @@ using EnvLookup = std::function<std::optional<std::string>(const std::string&)>;
 // or malformed for the launcher it recognized.
 Rendezvous detectRendezvous(const EnvLookup& env);
 
+// The address the rank that hosts the store (r.hostsStore, or rank 0 under mpirun) listens on:
+// the address its clients are told to use, never every interface by default. The store host's
+// name resolved when the clients are given one (r.storeHost under Slurm, Kubernetes or
+// MASTER_ADDR; 0.0.0.0 only if it does not resolve yet, as a Kubernetes pod's name may not);
+// else (mpirun announces the address over MPI) SHOAL_ADDR (`listenAddress`) when set, loopback
+// for a one-host job, the first external interface otherwise. Resolves names (DNS); throws
+// nothing.
+std::string storeListenAddress(const Rendezvous& r,
+                               const std::optional<std::string>& listenAddress);
+
 // The process environment as an EnvLookup (unset and empty read as nothing).
 EnvLookup processEnv();
 

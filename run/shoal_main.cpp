@@ -3,6 +3,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "common/env.h"
 #include "common/error.h"
 #include "run/launcher.h"
 
@@ -16,26 +17,23 @@ int main(int argc, char** argv) {
   run::LaunchOptions o;
   std::string hosts, hostfile;
   std::vector<std::string> vars;
-  double timeout = 0, timeLimit = 0;
-  run->add_option("-n,--ranks", o.ranks, "number of ranks (with hosts: default one per slot)")
-      ->check(CLI::Range(1, 1 << 20));
-  run->add_option("--servers", o.servers,
-                  "also start this many parameter-server processes (after the -n workers)")
-      ->check(CLI::Range(0, 1 << 16));
+  // Numbers are taken as text and read by the one configuration parser (common/env.h): the same
+  // checks and the same one-line errors as the SHOAL_* variables (no "inf", no "5x").
+  std::string ranks, servers, timeout, timeLimit, port, grace;
+  run->add_option("-n,--ranks", ranks, "number of ranks (with hosts: default one per slot)");
+  run->add_option("--servers", servers,
+                  "also start this many parameter-server processes (after the -n workers)");
   run->add_option("--hosts", hosts, "host1:slots,host2:slots (ranks fill hosts in order)");
   run->add_option("--hostfile", hostfile, "one host per line: host, host:slots or host slots=N");
   run->add_option("--timeout", timeout,
-                  "seconds any blocking operation of a rank may wait (SHOAL_TIMEOUT; default 60)")
-      ->check(CLI::PositiveNumber);
-  run->add_option("--time-limit", timeLimit, "stop the whole job after this many seconds")
-      ->check(CLI::PositiveNumber);
+                  "seconds any blocking operation of a rank may wait (SHOAL_TIMEOUT; default 60)");
+  run->add_option("--time-limit", timeLimit, "stop the whole job after this many seconds");
   run->add_option("--output-dir", o.outputDir, "also keep each rank's output in DIR/rank<r>.log");
-  run->add_option("--port", o.port, "the store's port (default: a free one)")
-      ->check(CLI::Range(1, 65535));
+  run->add_option("--port", port, "the store's port (default, or 0: a free one, announced)");
   run->add_option("--store-addr", o.storeAddress,
                   "address other hosts reach this machine at (default: the route to them)");
-  run->add_option("--grace", o.graceSeconds, "seconds between SIGTERM and SIGKILL when stopping")
-      ->check(CLI::NonNegativeNumber);
+  run->add_option("--grace", grace,
+                  "seconds between SIGTERM and SIGKILL when stopping (default 5)");
   run->add_option("--ssh", o.sshCommand, "command that runs a shell command on a host");
   run->add_option("-x,--env", vars, "NAME=VALUE, or NAME to pass this variable on (repeatable)");
   run->add_flag(
@@ -51,25 +49,44 @@ int main(int argc, char** argv) {
       break;
     }
   }
+  // CLI11 would say "A subcommand is required" or "arguments were not expected" without naming
+  // the word; say which word is not a command.
+  if (argc >= 2 && argv[1][0] != '-' && std::string(argv[1]) != "run") {
+    fmt::print(stderr, "shoal: error: unknown command '{}' (the commands: run; see shoal --help)\n",
+               argv[1]);
+    return 2;
+  }
   try {
     app.parse(ours, argv);
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
     // One line, like every other configuration error.
-    fmt::print(stderr, "shoal run: error: {}\n", e.what());
+    fmt::print(stderr, "shoal{}: error: {}\n",
+               argc >= 2 && std::string(argv[1]) == "run" ? " run" : "", e.what());
     return 2;
   }
 
   try {
+    if (!ranks.empty()) o.ranks = static_cast<int>(parseInteger("--ranks", ranks, 1, 1 << 20));
+    if (!servers.empty()) {
+      o.servers = static_cast<int>(parseInteger("--servers", servers, 0, 1 << 16));
+    }
+    if (!timeout.empty()) {
+      o.opTimeoutSeconds =
+          parseNumber("--timeout", timeout, kMinTimeoutSeconds, kMaxTimeoutSeconds);
+    }
+    if (!timeLimit.empty()) {
+      o.timeLimitSeconds = parseNumber("--time-limit", timeLimit, 0.001, kMaxTimeoutSeconds);
+    }
+    if (!port.empty()) o.port = static_cast<int>(parseInteger("--port", port, 0, 65535));
+    if (!grace.empty()) o.graceSeconds = parseNumber("--grace", grace, 0, 3600);
     if (!hosts.empty() && !hostfile.empty()) {
       SHOAL_THROW(InvalidArgument, "give --hosts or --hostfile, not both");
     }
     if (!hosts.empty()) o.hosts = run::parseHostList(hosts);
     if (!hostfile.empty()) o.hosts = run::readHostfile(hostfile);
     if (o.hosts.empty() && o.ranks == 0) SHOAL_THROW(InvalidArgument, "-n is required");
-    if (timeout > 0) o.opTimeoutSeconds = timeout;
-    if (timeLimit > 0) o.timeLimitSeconds = timeLimit;
     for (auto& v : vars) {
       auto eq = v.find('=');
       if (eq != std::string::npos) {

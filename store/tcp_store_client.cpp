@@ -1,16 +1,30 @@
+#include <poll.h>
+
 #include <cerrno>
 #include <cstring>
 #include <thread>
 
 #include "common/error.h"
+#include "common/hmac_auth.h"
 #include "store/memory_store.h"
 #include "store/tcp_store.h"
 #include "store/tcp_store_protocol.h"
 
 namespace shoal::store {
 
-TcpStore::TcpStore(HostPort address, Duration connectTimeout)
-    : address_(std::move(address)), connectTimeout_(connectTimeout) {}
+TcpStore::TcpStore(HostPort address, Duration connectTimeout, std::string secret)
+    : address_(std::move(address)), connectTimeout_(connectTimeout), secret_(std::move(secret)) {}
+
+namespace {
+
+// A pooled connection the server has closed (idle limit, restart) reads as readable: EOF.
+// Checking before reuse keeps a non-idempotent request off a connection that is already gone.
+bool stillOpen(int fd) {
+  pollfd p{fd, POLLIN, 0};
+  return ::poll(&p, 1, 0) == 0;
+}
+
+}  // namespace
 
 std::vector<std::string> TcpStore::request(uint8_t cmd, const std::vector<std::string>& fields,
                                            const Deadline& deadline, bool idempotent) {
@@ -19,9 +33,11 @@ std::vector<std::string> TcpStore::request(uint8_t cmd, const std::vector<std::s
   Fd conn_;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (!idle_.empty()) {
-      conn_ = std::move(idle_.back());
+    const auto now = Clock::now();
+    while (!idle_.empty() && !conn_.valid()) {
+      Pooled p = std::move(idle_.back());
       idle_.pop_back();
+      if (now - p.since < kMaxPooledIdle && stillOpen(p.fd.get())) conn_ = std::move(p.fd);
     }
   }
   std::string lastError;
@@ -29,7 +45,15 @@ std::vector<std::string> TcpStore::request(uint8_t cmd, const std::vector<std::s
     bool sent = false;
     bool connected = conn_.valid();
     try {
-      if (!connected) conn_ = connectTcp(address_, deadline, what);
+      if (!connected) {
+        conn_ = connectTcp(address_, deadline, what);
+        try {
+          auth::connect(conn_.get(), secret_, auth::Channel::kStore, 0, -1, -1, deadline, what);
+        } catch (const ProtocolError& e) {
+          // Not retried: a wrong secret stays wrong.
+          SHOAL_THROW(StoreError, "{}", e.what());
+        }
+      }
       connected = true;
       writeAll(conn_.get(), frame.data(), frame.size(), deadline, what);
       sent = true;
@@ -44,11 +68,16 @@ std::vector<std::string> TcpStore::request(uint8_t cmd, const std::vector<std::s
       auto reply = wire::tryDecode(buf);
       if (!reply) SHOAL_THROW(ProtocolError, "{}: truncated reply", what);
       if (reply->code != wire::kOk) {
+        // The connection stays in step (one reply per request): keep it for the next request.
+        {
+          std::lock_guard<std::mutex> lock(mutex_);
+          idle_.push_back({std::move(conn_), Clock::now()});
+        }
         SHOAL_THROW(StoreError, "{}: {}", what,
                     reply->fields.empty() ? std::string("request failed") : reply->fields[0]);
       }
       std::lock_guard<std::mutex> lock(mutex_);
-      idle_.push_back(std::move(conn_));
+      idle_.push_back({std::move(conn_), Clock::now()});
       return std::move(reply->fields);
     } catch (const TimeoutError& e) {
       // A late reply would be taken for the next request's: start over on a new connection.

@@ -34,11 +34,16 @@ std::string encode(uint8_t code, const std::vector<std::string>& fields) {
   return out + body;
 }
 
-std::optional<Message> tryDecode(std::string& buf) {
+std::optional<uint32_t> peekLength(const std::string& buf) {
+  if (buf.size() < 4) return std::nullopt;
+  return getU32(buf, 0);
+}
+
+std::optional<Message> tryDecode(std::string& buf, uint32_t maxFrame) {
   if (buf.size() < 4) return std::nullopt;
   uint32_t len = getU32(buf, 0);
-  if (len < 5 || len > kMaxFrame) {
-    SHOAL_THROW(ProtocolError, "store frame length {} outside 5..{}", len, kMaxFrame);
+  if (len < kFrameHeader || len > maxFrame) {
+    SHOAL_THROW(ProtocolError, "store frame length {} outside {}..{}", len, kFrameHeader, maxFrame);
   }
   if (buf.size() < 4 + static_cast<size_t>(len)) return std::nullopt;
   Message m;

@@ -19,7 +19,11 @@ enum Command : uint8_t {
 };
 enum Status : uint8_t { kOk = 0, kFailed = 1 };
 
+// The most any frame may claim (a reply carries at most one value; servers set their own,
+// smaller, request limit from TcpStoreServerOptions).
 inline constexpr uint32_t kMaxFrame = 64u << 20;
+// Fixed bytes of a frame before its fields: u8 code + u32 field count (after the u32 length).
+inline constexpr uint32_t kFrameHeader = 5;
 
 struct Message {
   uint8_t code = 0;
@@ -29,7 +33,11 @@ struct Message {
 std::string encode(uint8_t code, const std::vector<std::string>& fields);
 
 // Parses one frame from the front of `buf`. Returns nullopt if more bytes are needed; throws
-// ProtocolError for a frame that is malformed or oversized. On success removes it from buf.
-std::optional<Message> tryDecode(std::string& buf);
+// ProtocolError for a frame that is malformed or longer than `maxFrame` (checked before any
+// allocation). On success removes it from buf.
+std::optional<Message> tryDecode(std::string& buf, uint32_t maxFrame = kMaxFrame);
+
+// The length word at the front of `buf` (the bytes after it), or nullopt if fewer than 4.
+std::optional<uint32_t> peekLength(const std::string& buf);
 
 }  // namespace shoal::store::wire

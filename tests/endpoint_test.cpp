@@ -130,7 +130,7 @@ TEST(Endpoint, SilentPeerTimesOutNamingItAndTheOperation) {
 
 TEST(Endpoint, AfterAbortEveryCallFailsAtOnceAndThePeerIsTold) {
   Harness h;
-  h.endpoint->abort(AbortKind::kPeer, "local failure");
+  h.endpoint->abort({AbortKind::kPeer, 0, "local failure"});
   FrameHeader got{};
   readAll(h.peer.get(), &got, sizeof(got), Deadline(1s), "test");
   EXPECT_EQ(got.kind, static_cast<uint8_t>(FrameKind::kAbort));

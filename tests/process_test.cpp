@@ -7,6 +7,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <random>
 #include <set>
 #include <thread>
 
@@ -69,17 +70,20 @@ struct FaultCase {
   std::string collective;
   int signal;
   std::string transport;
+  int victim = 2;
 };
 
 void PrintTo(const FaultCase& c, std::ostream* os) {
-  *os << c.collective << (c.signal == SIGKILL ? " SIGKILL " : " SIGSTOP ") << c.transport;
+  *os << c.collective << (c.signal == SIGKILL ? " SIGKILL " : " SIGSTOP ") << c.transport
+      << " victim " << c.victim;
 }
 
 class FaultInjection : public ::testing::TestWithParam<FaultCase> {};
 
 TEST_P(FaultInjection, EverySurvivorFailsNamingTheVictimBeforeTheDeadline) {
   const auto& c = GetParam();
-  constexpr int n = 4, victim = 2;
+  constexpr int n = 4;
+  const int victim = c.victim;
   constexpr double timeout = 4.0;
   const auto shmBefore = shmEntries();
   TempDir dir;
@@ -94,7 +98,6 @@ TEST_P(FaultInjection, EverySurvivorFailsNamingTheVictimBeforeTheDeadline) {
       std::this_thread::sleep_for(5ms);
     }
   }
-  std::this_thread::sleep_for(50ms);
   j.signal(victim, c.signal);
   auto t0 = Clock::now();
   // Survivors must be done within the collective deadline (plus slack); waiting longer than
@@ -116,11 +119,11 @@ TEST_P(FaultInjection, EverySurvivorFailsNamingTheVictimBeforeTheDeadline) {
     std::string out = j.output(r);
     EXPECT_EQ(exits[r].exitCode, 3) << exits[r].describe() << "\n" << out;
     EXPECT_NE(out.find("ERROR"), std::string::npos) << out;
-    bool names = out.find("peer 2") != std::string::npos ||
-                 out.find("rank 2") != std::string::npos ||
-                 out.find("silent ranks (stopped, dead, or busy outside this group): [2]") !=
-                     std::string::npos;
-    EXPECT_TRUE(names) << "rank " << r << " does not name rank 2:\n" << out;
+    // Every survivor names the victim as the cause, never the peer it heard it from.
+    EXPECT_NE(out.find(fmt::format("(cause: rank {})", victim)), std::string::npos)
+        << "rank " << r << " does not name rank " << victim << " as the cause:\n"
+        << out;
+    EXPECT_NE(out.find(fmt::format("CAUSE {}\n", victim)), std::string::npos) << out;
     EXPECT_NE(out.find("#"), std::string::npos) << "no operation sequence number:\n" << out;
   }
   EXPECT_LT(took, timeout + 5) << allOutput(j, n);
@@ -130,13 +133,18 @@ TEST_P(FaultInjection, EverySurvivorFailsNamingTheVictimBeforeTheDeadline) {
 std::vector<FaultCase> faultCases() {
   std::vector<FaultCase> cases;
   for (const char* coll :
-       {"allreduce_ring", "allreduce_recursive_doubling", "allreduce_driver", "broadcast", "reduce",
-        "allgather", "reduce_scatter", "alltoall", "gather", "scatter", "barrier", "sendrecv"}) {
+       {"allreduce_ring", "allreduce_recursive_doubling", "allreduce_rabenseifner",
+        "allreduce_driver", "broadcast", "reduce", "allgather", "reduce_scatter", "alltoall",
+        "gather", "scatter", "barrier", "sendrecv"}) {
     for (int sig : {SIGKILL, SIGSTOP}) cases.push_back({coll, sig, "shm"});
   }
   cases.push_back({"allreduce_ring", SIGKILL, "tcp"});
   cases.push_back({"allreduce_ring", SIGSTOP, "tcp"});
   cases.push_back({"alltoall", SIGKILL, "tcp"});
+  cases.push_back({"alltoall", SIGKILL, "tcp", 0});
+  cases.push_back({"allreduce_recursive_doubling", SIGKILL, "tcp", 0});
+  cases.push_back({"broadcast", SIGKILL, "shm", 0});
+  cases.push_back({"allgather", SIGSTOP, "tcp", 0});
   return cases;
 }
 
@@ -144,8 +152,75 @@ INSTANTIATE_TEST_SUITE_P(, FaultInjection, ::testing::ValuesIn(faultCases()),
                          [](const ::testing::TestParamInfo<FaultCase>& info) {
                            return info.param.collective + "_" +
                                   (info.param.signal == SIGKILL ? "kill" : "stop") + "_" +
-                                  info.param.transport;
+                                  info.param.transport +
+                                  (info.param.victim == 2
+                                       ? std::string()
+                                       : "_victim" + std::to_string(info.param.victim));
                          });
+
+// The deadline holds when the rank that hosts the store stops (as under mpirun, Slurm or
+// Kubernetes, where rank 0 hosts it): a timeout report asks the store where the others are,
+// and that must not add more than its small budget. Before, survivors exited 10-11 s after a
+// 5 s timeout.
+TEST(StoreHost, SurvivorsFailWithinTheDeadlineWhenTheStoreHostStops) {
+  constexpr int n = 4;
+  constexpr double timeout = 3.0;
+  for (int attempt = 0; attempt < 5; ++attempt) {
+    // Kubernetes-style rendezvous: rank 0 hosts the store on MASTER_PORT. That port is fixed
+    // by the launcher's convention, so a busy one is retried with another.
+    std::random_device rd;
+    const int port = std::uniform_int_distribution<int>(20000, 39999)(rd);
+    TempDir dir;
+    auto o = job(n, {"loop", "allreduce_ring"}, dir,
+                 {{"SHOAL_TIMEOUT", fmt::format("{}", timeout)}, {"SHOAL_TRANSPORT", "shm"}});
+    o.shoalVariables = false;
+    o.rankEnv = [&](int r) {
+      return std::vector<std::pair<std::string, std::string>>{
+          {"JOB_COMPLETION_INDEX", std::to_string(r)},
+          {"HOSTNAME", fmt::format("store-host-test-{}", r)},
+          {"SHOAL_WORLD_SIZE", std::to_string(n)},
+          {"SHOAL_K8S_SERVICE", "store-host-test"},
+          {"MASTER_ADDR", "127.0.0.1"},
+          {"MASTER_PORT", std::to_string(port)},
+          {"SHOAL_SECRET", "store host test secret"}};
+    };
+    run::LocalJob j(o);
+    Deadline ready(60s);
+    bool portBusy = false;
+    for (int r = 0; r < n && !portBusy; ++r) {
+      while (j.output(r).find("ready") == std::string::npos) {
+        if (j.output(0).find("ERROR") != std::string::npos) {
+          portBusy = true;
+          break;
+        }
+        ASSERT_FALSE(ready.expired()) << "ranks never became ready\n" << allOutput(j, n);
+        std::this_thread::sleep_for(5ms);  // polling log files
+      }
+    }
+    if (portBusy) continue;
+    j.signal(0, SIGSTOP);
+    const auto t0 = Clock::now();
+    Deadline hang(seconds(timeout + 20));
+    for (int r = 1; r < n; ++r) {
+      std::optional<run::RankExit> e;
+      while (!(e = j.poll(r))) {
+        ASSERT_FALSE(hang.expired()) << "rank " << r << " hung\n" << allOutput(j, n);
+        std::this_thread::sleep_for(5ms);
+      }
+      EXPECT_EQ(e->exitCode, 3) << e->describe() << "\n" << j.output(r);
+    }
+    const double took = std::chrono::duration<double>(Clock::now() - t0).count();
+    // Every deadline started before the stop; the report may add at most its budget.
+    EXPECT_LT(took, timeout + 1.0) << allOutput(j, n);
+    bool skipped = false;
+    for (int r = 1; r < n; ++r) {
+      skipped |= j.output(r).find("diagnostics skipped") != std::string::npos;
+    }
+    EXPECT_TRUE(skipped) << "no survivor said it skipped the store queries:\n" << allOutput(j, n);
+    return;
+  }
+  FAIL() << "no free port for the store in 5 attempts";
+}
 
 TEST(Mismatch, EveryRankGetsAMismatchErrorNamingBothSides) {
   constexpr int n = 4;
@@ -172,7 +247,10 @@ TEST(WrongSecret, TheImpostorIsRejectedAndNobodyHangs) {
   ASSERT_FALSE(timedOut) << allOutput(j, n);
   for (auto& e : exits) EXPECT_FALSE(e.ok()) << e.describe();
   EXPECT_NE(j.output(1).find("secret"), std::string::npos) << j.output(1);
-  EXPECT_NE(j.output(0).find("rejected a connection"), std::string::npos) << j.output(0);
+  // The store itself refuses the impostor (it authenticates every client), so it never gets
+  // as far as a data connection; the others wait for it until their deadline.
+  EXPECT_NE(j.output(1).find("wrong job secret"), std::string::npos) << j.output(1);
+  EXPECT_NE(j.output(0).find("rank 1 did not join"), std::string::npos) << j.output(0);
 }
 
 }  // namespace

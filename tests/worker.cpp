@@ -2,7 +2,8 @@
 //
 //   shoal_test_worker matrix                 run the collective matrix, exit 1 on a mismatch
 //   shoal_test_worker loop <collective>      run the collective over and over until it fails;
-//                                            print "ready" once, then the error; exit 3
+//                                            print "ready" once, then the error and
+//                                            "CAUSE <rank>" (the rank it started at); exit 3
 //   shoal_test_worker mismatch               the last rank all-reduces 100 floats, others 77
 //   shoal_test_worker wrong-secret           rank 1 joins with another secret
 // Errors are printed as "ERROR <Type>: <message>".
@@ -30,7 +31,7 @@ void loopOnce(comm::Group& g, const std::string& what, std::vector<float>& a,
   const size_t count = a.size() / g.size();
   const int root = 0;
   if (what == "allreduce_ring" || what == "allreduce_recursive_doubling" ||
-      what == "allreduce_driver") {
+      what == "allreduce_driver" || what == "allreduce_rabenseifner") {
     auto algo = comm::parseAllreduceAlgorithm(what.substr(10));
     comm::allreduce(g, a.data(), a.size(), DataType::kFloat32, ReduceOp::kSum, {.algorithm = algo});
   } else if (what == "broadcast") {
@@ -119,8 +120,14 @@ int main(int argc, char** argv) {
     }
     std::fprintf(stderr, "unknown scenario %s\n", scenario.c_str());
     return 2;
+  } catch (const InvalidArgument& e) {
+    // A configuration the rank refuses (SHOAL_* values, launcher variables): exit 2.
+    std::printf("ERROR %s: %s\n", typeName(e), e.what());
+    return 2;
   } catch (const std::exception& e) {
     std::printf("ERROR %s: %s\n", typeName(e), e.what());
+    // The rank the failure started at, for the fault tests (Error::origin; -1 unknown).
+    if (auto* se = dynamic_cast<const Error*>(&e)) std::printf("CAUSE %d\n", se->origin());
     return scenario == "mismatch" && dynamic_cast<const MismatchError*>(&e) ? 4 : 3;
   }
 }

@@ -1,11 +1,8 @@
-// Authentication of every connection before data flows, and the job secret it rests on.
+// Authentication of every data connection before data flows, and the job secret it rests on.
 //
-// Handshake (HMAC-SHA256 challenge-response, both directions, secret never on the wire):
-//   connector → acceptor: hello {magic, version, group, from, to, nonceC}
-//   acceptor → connector: {nonceA, HMAC(secret, "A" | hello | nonceA)}
-//   connector → acceptor: {HMAC(secret, "C" | hello | nonceA)}
-//   acceptor → connector: ok
-// Each side proves it knows the secret for this very exchange (fresh nonces defeat replay).
+// The handshake is the HMAC-SHA256 challenge-response of common/hmac_auth.h (shared with the
+// store), on channel kData, with the hello naming the group and the two ranks: the acceptor
+// checks that the connector is a higher rank of its own group and addresses it.
 #pragma once
 
 #include <memory>
@@ -13,6 +10,7 @@
 #include <string>
 
 #include "common/deadline.h"
+#include "common/hmac_auth.h"
 #include "store/store.h"
 #include "transport/shm/segment.h"
 
@@ -34,14 +32,23 @@ JobSecret resolveJobSecret(const std::optional<std::string>& secret,
                            const std::optional<std::string>& secretFile, store::Store& store,
                            int rank, Duration timeout);
 
-// Connector side. Throws ProtocolError if the acceptor cannot prove the secret, PeerError /
-// TimeoutError if it goes away or stalls.
+// Connector side, blocking, on a connected non-blocking socket. Throws ProtocolError if the
+// acceptor refuses our proof or cannot prove the secret, PeerError / TimeoutError if it goes
+// away or stalls past `deadline`.
 void authenticateConnector(int fd, const std::string& secret, uint32_t group, int rank, int peer,
                            const Deadline& deadline);
 
-// Acceptor side. Returns the rank the connector proved to be. Throws ProtocolError for a hello
-// that is malformed, for another group or rank, or with a wrong proof.
+// Acceptor side, blocking. Returns the rank the connector proved to be. Sends a refusal and
+// throws ProtocolError for a hello that is malformed, for another group or rank, or with a wrong
+// proof; PeerError / TimeoutError if the connector goes away or stalls past `deadline`.
 int authenticateAcceptor(int fd, const std::string& secret, uint32_t group, int rank, int size,
                          const Deadline& deadline);
+
+// Acceptor side, non-blocking step (for a caller that runs many handshakes in one poll loop):
+// checks a data hello answering `greeting` for rank `rank` of `size` in `group`. Returns the
+// verdict to send; on kAccepted `*from` is the connector's rank, otherwise `*why` says why not.
+auth::Verdict checkDataHello(const std::string& secret, const auth::Greeting& greeting,
+                             const auth::Hello& hello, uint32_t group, int rank, int size,
+                             int* from, std::string* why);
 
 }  // namespace shoal::transport

@@ -3,8 +3,12 @@
 // connection, and then picks per pair shared memory (same host) or TCP.
 //
 // Blocking, with `timeout` for the whole bootstrap. A rank that never shows up gives a
-// TimeoutError naming it. A connection that fails authentication is closed and logged and the
-// rank keeps waiting for the real peer.
+// TimeoutError naming it. Incoming connections are handshaken concurrently, each within
+// `handshakeTimeout`: one that sends nothing, garbage, a wrong proof or a hello for another
+// group or rank is closed and logged, and never delays the real peers (at most 256 handshakes
+// are in progress at once; further connections wait in the listen backlog).
+// Other errors: ProtocolError for a malformed address record in the store or a peer that
+// cannot prove the secret, InvalidArgument when shm is forced across hosts.
 #pragma once
 
 #include <memory>
@@ -26,6 +30,8 @@ struct BootstrapOptions {
   std::string listenAddress = "127.0.0.1";
   size_t shmRingBytes = 4u << 20;
   Duration timeout = std::chrono::seconds(60);
+  // Per incoming connection: from accept to a complete hello.
+  Duration handshakeTimeout = std::chrono::seconds(2);
   EndpointOptions endpoint;
 };
 

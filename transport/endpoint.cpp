@@ -1,7 +1,9 @@
 #include "transport/endpoint.h"
 
 #include <sys/epoll.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -16,6 +18,7 @@ namespace shoal::transport {
 namespace {
 constexpr size_t kHeaderBytes = sizeof(FrameHeader);
 constexpr size_t kStagingBytes = 256 << 10;
+constexpr uint32_t kWakeToken = UINT32_MAX;  // epoll data of wakeFd_
 }  // namespace
 
 std::string_view toString(LinkKind kind) {
@@ -30,10 +33,18 @@ Endpoint::Endpoint(int rank, int size, std::vector<std::unique_ptr<Link>> links,
       ownBell_(std::move(ownBell)),
       options_(options),
       epoll_(::epoll_create1(EPOLL_CLOEXEC)),
+      wakeFd_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)),
       staging_(static_cast<size_t>(size)),
       midFrame_(static_cast<size_t>(size), 0),
       departed_(static_cast<size_t>(size), 0) {
   if (!epoll_.valid()) throwSystemError("epoll_create1", errno);
+  if (!wakeFd_.valid()) throwSystemError("eventfd", errno);
+  epoll_event wakeEvent{};
+  wakeEvent.events = EPOLLIN;
+  wakeEvent.data.u32 = kWakeToken;
+  if (::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, wakeFd_.get(), &wakeEvent) < 0) {
+    throwSystemError("epoll_ctl", errno);
+  }
   for (int p = 0; p < size_; ++p) {
     if (!links_[p]) continue;
     if (links_[p]->kind() == LinkKind::kShm && !ownBell_) {
@@ -71,10 +82,12 @@ void Endpoint::sendControl(int peer, FrameHeader h, const std::string& text) noe
 }
 
 void Endpoint::throwDeparted(int peer, const FrameHeader& expected) {
-  SHOAL_THROW(PeerError,
-              "rank {} ← peer {}: peer {} left the group (destroyed it normally) while rank {} "
-              "still expects {} from it",
-              rank_, peer, peer, rank_, describe(expected));
+  PeerError e(fmt::format(
+      "rank {} ← peer {}: peer {} left the group (destroyed it normally) while rank {} still "
+      "expects {} from it",
+      rank_, peer, peer, rank_, describe(expected)));
+  e.setOrigin(peer);
+  throw e;
 }
 
 bool Endpoint::advanceSend(Transfer& t) {
@@ -174,6 +187,7 @@ void Endpoint::readAbortFrame(int peer, const FrameHeader& h) {
   } catch (const Error&) {
     text = "(peer aborted; its message was lost)";
   }
+  receivedAbort_ = abortFailure(h, text);
   throwAbort(h, text, ctx);
 }
 
@@ -183,13 +197,14 @@ void Endpoint::checkSocket(int peer) {
   ssize_t r = ::recv(fd, &h, kHeaderBytes, MSG_PEEK | MSG_DONTWAIT);
   if (r == 0 && departed_[peer]) return;
   if (r == 0) {
-    SHOAL_THROW(PeerError, "rank {} ← peer {}: connection closed by peer {} (exited or died)",
-                rank_, peer, peer);
+    throw ConnectionLost(
+        fmt::format("rank {} ← peer {}: connection closed by peer {}", rank_, peer, peer), peer);
   }
   if (r < 0) {
     if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return;
-    SHOAL_THROW(PeerError, "rank {} ← peer {}: connection lost ({})", rank_, peer,
-                std::strerror(errno));
+    throw ConnectionLost(
+        fmt::format("rank {} ← peer {}: connection lost ({})", rank_, peer, std::strerror(errno)),
+        peer);
   }
   bool isAbort = static_cast<size_t>(r) == kHeaderBytes && h.magic == kFrameMagic &&
                  h.kind == static_cast<uint8_t>(FrameKind::kAbort);
@@ -221,6 +236,12 @@ void Endpoint::pollSockets(int timeoutMs, const std::vector<char>& recvPending) 
     throwSystemError("epoll_wait", errno);
   }
   for (int i = 0; i < k; ++i) {
+    if (events[i].data.u32 == kWakeToken) {
+      uint64_t drained;
+      while (::read(wakeFd_.get(), &drained, sizeof(drained)) > 0) {
+      }
+      continue;
+    }
     int peer = static_cast<int>(events[i].data.u32);
     // A TCP link being read is checked by the read itself; every other socket is looked at
     // here, so a peer that died or aborted is noticed even while we wait on someone else.
@@ -245,12 +266,38 @@ void Endpoint::throwTimeout(const Transfer* ts, size_t n, const Deadline& deadli
     waiting += fmt::format("peer {} ({} step {}: {}/{} bytes)", t.peer, isSend ? "send" : "receive",
                            t.header.step, t.done, total);
   }
-  SHOAL_THROW(TimeoutError, "rank {}: {} timed out after {:.1f} s; still waiting on {}", rank_,
-              op ? describe(*op) : std::string("operation"), deadline.timeoutSeconds(), waiting);
+  TimeoutError e(fmt::format("rank {}: {} timed out after {:.1f} s; still waiting on {}", rank_,
+                             op ? describe(*op) : std::string("operation"),
+                             deadline.timeoutSeconds(), waiting));
+  // The one peer this rank waited on, if only one: the best guess at the cause when nothing
+  // better is known (Group asks the store who was silent).
+  int only = -1;
+  for (int p = 0; p < size_ && only != -2; ++p) {
+    if (listed[2 * p] || listed[2 * p + 1]) only = only == -1 ? p : -2;
+  }
+  e.setOrigin(only >= 0 ? only : -1);
+  throw e;
 }
 
 void Endpoint::run(Transfer* ts, size_t n, const Deadline& deadline,
                    const std::function<void()>& onSlow) {
+  progress(ts, n, deadline, onSlow, {});
+}
+
+bool Endpoint::runUntil(Transfer* ts, size_t n, const Deadline& deadline,
+                        const std::function<bool()>& stopEarly) {
+  return progress(ts, n, deadline, {}, stopEarly);
+}
+
+void Endpoint::wake() noexcept {
+  uint64_t one = 1;
+  [[maybe_unused]] ssize_t w = ::write(wakeFd_.get(), &one, sizeof(one));
+  if (ownBell_) shm::ring(static_cast<shm::DoorbellWord*>(ownBell_->data()));
+}
+
+bool Endpoint::progress(Transfer* ts, size_t n, const Deadline& deadline,
+                        const std::function<void()>& onSlow,
+                        const std::function<bool()>& stopEarly) {
   if (aborted_) {
     SHOAL_THROW(PeerError, "rank {}: this group failed earlier and cannot be used: {}", rank_,
                 abortReason_);
@@ -259,8 +306,8 @@ void Endpoint::run(Transfer* ts, size_t n, const Deadline& deadline,
   size_t used = 0;
   for (size_t i = 0; i < n; ++i) {
     Transfer& t = ts[i];
-    SHOAL_CHECK(t.peer >= 0 && t.peer < size_ && t.peer != rank_, "rank {}: transfer to peer {}",
-                rank_, t.peer);
+    SHOAL_ASSERT(t.peer >= 0 && t.peer < size_ && t.peer != rank_, "rank {}: transfer to peer {}",
+                 rank_, t.peer);
     if (departed_[t.peer]) throwDeparted(t.peer, t.header);
     bool send = t.kind == Transfer::Kind::kSend;
     size_t q = 0;
@@ -308,6 +355,16 @@ void Endpoint::run(Transfer* ts, size_t n, const Deadline& deadline,
       }
     }
     if (remaining == 0 || progressed) continue;
+    // A peer that said goodbye sends nothing more and reads nothing more: whatever it sent
+    // before has been taken by the attempt above (a shared-memory goodbye travels on the
+    // socket, apart from the ring's data, so it can be seen before the data is read).
+    for (size_t qi = 0; qi < used; ++qi) {
+      const Queue& q = queues_[qi];
+      if (q.front < q.items.size() && departed_[q.peer]) {
+        throwDeparted(q.peer, ts[q.items[q.front]].header);
+      }
+    }
+    if (stopEarly && stopEarly()) return false;
     if (deadline.expired()) throwTimeout(ts, n, deadline);
     if (!slowFired && Clock::now() - start >= options_.slowAfter) {
       slowFired = true;
@@ -329,6 +386,7 @@ void Endpoint::run(Transfer* ts, size_t n, const Deadline& deadline,
       pollSockets(ms, recvBlocked);
     }
   }
+  return true;
 }
 
 void Endpoint::interrupt() noexcept {
@@ -337,13 +395,18 @@ void Endpoint::interrupt() noexcept {
   }
 }
 
-void Endpoint::abort(AbortKind kind, const std::string& text) noexcept {
+void Endpoint::abort(const Failure& failure) noexcept {
   if (aborted_) return;
   aborted_ = true;
-  abortReason_ = text;
+  const std::string& text = failure.text;
+  try {
+    abortReason_ = text;
+  } catch (...) {
+  }
   FrameHeader h;
   h.kind = static_cast<uint8_t>(FrameKind::kAbort);
-  h.abortKind = static_cast<uint8_t>(kind);
+  h.abortKind = static_cast<uint8_t>(failure.kind);
+  h.root = failure.origin >= 0 ? static_cast<uint32_t>(failure.origin) + 1 : 0;
   for (int p = 0; p < size_; ++p) {
     if (!links_[p]) continue;
     // In the middle of a frame the abort frame would be read as payload: then only the

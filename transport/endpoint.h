@@ -10,13 +10,15 @@
 // - run() blocks, never spins for long: shared-memory links spin for `spinTime` on the
 //   doorbell and then sleep on a futex; TCP links sleep in epoll_wait.
 // - run() throws TimeoutError at the deadline (naming the peers it still waits on),
-//   PeerError when a peer closes or aborts, Mismatch/ProtocolError for a bad frame. After a
+//   ConnectionLost (a PeerError) when a peer's connection ends without a word, the error type of
+//   a peer's abort frame (see receivedAbort()), Mismatch/ProtocolError for a bad frame. After a
 //   throw the streams are out of step: the caller must abort() the endpoint, which tells every
 //   peer (abort frame, then shutdown) so that all ranks fail fast instead of timing out.
 #pragma once
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -68,6 +70,12 @@ struct Transfer {
   // forwards segment k as soon as it has been received, while later segments still arrive.
   int after = -1;
 
+  // Whether the Endpoint has moved all of it (a send: handed to the link, not yet received).
+  bool complete() const {
+    return kind == Kind::kSend ? done == sizeof(FrameHeader) + header.bytes
+                               : headerDone == sizeof(FrameHeader) && done == header.bytes;
+  }
+
   // Progress, owned by the Endpoint.
   size_t done = 0;  // send: header+payload bytes written; receive: payload bytes read
   size_t headerDone = 0;
@@ -96,9 +104,20 @@ class Endpoint {
   void run(Transfer* transfers, size_t count, const Deadline& deadline,
            const std::function<void()>& onSlow = {});
 
-  // Best effort, never throws: sends an abort frame with `text` to every peer that can take
-  // one without corrupting a half-written frame, then shuts every link down.
-  void abort(AbortKind kind, const std::string& text) noexcept;
+  // Like run(), but also returns (false) when `stopEarly` says so after a wake() or a quiet
+  // spell, with every transfer's progress kept in it: call again with the same transfers first
+  // (same order) and new ones appended. For a progress thread that takes new work while old
+  // work is still moving (point-to-point channels). Returns true when all completed.
+  bool runUntil(Transfer* transfers, size_t count, const Deadline& deadline,
+                const std::function<bool()>& stopEarly);
+
+  // Thread-safe: makes a runUntil() blocked in another thread look at stopEarly() at once.
+  void wake() noexcept;
+
+  // Best effort, never throws: sends an abort frame carrying `failure` to every peer that can
+  // take one without corrupting a half-written frame, then shuts every link down. A peer in the
+  // middle of a frame only sees the connection close (Group tells it why through the store).
+  void abort(const Failure& failure) noexcept;
   bool aborted() const { return aborted_; }
 
   // The one call that may come from another thread while run() blocks: shuts every link's
@@ -107,11 +126,16 @@ class Endpoint {
   void interrupt() noexcept;
   const std::string& abortReason() const { return abortReason_; }
 
+  // The Failure of the last abort frame a peer sent (what run() threw for), if any.
+  const std::optional<Failure>& receivedAbort() const { return receivedAbort_; }
+
   int rank() const { return rank_; }
   int size() const { return size_; }
   LinkKind linkKind(int peer) const { return links_.at(peer)->kind(); }
 
  private:
+  bool progress(Transfer* transfers, size_t count, const Deadline& deadline,
+                const std::function<void()>& onSlow, const std::function<bool()>& stopEarly);
   bool advanceSend(Transfer& t);
   bool advanceRecv(Transfer& t);
   size_t recvReduceSome(Transfer& t, Link& link);
@@ -128,6 +152,7 @@ class Endpoint {
   std::shared_ptr<shm::Segment> ownBell_;
   EndpointOptions options_;
   Fd epoll_;
+  Fd wakeFd_;  // eventfd in epoll_, for wake()
   std::vector<std::vector<uint8_t>> staging_;
   std::vector<char> midFrame_;  // a send to this peer stopped inside a frame
   std::vector<char> departed_;  // the peer said goodbye
@@ -145,6 +170,7 @@ class Endpoint {
   std::vector<char> recvBlocked_;
   bool aborted_ = false;
   std::string abortReason_;
+  std::optional<Failure> receivedAbort_;
 };
 
 }  // namespace shoal::transport

@@ -91,19 +91,41 @@ void checkFrame(const FrameHeader& e, const FrameHeader& g, const LinkContext& c
   }
 }
 
+Failure abortFailure(const FrameHeader& g, const std::string& text) {
+  Failure f;
+  f.kind = g.abortKind <= static_cast<uint8_t>(AbortKind::kProtocol)
+               ? static_cast<AbortKind>(g.abortKind)
+               : AbortKind::kPeer;
+  f.origin = g.root == 0 ? -1 : static_cast<int>(g.root - 1);
+  f.text = text;
+  return f;
+}
+
 void throwAbort(const FrameHeader& g, const std::string& text, const LinkContext& c) {
-  std::string msg = fmt::format("rank {} ← peer {}: peer aborted: {}", c.rank, c.peer, text);
-  switch (static_cast<AbortKind>(g.abortKind)) {
+  throwFailure(abortFailure(g, text),
+               fmt::format("rank {} ← peer {}: peer {} aborted: {}", c.rank, c.peer, c.peer, text));
+}
+
+namespace {
+template <typename E>
+[[noreturn]] void raise(E error, int origin) {
+  error.setOrigin(origin);
+  throw error;
+}
+}  // namespace
+
+void throwFailure(const Failure& f, const std::string& message) {
+  switch (f.kind) {
     case AbortKind::kTimeout:
-      throw TimeoutError(msg);
+      raise(TimeoutError(message), f.origin);
     case AbortKind::kMismatch:
-      throw MismatchError(msg);
+      raise(MismatchError(message), f.origin);
     case AbortKind::kProtocol:
-      throw ProtocolError(msg);
+      raise(ProtocolError(message), f.origin);
     case AbortKind::kPeer:
       break;
   }
-  throw PeerError(msg);
+  raise(PeerError(message), f.origin);
 }
 
 }  // namespace shoal::transport

@@ -45,6 +45,16 @@ std::string_view toString(OpCode op);
 // How an abort frame's error should be re-thrown on the receiving rank.
 enum class AbortKind : uint8_t { kPeer = 0, kTimeout = 1, kMismatch = 2, kProtocol = 3 };
 
+// Why a group failed, as it travels between ranks: in abort frames (kind in abortKind, origin in
+// root, text as payload) and in the store's abort records. `origin` is the group rank where the
+// failure started (-1: unknown); `text` is that rank's description of it, forwarded unchanged by
+// every rank that fails because of it.
+struct Failure {
+  AbortKind kind = AbortKind::kPeer;
+  int origin = -1;
+  std::string text;
+};
+
 #pragma pack(push, 1)
 struct FrameHeader {
   uint32_t magic = kFrameMagic;
@@ -57,7 +67,7 @@ struct FrameHeader {
   uint8_t abortKind = 0;
   uint8_t reserved = 0;
   uint32_t group = 0;
-  uint32_t root = 0;
+  uint32_t root = 0;  // abort frames: the Failure's origin + 1 (0: unknown)
   uint32_t step = 0;
   uint64_t seq = 0;
   uint64_t count = 0;  // elements in the whole collective (not this frame), for mismatch checks
@@ -79,7 +89,14 @@ struct LinkContext {
 // frame is not checked here: the caller reads its text and calls throwAbort.
 void checkFrame(const FrameHeader& expected, const FrameHeader& got, const LinkContext& ctx);
 
+// Throws what an abort frame announces ("rank r ← peer p: peer p aborted: text").
 [[noreturn]] void throwAbort(const FrameHeader& got, const std::string& text,
                              const LinkContext& ctx);
+
+// The Failure an abort frame announces.
+Failure abortFailure(const FrameHeader& got, const std::string& text);
+
+// Throws the error type `failure.kind` stands for, with `message`, origin set.
+[[noreturn]] void throwFailure(const Failure& failure, const std::string& message);
 
 }  // namespace shoal::transport

@@ -10,9 +10,23 @@
 #include <cstdint>
 #include <utility>
 
+#include "common/error.h"
 #include "transport/frame.h"
 
 namespace shoal::transport {
+
+// The connection to `peer` ended without a goodbye or an abort frame: the peer died, or it shut
+// the link down while aborting for a reason of its own (it could not send an abort frame in the
+// middle of a data frame). Group looks for that reason before blaming the peer (see
+// Note [Root cause] in comm/group.cpp).
+class ConnectionLost : public PeerError {
+ public:
+  ConnectionLost(const std::string& what, int peer) : PeerError(what), peer_(peer) {}
+  int peer() const { return peer_; }
+
+ private:
+  int peer_;
+};
 
 enum class LinkKind : uint8_t { kTcp, kShm };
 std::string_view toString(LinkKind kind);

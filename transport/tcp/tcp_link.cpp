@@ -26,8 +26,9 @@ size_t TcpLink::writeSome(const iovec* iov, int iovcnt) {
     if (w >= 0) return static_cast<size_t>(w);
     if (errno == EINTR) continue;
     if (errno == EAGAIN || errno == EWOULDBLOCK) return 0;
-    SHOAL_THROW(PeerError, "rank {} → peer {}: connection lost while sending ({})", ctx_.rank,
-                ctx_.peer, std::strerror(errno));
+    throw ConnectionLost(fmt::format("rank {} → peer {}: connection lost while sending ({})",
+                                     ctx_.rank, ctx_.peer, std::strerror(errno)),
+                         ctx_.peer);
   }
 }
 
@@ -36,13 +37,15 @@ size_t TcpLink::readSome(void* dst, size_t n) {
     ssize_t r = ::recv(fd_.get(), dst, n, MSG_DONTWAIT);
     if (r > 0) return static_cast<size_t>(r);
     if (r == 0) {
-      SHOAL_THROW(PeerError, "rank {} ← peer {}: connection closed by peer {} (exited or died)",
-                  ctx_.rank, ctx_.peer, ctx_.peer);
+      throw ConnectionLost(fmt::format("rank {} ← peer {}: connection closed by peer {}", ctx_.rank,
+                                       ctx_.peer, ctx_.peer),
+                           ctx_.peer);
     }
     if (errno == EINTR) continue;
     if (errno == EAGAIN || errno == EWOULDBLOCK) return 0;
-    SHOAL_THROW(PeerError, "rank {} ← peer {}: connection lost while receiving ({})", ctx_.rank,
-                ctx_.peer, std::strerror(errno));
+    throw ConnectionLost(fmt::format("rank {} ← peer {}: connection lost while receiving ({})",
+                                     ctx_.rank, ctx_.peer, std::strerror(errno)),
+                         ctx_.peer);
   }
 }
 

@@ -1,0 +1,206 @@
+// Point-to-point over both transports with ranks as threads: large messages both ways at once,
+// a ring of large sends, tags completed out of order, batches, mismatches and deadlines.
+#include <gtest/gtest.h>
+
+#include <numeric>
+
+#include "comm/collectives.h"
+#include "common/error.h"
+#include "store/memory_store.h"
+#include "tests/thread_ranks.h"
+
+namespace shoal::test {
+namespace {
+
+using namespace std::chrono_literals;
+using comm::P2pOp;
+
+class P2p : public ::testing::TestWithParam<TransportKind> {};
+
+std::vector<float> pattern(size_t n, int rank, int salt = 0) {
+  std::vector<float> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = static_cast<float>((i * 7 + rank * 131 + salt) % 1000);
+  return v;
+}
+
+void expectAll(const std::vector<std::string>& errors) {
+  for (size_t r = 0; r < errors.size(); ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
+}
+
+// 64 MiB each way at the same time: both ranks post their send first. Before the channels, each
+// rank's send waited for the other to receive, which it could not do while sending: a deadlock
+// until the timeout.
+TEST_P(P2p, LargeMessagesBothWaysAtOnceNeverDeadlock) {
+  const size_t n = (64u << 20) / sizeof(float);
+  auto errors = runThreadRanks(2, testOptions(GetParam(), 60), [&](comm::Group& g) {
+    const int peer = 1 - g.rank();
+    auto out = pattern(n, g.rank());
+    std::vector<float> in(n);
+    auto s = comm::isend(g, out.data(), n, DataType::kFloat32, peer);
+    auto r = comm::irecv(g, in.data(), n, DataType::kFloat32, peer);
+    s->wait();
+    r->wait();
+    EXPECT_EQ(in, pattern(n, peer));
+  });
+  expectAll(errors);
+}
+
+// Every rank sends 16 MiB to the next with a blocking send before receiving from the previous.
+TEST_P(P2p, RingOfLargeBlockingSendsCompletes) {
+  const int ranks = 4;
+  const size_t n = (16u << 20) / sizeof(float);
+  auto errors = runThreadRanks(ranks, testOptions(GetParam(), 60), [&](comm::Group& g) {
+    const int next = (g.rank() + 1) % ranks, prev = (g.rank() + ranks - 1) % ranks;
+    auto out = pattern(n, g.rank());
+    std::vector<float> in(n);
+    auto r = comm::irecv(g, in.data(), n, DataType::kFloat32, prev);
+    comm::send(g, out.data(), n, DataType::kFloat32, next);
+    r->wait();
+    EXPECT_EQ(in, pattern(n, prev));
+  });
+  expectAll(errors);
+}
+
+// Rank 0 sends tag 1 then tag 2; rank 1 waits for tag 2 before it even posts tag 1.
+TEST_P(P2p, TagsAreIndependentAndMatchedInOrderPerTag) {
+  const size_t n = 1 << 20;
+  auto errors = runThreadRanks(2, testOptions(GetParam(), 30), [&](comm::Group& g) {
+    if (g.rank() == 0) {
+      auto a1 = pattern(n, 0, 1), a2 = pattern(n, 0, 2), b1 = pattern(n, 0, 3);
+      auto w1 = comm::isend(g, a1.data(), n, DataType::kFloat32, 1, /*tag=*/1);
+      auto w2 = comm::isend(g, a2.data(), n, DataType::kFloat32, 1, /*tag=*/2);
+      auto w3 = comm::isend(g, b1.data(), n, DataType::kFloat32, 1, /*tag=*/1);
+      w1->wait();
+      w2->wait();
+      w3->wait();
+    } else {
+      std::vector<float> x(n), y(n), z(n);
+      comm::irecv(g, x.data(), n, DataType::kFloat32, 0, /*tag=*/2)->wait();
+      EXPECT_EQ(x, pattern(n, 0, 2));
+      comm::irecv(g, y.data(), n, DataType::kFloat32, 0, /*tag=*/1)->wait();
+      comm::irecv(g, z.data(), n, DataType::kFloat32, 0, /*tag=*/1)->wait();
+      EXPECT_EQ(y, pattern(n, 0, 1));  // the first tag-1 send is the first tag-1 receive
+      EXPECT_EQ(z, pattern(n, 0, 3));
+    }
+  });
+  expectAll(errors);
+}
+
+// What a pipeline stage posts at a step: a send forward and a receive from behind, to two peers,
+// completed together; point-to-point does not wait behind a collective in flight.
+TEST_P(P2p, BatchToSeveralPeersCompletesTogether) {
+  const int ranks = 3;
+  const size_t n = 300000;
+  auto errors = runThreadRanks(ranks, testOptions(GetParam(), 30), [&](comm::Group& g) {
+    const int next = (g.rank() + 1) % ranks, prev = (g.rank() + ranks - 1) % ranks;
+    auto fwd = pattern(n, g.rank(), 5), bwd = pattern(n, g.rank(), 9);
+    std::vector<float> fromPrev(n), fromNext(n);
+    auto w = comm::batchIsendIrecv(
+        g, {P2pOp{P2pOp::Kind::kSend, fwd.data(), n, DataType::kFloat32, next, 0},
+            P2pOp{P2pOp::Kind::kRecv, fromPrev.data(), n, DataType::kFloat32, prev, 0},
+            P2pOp{P2pOp::Kind::kSend, bwd.data(), n, DataType::kFloat32, prev, 1},
+            P2pOp{P2pOp::Kind::kRecv, fromNext.data(), n, DataType::kFloat32, next, 1}});
+    float x = 1;
+    comm::allreduce(g, &x, 1, DataType::kFloat32, ReduceOp::kSum);
+    EXPECT_EQ(x, ranks);
+    w->wait();
+    EXPECT_TRUE(w->test());
+    EXPECT_EQ(fromPrev, pattern(n, prev, 5));
+    EXPECT_EQ(fromNext, pattern(n, next, 9));
+  });
+  expectAll(errors);
+}
+
+// A send completes once handed to the transport, so the receiver finds the mismatch; the
+// sender learns it from its next operation on that channel (the receiver aborted it).
+TEST_P(P2p, CountMismatchFailsTheReceiverAndThenTheSenderNamingBothSides) {
+  auto errors = runThreadRanks(2, testOptions(GetParam(), 20), [&](comm::Group& g) {
+    std::vector<float> v(100, 1.0f);
+    try {
+      if (g.rank() == 0) {
+        comm::send(g, v.data(), 100, DataType::kFloat32, 1);
+        comm::recv(g, v.data(), 1, DataType::kFloat32, 1);
+      } else {
+        comm::recv(g, v.data(), 77, DataType::kFloat32, 0);
+      }
+    } catch (const MismatchError& e) {
+      throw std::runtime_error(std::string("MismatchError: ") + e.what());
+    }
+  });
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_NE(errors[r].find("MismatchError"), std::string::npos) << errors[r];
+    EXPECT_NE(errors[r].find("100 x float32"), std::string::npos) << errors[r];
+    EXPECT_NE(errors[r].find("77 x float32"), std::string::npos) << errors[r];
+  }
+}
+
+TEST_P(P2p, ReceiveFromAPeerThatNeverSendsTimesOutNamingIt) {
+  auto errors = runThreadRanks(2, testOptions(GetParam(), 30), [&](comm::Group& g) {
+    std::vector<float> v(10);
+    if (g.rank() == 1) {
+      // Rank 0 talks on tag 0 only, so the tag-3 receive can never complete.
+      comm::send(g, v.data(), 10, DataType::kFloat32, 0);
+      auto t0 = Clock::now();
+      auto w = comm::irecv(g, v.data(), 10, DataType::kFloat32, 0, 3, {.timeout = 1s});
+      EXPECT_THROW(w->wait(), TimeoutError);
+      EXPECT_LT(Clock::now() - t0, 4s);  // a generous upper bound on a 1 s deadline
+      try {
+        w->wait();
+      } catch (const TimeoutError& e) {
+        EXPECT_NE(std::string(e.what()).find("rank 0"), std::string::npos) << e.what();
+        EXPECT_NE(std::string(e.what()).find("tag 3"), std::string::npos) << e.what();
+      }
+    } else {
+      comm::recv(g, v.data(), 10, DataType::kFloat32, 1);
+    }
+  });
+  expectAll(errors);
+}
+
+TEST(P2pArguments, BadPeerTagOrBufferFailsLocallyAtOnce) {
+  auto errors = runThreadRanks(2, testOptions(TransportKind::kShm, 20), [&](comm::Group& g) {
+    float v = 0;
+    EXPECT_THROW(comm::isend(g, &v, 1, DataType::kFloat32, g.rank()), InvalidArgument);
+    EXPECT_THROW(comm::isend(g, &v, 1, DataType::kFloat32, 5), InvalidArgument);
+    EXPECT_THROW(comm::irecv(g, &v, 1, DataType::kFloat32, 1 - g.rank(), -1), InvalidArgument);
+    EXPECT_THROW(comm::irecv(g, nullptr, 1, DataType::kFloat32, 1 - g.rank()), InvalidArgument);
+  });
+  expectAll(errors);
+}
+
+// A job destroys and re-creates its world (and a sub-group of it) on the same store, as elastic
+// training will: each world is a new generation, so no key, record or frame of an older one is
+// read by a newer one. Before generations the second world read the first one's stale keys.
+TEST(Generations, AWorldCanBeDestroyedAndRecreatedOnTheSameStore) {
+  auto store = std::make_shared<store::MemoryStore>();
+  for (int round = 0; round < 3; ++round) {
+    auto errors = runThreadRanks(
+        3, testOptions(TransportKind::kAuto, 30),
+        [&](comm::Group& g) {
+          EXPECT_EQ(g.generation(), static_cast<uint64_t>(round));
+          float x = static_cast<float>(g.rank() + round);
+          comm::allreduce(g, &x, 1, DataType::kFloat32, ReduceOp::kSum);
+          EXPECT_EQ(x, 3.0f + 3 * round);
+          auto sub = g.split(g.rank() % 2, 0);
+          float y = 1;
+          comm::allreduce(*sub, &y, 1, DataType::kFloat32, ReduceOp::kSum);
+          EXPECT_EQ(y, static_cast<float>(sub->size()));
+          EXPECT_EQ(sub->generation(), static_cast<uint64_t>(round));
+          std::vector<float> v(1000, static_cast<float>(round)), w(1000);
+          if (g.rank() < 2) {
+            auto s = comm::isend(g, v.data(), v.size(), DataType::kFloat32, 1 - g.rank());
+            comm::irecv(g, w.data(), w.size(), DataType::kFloat32, 1 - g.rank())->wait();
+            s->wait();
+            EXPECT_EQ(w, v);
+          }
+        },
+        store);
+    expectAll(errors);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(, P2p, ::testing::Values(TransportKind::kTcp, TransportKind::kShm),
+                         [](const auto& info) { return std::string(toString(info.param)); });
+
+}  // namespace
+}  // namespace shoal::test
