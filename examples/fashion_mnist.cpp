@@ -21,10 +21,15 @@
 #include <CLI/CLI.hpp>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
+#include <functional>
+#include <limits>
+#include <memory>
 #include <nlohmann/json.hpp>
 
 #include "comm/collectives.h"
+#include "common/env.h"
 #include "common/error.h"
 #include "ps/server.h"
 #include "run/init.h"
@@ -160,6 +165,24 @@ int trainMain(const Flags& f) {
       usePs ? w.group->connect("workers", w.roleRank, numWorkers) : w.group;
   comm::Group& g = *workers;
   const bool lead = g.rank() == 0;
+  // The metrics file is opened (by the lead, which writes it) before anything is trained, and
+  // every rank learns whether that worked: an unwritable path is a configuration error now, not
+  // a silent loss after the first epoch.
+  std::ofstream metrics;
+  if (!f.metrics.empty()) {
+    int opened = 1;
+    int err = 0;
+    if (lead) {
+      metrics.open(f.metrics, std::ios::app);
+      err = errno;
+      opened = metrics.is_open() ? 1 : 0;
+    }
+    comm::broadcast(g, &opened, 1, DataType::kInt32, 0);
+    if (!opened) {
+      SHOAL_THROW(InvalidArgument, "--metrics {}: cannot be opened for writing{}", f.metrics,
+                  lead ? fmt::format(" ({})", std::strerror(err)) : std::string(" on rank 0"));
+    }
+  }
   torch::set_num_threads(f.threads);
   torch::manual_seed(f.seed);  // the same initial model everywhere (rank 0's is broadcast anyway)
 
@@ -243,8 +266,6 @@ int trainMain(const Flags& f) {
         f.warmupSteps ? fmt::format(" (warm-up {} steps)", f.warmupSteps) : "", f.epochs,
         trainSet.size());
   }
-  std::ofstream metrics;
-  if (lead && !f.metrics.empty()) metrics.open(f.metrics, std::ios::app);
 
   const auto jobStart = Clock::now();
   for (int64_t epoch = at.epoch; epoch < f.epochs; ++epoch) {
@@ -316,6 +337,7 @@ int trainMain(const Flags& f) {
                        .dump()
                 << "\n";
         metrics.flush();
+        if (!metrics) SHOAL_THROW(SystemError, "--metrics {}: writing failed", f.metrics);
       }
     }
   }
@@ -329,55 +351,96 @@ int trainMain(const Flags& f) {
   return 0;
 }
 
+// A numeric flag: taken as text, read by the one configuration parser (common/env.h) with its
+// range, so "-5", "5x", "nan" and "inf" are one-line errors like a bad SHOAL_* variable.
+struct NumericFlags {
+  std::vector<std::function<void()>> parsers;
+
+  template <typename T>
+  void integer(CLI::App& app, const std::string& name, T& into, int64_t min, int64_t max,
+               const std::string& help) {
+    auto text = std::make_shared<std::string>();
+    app.add_option(name, *text, fmt::format("{} ({} to {}; default {})", help, min, max, into));
+    parsers.push_back([text, name, &into, min, max] {
+      if (!text->empty()) into = static_cast<T>(parseInteger(name, *text, min, max));
+    });
+  }
+  void number(CLI::App& app, const std::string& name, double& into, double min, double max,
+              const std::string& help) {
+    auto text = std::make_shared<std::string>();
+    app.add_option(name, *text, fmt::format("{} ({} to {}; default {})", help, min, max, into));
+    parsers.push_back([text, name, &into, min, max] {
+      if (!text->empty()) into = parseNumber(name, *text, min, max);
+    });
+  }
+  void parseAll() {
+    for (auto& p : parsers) p();
+  }
+};
+
 }  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"Shoal data-parallel training on Fashion-MNIST"};
   Flags f;
-  app.add_option("--optimizer", f.optimizer, "sgd, adam or rmsprop")->capture_default_str();
-  app.add_option("--lr", f.lr, "learning rate (per rank's batch; see --lr-scaling)")
+  NumericFlags numbers;
+  constexpr int64_t kMaxSteps = int64_t{1} << 40;
+  app.add_option("--optimizer", f.optimizer, "sgd, adam or rmsprop")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
-  app.add_option("--batch", f.batch, "samples per rank per step")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 1 << 20));
-  app.add_option("--epochs", f.epochs)->capture_default_str()->check(CLI::Range(1, 10000));
+      ->check(CLI::IsMember({"sgd", "adam", "rmsprop"}));
+  numbers.number(app, "--lr", f.lr, 1e-12, 1e3,
+                 "learning rate (per rank's batch; see --lr-scaling)");
+  numbers.integer(app, "--batch", f.batch, 1, 1 << 20, "samples per rank per step");
+  numbers.integer(app, "--epochs", f.epochs, 1, 10000, "epochs");
   app.add_flag("--lr-scaling", f.lrScaling, "multiply the learning rate by the world size");
   app.add_option("--lr-decay", f.lrDecay, "cosine (to zero at the last step) or none")
       ->capture_default_str()
       ->check(CLI::IsMember({"cosine", "none"}));
-  app.add_option("--warmup-steps", f.warmupSteps, "reach the learning rate linearly over N steps")
-      ->check(CLI::NonNegativeNumber);
-  app.add_option("--seed", f.seed)->capture_default_str();
-  app.add_option("--threads", f.threads, "intra-op threads per rank")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 256));
+  numbers.integer(app, "--warmup-steps", f.warmupSteps, 0, kMaxSteps,
+                  "reach the learning rate linearly over N steps");
+  numbers.integer(app, "--seed", f.seed, 0, std::numeric_limits<int64_t>::max(), "random seed");
+  numbers.integer(app, "--threads", f.threads, 1, 256, "intra-op threads per rank");
   app.add_option("--data-dir", f.dataDir)->capture_default_str();
-  app.add_option("--train-subset", f.trainSubset, "train on the first N samples only");
+  numbers.integer(app, "--train-subset", f.trainSubset, 0, int64_t{1} << 32,
+                  "train on the first N samples only (0: all)");
   app.add_option("--metrics", f.metrics, "append one JSON line per epoch to this file");
   app.add_option("--checkpoint-dir", f.checkpointDir);
-  app.add_option("--checkpoint-every", f.checkpointEvery,
-                 "steps between checkpoints (0: epochs only)");
-  app.add_option("--keep", f.keep, "checkpoints kept")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 1000));
+  numbers.integer(app, "--checkpoint-every", f.checkpointEvery, 0, kMaxSteps,
+                  "steps between checkpoints (0: epochs only)");
+  numbers.integer(app, "--keep", f.keep, 1, 1000, "checkpoints kept");
   app.add_option("--resume", f.resume, "'latest' or a checkpoint file");
   app.add_flag("--no-overlap", f.noOverlap, "all-reduce after backward instead of during it");
-  app.add_option("--bucket-mb", f.bucketMb, "gradient bucket size")->capture_default_str();
+  numbers.integer(app, "--bucket-mb", f.bucketMb, 1, 4096, "gradient bucket size in MiB");
   app.add_option("--save-params", f.saveParams, "write the final parameters (tests)");
-  app.add_option("--crash-at-step", f.crashAtStep, "the last rank kills itself (tests)");
+  numbers.integer(app, "--crash-at-step", f.crashAtStep, 1, kMaxSteps,
+                  "the last rank kills itself after this step (tests)");
   app.add_flag("-q,--quiet", f.quiet, "no progress output");
   app.add_option("--mode", f.mode,
                  "ddp (all-reduce), or through parameter servers (shoal run --servers K): "
                  "ps-sync, ps-async, ps-ssp")
       ->capture_default_str()
       ->check(CLI::IsMember({"ddp", "ps-sync", "ps-async", "ps-ssp"}));
-  app.add_option("--staleness", f.staleness, "ps-ssp: steps a worker may run ahead of the slowest")
-      ->capture_default_str()
-      ->check(CLI::Range(0, 1000000));
-  CLI11_PARSE(app, argc, argv);
+  numbers.integer(app, "--staleness", f.staleness, 0, 1000000,
+                  "ps-ssp: steps a worker may run ahead of the slowest");
+  // Configuration errors, from CLI11, the numbers or the environment: one line, exit code 2.
+  try {
+    app.parse(argc, argv);
+    numbers.parseAll();
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    fmt::print(stderr, "fashion_mnist: error: {}\n", e.what());
+    return 2;
+  } catch (const InvalidArgument& e) {
+    fmt::print(stderr, "fashion_mnist: error: {}\n", e.what());
+    return 2;
+  }
   try {
     return trainMain(f);
+  } catch (const InvalidArgument& e) {
+    // A bad SHOAL_* variable, a missing data set, an unusable checkpoint folder or file.
+    fmt::print(stderr, "fashion_mnist: error: {}\n", e.what());
+    return 2;
   } catch (const std::exception& e) {
     fmt::print(stderr, "fashion_mnist: {}\n", e.what());
     return 1;

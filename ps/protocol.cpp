@@ -90,21 +90,31 @@ std::shared_ptr<comm::Work> submitExchange(comm::Group& pair, int server, int wo
           std::vector<Transfer> values{ctx.recv(0, 3, dst, r.bytes)};
           ctx.run(values);
         }
-        switch (status) {
-          case Status::kOk:
-            x->text = std::move(text);
-            return;
-          case Status::kRejected:
-            throw InvalidArgument(text);
-          case Status::kTimeout:
-            throw TimeoutError(text);
-          case Status::kFailed:
-            throw PeerError(text);
+        if (r.status > static_cast<uint32_t>(Status::kFailed)) {
+          SHOAL_THROW(ProtocolError, "reply status {}", r.status);
         }
-        SHOAL_THROW(ProtocolError, "reply status {}", r.status);
+        // A refusal is a complete, well-formed exchange: the pair stays in step, so it must not
+        // fail the operation (any failure inside one aborts the group). The caller's Work
+        // fails with it below, once the operation has completed.
+        x->text = std::move(text);
       });
   auto outer = std::make_shared<comm::Work>();
   inner->onDone([outer, x, server, worker](std::exception_ptr e) {
+    if (!e) {
+      switch (static_cast<Status>(x->reply.status)) {
+        case Status::kOk:
+          break;
+        case Status::kRejected:
+          e = std::make_exception_ptr(InvalidArgument(x->text));
+          break;
+        case Status::kTimeout:
+          e = std::make_exception_ptr(TimeoutError(x->text));
+          break;
+        case Status::kFailed:
+          e = std::make_exception_ptr(PeerError(x->text));
+          break;
+      }
+    }
     outer->finish(retell(e, server, x->request, worker));
   });
   return outer;

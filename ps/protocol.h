@@ -83,7 +83,7 @@ struct Exchange {
   const void* payload = nullptr;
   void* into = nullptr;
   Reply reply;
-  std::string text;  // a kOk reply's payload when `into` is null (hello)
+  std::string text;  // the reply text: a kOk hello's payload, or why the server refused
 };
 
 // Runs the exchange on the pair group's executor. The Work fails with InvalidArgument (refused),

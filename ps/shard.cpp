@@ -22,9 +22,12 @@ void putBytes(std::string& out, const void* data, size_t n) {
   out.append(static_cast<const char*>(data), n);
 }
 
+// Reads a snapshot. Every count and length in it is checked against the bytes that remain (and
+// by the caller against this shard) before it sizes anything: a crafted file claiming 2^60
+// elements is refused, never allocated.
 class Reader {
  public:
-  explicit Reader(const std::string& s) : s_(s) {}
+  Reader(const std::string& s, std::string_view source) : s_(s), source_(source) {}
   template <typename T>
   T get() {
     T v;
@@ -40,13 +43,27 @@ class Reader {
     at_ += n;
     return v;
   }
+  // A count of `size`-byte items that must all still be in the payload.
+  uint64_t count(size_t size, const char* what) {
+    const auto n = get<uint64_t>();
+    if (n > (s_.size() - at_) / size) {
+      SHOAL_THROW(InvalidArgument,
+                  "{} is corrupt: it claims {} {}, more than its remaining {} bytes can hold",
+                  source_, n, what, s_.size() - at_);
+    }
+    return n;
+  }
   bool atEnd() const { return at_ == s_.size(); }
 
  private:
-  void need(size_t n) {
-    if (n > s_.size() - at_) SHOAL_THROW(InvalidArgument, "shard checkpoint is truncated");
+  void need(uint64_t n) {
+    if (n > s_.size() - at_) {
+      SHOAL_THROW(InvalidArgument, "{} is truncated: {} more bytes needed, {} left", source_, n,
+                  s_.size() - at_);
+    }
   }
   const std::string& s_;
+  std::string_view source_;
   size_t at_ = 0;
 };
 
@@ -140,38 +157,57 @@ std::string Shard::snapshot(const std::string& header, uint64_t round,
   return out;
 }
 
-std::string Shard::snapshotHeader(const std::string& payload) {
-  Reader in(payload);
+std::string Shard::snapshotHeader(const std::string& payload, std::string_view source) {
+  Reader in(payload, source);
   return std::string(in.bytes());
 }
 
+void Shard::checkSnapshotFits(const Partition& partition, int server, const TrainingConfig& config,
+                              size_t payloadBytes, std::string_view source) {
+  // Values plus each optimizer state slot, float32 each; computed in long double so that a
+  // crafted element count cannot wrap around to something small.
+  const long double elements = static_cast<long double>(partition.elements(server));
+  const long double needed = elements * sizeof(float) * (1 + optimizerStateSlots(config.optimizer));
+  if (needed > static_cast<long double>(payloadBytes)) {
+    SHOAL_THROW(InvalidArgument,
+                "{} is corrupt: its keys give server {} {} elements ({:.0f} bytes with optimizer "
+                "state), but the file holds {} bytes",
+                source, server, partition.elements(server), static_cast<double>(needed),
+                payloadBytes);
+  }
+}
+
 std::string Shard::restore(const std::string& payload, uint64_t& round,
-                           std::vector<uint64_t>& clocks) {
-  Reader in(payload);
+                           std::vector<uint64_t>& clocks, std::string_view source) {
+  Reader in(payload, source);
   std::string header(in.bytes());
   round = in.get<uint64_t>();
-  clocks.resize(in.get<uint64_t>());
-  if (clocks.size() != static_cast<size_t>(workers_)) {
-    SHOAL_THROW(InvalidArgument, "shard checkpoint was written for {} workers; this job has {}",
-                clocks.size(), workers_);
+  // Checked against this job before the vector is sized (the count comes from the file).
+  const uint64_t workers = in.count(sizeof(uint64_t), "worker clocks");
+  if (workers != static_cast<uint64_t>(workers_)) {
+    SHOAL_THROW(InvalidArgument, "{} was written for {} workers; this job has {}", source, workers,
+                workers_);
   }
+  clocks.resize(workers);
   for (auto& c : clocks) c = in.get<uint64_t>();
-  if (in.get<uint64_t>() != pieces_.size()) {
-    SHOAL_THROW(InvalidArgument, "shard checkpoint holds another partition of the model");
+  if (const uint64_t pieces = in.count(sizeof(uint64_t), "pieces"); pieces != pieces_.size()) {
+    SHOAL_THROW(InvalidArgument,
+                "{} holds another partition of the model ({} pieces, this shard has {})", source,
+                pieces, pieces_.size());
   }
   for (PieceState& ps : pieces_) ps.version = in.get<uint64_t>();
   auto fill = [&](std::vector<float>& v, const char* what) {
     auto b = in.bytes();
     if (b.size() != v.size() * sizeof(float)) {
-      SHOAL_THROW(InvalidArgument, "shard checkpoint: {} holds {} bytes, expected {}", what,
-                  b.size(), v.size() * sizeof(float));
+      SHOAL_THROW(InvalidArgument, "{}: {} holds {} bytes, expected {}", source, what, b.size(),
+                  v.size() * sizeof(float));
     }
     std::memcpy(v.data(), b.data(), b.size());
   };
   fill(values_, "values");
   fill(state0_, "optimizer state");
   fill(state1_, "optimizer state");
-  if (!in.atEnd()) SHOAL_THROW(InvalidArgument, "shard checkpoint has trailing bytes");
+  if (!in.atEnd()) SHOAL_THROW(InvalidArgument, "{} has trailing bytes", source);
   return header;
 }
 

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "ps/config.h"
@@ -42,11 +43,21 @@ class Shard {
   std::string snapshot(const std::string& header, uint64_t round,
                        const std::vector<uint64_t>& clocks) const;
   // The header of a snapshot, read before a shard exists to restore it into (InvalidArgument
-  // if the payload is too short to hold one).
-  static std::string snapshotHeader(const std::string& payload);
+  // if the payload is too short to hold one). `source` names the file in errors.
+  static std::string snapshotHeader(const std::string& payload,
+                                    std::string_view source = "shard checkpoint");
+  // Call before building a Shard from a snapshot's header: the header's keys size the shard
+  // (values, optimizer state and one slot per worker), so a crafted header claiming 2^60
+  // elements must be refused before that allocation. Throws InvalidArgument naming `source`
+  // unless `payloadBytes` can hold this server's values and optimizer state.
+  static void checkSnapshotFits(const Partition& partition, int server,
+                                const TrainingConfig& config, size_t payloadBytes,
+                                std::string_view source = "shard checkpoint");
   // Restores a snapshot written for the same partition; returns its header and fills round and
-  // clocks. InvalidArgument if it does not fit this shard.
-  std::string restore(const std::string& payload, uint64_t& round, std::vector<uint64_t>& clocks);
+  // clocks. InvalidArgument naming `source` if it does not fit this shard; every count and
+  // length in the payload is checked against the bytes left and this shard before use.
+  std::string restore(const std::string& payload, uint64_t& round, std::vector<uint64_t>& clocks,
+                      std::string_view source = "shard checkpoint");
 
  private:
   struct PieceState {

@@ -10,6 +10,9 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <memory>
+#include <random>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -119,12 +122,16 @@ TEST(Launcher, AFailedRankStopsTheJobWithASummary) {
   TempDir dir;
   const std::string token = uniqueToken();
   auto before = shmEntries();
-  // Rank 1 fails; the others would sleep for a minute, and one of them ignores SIGTERM.
+  // Rank 1 fails; the others would sleep for a minute, and one of them ignores SIGTERM. Rank 1
+  // fails only once rank 2 has said (through a FIFO: opening it blocks until both ends are
+  // there) that it ignores SIGTERM, so the launcher's SIGKILL is certain to be needed.
+  const std::string fifo = dir.path + "/armed";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
   auto r = shoalRun({"-n", "4", "--grace", "1", "--", "/bin/sh", "-c",
-                     "if [ $SHOAL_RANK = 1 ]; then sleep 0.5; echo last words; exit 7; fi; "
-                     "if [ $SHOAL_RANK = 2 ]; then trap '' TERM; fi; "
-                     "sleep 60 && echo " +
-                         token},
+                     "if [ $SHOAL_RANK = 1 ]; then timeout 30 cat " + fifo +
+                         " >/dev/null || exit 99; echo last words; exit 7; fi; "
+                         "if [ $SHOAL_RANK = 2 ]; then trap '' TERM; echo armed >" +
+                         fifo + "; fi; sleep 60 && echo " + token},
                     dir, 60s);
   EXPECT_EQ(r.code, 7) << r.output;
   EXPECT_LT(r.seconds, 10) << r.output;
@@ -159,9 +166,8 @@ TEST(Launcher, RanksThatDieInACollectiveFailTheJobFast) {
   Proc p(argv, dir.path + "/out");
   // Wait for the ranks to be in the loop, then kill rank 2's process.
   pid_t victim = -1;
-  for (int i = 0; i < 500 && victim < 0; ++i) {
-    std::this_thread::sleep_for(20ms);
-    if (p.output().find("[2] ready") == std::string::npos) continue;
+  ASSERT_TRUE(p.waitForOutput("[2] ready", 60s)) << p.output();
+  {
     for (auto& e : std::filesystem::directory_iterator("/proc")) {
       const std::string name = e.path().filename();
       if (name.find_first_not_of("0123456789") != std::string::npos) continue;
@@ -196,8 +202,7 @@ TEST(Launcher, InterruptStopsEveryRank) {
            out.find("[1] started") != std::string::npos &&
            out.find("[2] started") != std::string::npos;
   };
-  for (int i = 0; i < 500 && !allStarted(); ++i) std::this_thread::sleep_for(10ms);
-  ASSERT_TRUE(allStarted()) << p.output();
+  ASSERT_TRUE(p.waitForOutput([&](const std::string&) { return allStarted(); }, 60s)) << p.output();
   ASSERT_GE(countProcesses(token), 3) << p.output();
   ::kill(p.pid(), SIGINT);  // what Ctrl-C sends
   EXPECT_EQ(p.wait(30s), 128 + SIGINT) << p.output();
@@ -241,7 +246,7 @@ INSTANTIATE_TEST_SUITE_P(
     , LauncherConfigError,
     ::testing::Values(
         std::make_pair(std::vector<std::string>{"-n", "0", "--", "/usr/bin/touch", "MARK"},
-                       "shoal run: error: --ranks: Value 0 not in range"),
+                       "shoal run: error: --ranks='0': expected an integer from 1 to 1048576"),
         std::make_pair(std::vector<std::string>{"--", "/usr/bin/touch", "MARK"},
                        "shoal run: error: -n is required"),
         std::make_pair(std::vector<std::string>{"--hosts", "no-such-host.invalid:2", "--",
@@ -257,39 +262,78 @@ INSTANTIATE_TEST_SUITE_P(
                        "shoal run: error: -n 2 ranks, but the hosts offer only 1 slots"),
         std::make_pair(std::vector<std::string>{"-n", "2", "--port", "BUSY", "--", "/usr/bin/touch",
                                                 "MARK"},
-                       "the port is busy")));
+                       "the port is busy"),
+        // Numbers: one parser, whole text, finite, in range.
+        std::make_pair(std::vector<std::string>{"-n", "2", "--timeout", "inf", "--",
+                                                "/usr/bin/touch", "MARK"},
+                       "shoal run: error: --timeout='inf': expected a finite number"),
+        std::make_pair(std::vector<std::string>{"-n", "2", "--timeout", "1e300", "--",
+                                                "/usr/bin/touch", "MARK"},
+                       "shoal run: error: --timeout='1e300': expected a finite number"),
+        std::make_pair(std::vector<std::string>{"-n", "2", "--grace", "nan", "--", "/usr/bin/touch",
+                                                "MARK"},
+                       "shoal run: error: --grace='nan': expected a finite number"),
+        std::make_pair(std::vector<std::string>{"-n", "2x", "--", "/usr/bin/touch", "MARK"},
+                       "shoal run: error: --ranks='2x': expected an integer from 1 to"),
+        std::make_pair(std::vector<std::string>{"-n", "2", "--port", "70000", "--",
+                                                "/usr/bin/touch", "MARK"},
+                       "shoal run: error: --port='70000': expected an integer from 0 to 65535")));
+
+TEST(Launcher, AnUnknownCommandIsNamed) {
+  TempDir dir;
+  Proc p({SHOAL_BIN, "rnu", "-n", "2"}, dir.path + "/out");
+  EXPECT_EQ(p.wait(30s), 2) << p.output();
+  EXPECT_EQ(p.output(),
+            "shoal: error: unknown command 'rnu' (the commands: run; see shoal --help)\n");
+}
 
 // --- The same rank program started the way other launchers start it.
 
-std::string workerOutput(const run::LocalJob& j, int n) {
-  std::string s;
-  for (int r = 0; r < n; ++r) s += fmt::format("--- rank {}:\n{}", r, j.output(r));
-  return s;
-}
-
-void expectMatrixPasses(run::LocalJobOptions o, int n, const std::string& launcher) {
+// Runs the collective matrix on n ranks started as another launcher would start them, with
+// rank r's variables from env(r, attempt). Rank 0 hosts the store on a port that follows from
+// the variables (Slurm: the job id; Kubernetes: MASTER_PORT), so the test never picks a port by
+// binding and closing it: rank 0 is started alone and binds it itself; the others start only
+// once it says (SHOAL_LOG_LEVEL=info) that it did. If that port is taken, rank 0 fails at once
+// with "cannot host the job's store", nothing else has started, and the next attempt uses
+// other variables.
+void expectMatrixPasses(const std::function<Proc::Env(int rank, int attempt)>& env, int n,
+                        const std::string& launcher) {
   TempDir dir;
-  o.ranks = n;
-  o.argv = {SHOAL_TEST_WORKER, "matrix"};
-  o.outputDir = dir.path;
-  o.shoalVariables = false;
-  run::LocalJob j(o);
-  bool timedOut = false;
-  auto exits = j.wait(300s, &timedOut);
-  ASSERT_FALSE(timedOut) << workerOutput(j, n);
-  for (auto& e : exits) EXPECT_TRUE(e.ok()) << e.describe() << "\n" << workerOutput(j, n);
+  std::vector<std::unique_ptr<Proc>> ranks;
+  const std::string hosting = "hosts the job's store on port";
+  for (int attempt = 0; attempt < 5 && ranks.empty(); ++attempt) {
+    Proc::Env e0 = env(0, attempt);
+    e0.emplace_back("SHOAL_LOG_LEVEL", "info");
+    auto rank0 = std::make_unique<Proc>(std::vector<std::string>{SHOAL_TEST_WORKER, "matrix"},
+                                        fmt::format("{}/rank0.{}", dir.path, attempt), e0);
+    if (rank0->waitForOutput(hosting, 60s)) {
+      ranks.push_back(std::move(rank0));
+      break;
+    }
+    const int code = rank0->wait(60s);
+    ASSERT_NE(rank0->output().find("cannot host the job's store"), std::string::npos)
+        << "rank 0 exited " << code << " without hosting the store:\n"
+        << rank0->output();
+  }
+  ASSERT_EQ(ranks.size(), 1u) << "five ports in a row were taken";
+  for (int r = 1; r < n; ++r) {
+    // The attempt that worked: rank 0's variables.
+    ranks.push_back(std::make_unique<Proc>(std::vector<std::string>{SHOAL_TEST_WORKER, "matrix"},
+                                           fmt::format("{}/rank{}", dir.path, r), env(r, -1)));
+  }
   for (int r = 0; r < n; ++r) {
-    EXPECT_NE(j.output(r).find(fmt::format("started by {}): matrix done", launcher)),
-              std::string::npos)
-        << j.output(r);
-    EXPECT_NE(j.output(r).find(", 0 failures"), std::string::npos) << j.output(r);
+    const int code = ranks[r]->wait(300s);
+    const std::string out = ranks[r]->output();
+    EXPECT_EQ(code, 0) << "rank " << r << ":\n" << out;
+    EXPECT_NE(out.find(fmt::format("started by {}): matrix done", launcher)), std::string::npos)
+        << out;
+    EXPECT_NE(out.find(", 0 failures"), std::string::npos) << out;
   }
 }
 
-int freePort() {
-  int port = 0;
-  listenTcp("127.0.0.1", 0, &port);
-  return port;
+int randomIn(int lo, int hi) {
+  std::random_device rd;
+  return std::uniform_int_distribution<int>(lo, hi)(rd);
 }
 
 TEST(OtherLaunchers, SlurmSrun) {
@@ -297,10 +341,10 @@ TEST(OtherLaunchers, SlurmSrun) {
   char host[256] = {};
   ::gethostname(host, sizeof(host) - 1);
   const std::string node = host;
-  const int jobId = 1000 + freePort() % 19000;  // the store port follows from the job id
-  run::LocalJobOptions o;
-  o.rankEnv = [&](int r) {
-    return std::vector<std::pair<std::string, std::string>>{
+  int jobId = 0;
+  auto env = [&](int r, int attempt) {
+    if (attempt >= 0) jobId = 1000000 + randomIn(0, 19999);  // store port 20000 + id % 20000
+    return Proc::Env{
         {"SLURM_PROCID", std::to_string(r)},
         {"SLURM_LOCALID", std::to_string(r)},
         {"SLURM_NTASKS", std::to_string(n)},
@@ -314,17 +358,17 @@ TEST(OtherLaunchers, SlurmSrun) {
         {"SLURM_JOB_ID", std::to_string(jobId)},
     };
   };
-  expectMatrixPasses(o, n, "slurm");
+  expectMatrixPasses(env, n, "slurm");
 }
 
 TEST(OtherLaunchers, KubernetesIndexedJob) {
   const int n = 3;
-  const int port = freePort();
-  run::LocalJobOptions o;
-  o.rankEnv = [&](int r) {
+  int port = 0;
+  auto env = [&](int r, int attempt) {
+    if (attempt >= 0) port = randomIn(20000, 39999);
     // As examples/k8s/shoal-job.yaml sets them, with the store's DNS name replaced by this
     // machine (no cluster DNS here).
-    return std::vector<std::pair<std::string, std::string>>{
+    return Proc::Env{
         {"JOB_COMPLETION_INDEX", std::to_string(r)},
         {"HOSTNAME", fmt::format("shoal-demo-{}", r)},
         {"SHOAL_WORLD_SIZE", std::to_string(n)},
@@ -334,7 +378,7 @@ TEST(OtherLaunchers, KubernetesIndexedJob) {
         {"SHOAL_SECRET", "a secret from a Kubernetes Secret"},
     };
   };
-  expectMatrixPasses(o, n, "kubernetes");
+  expectMatrixPasses(env, n, "kubernetes");
 }
 
 }  // namespace

@@ -2,8 +2,11 @@
 #pragma once
 
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <sys/inotify.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -11,6 +14,7 @@
 #include <exception>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <set>
 #include <sstream>
 #include <string>
@@ -57,50 +61,108 @@ inline const char* typeName(const std::exception& e) {
 }
 
 // A process with its stdout+stderr in a file; killed if still running at scope exit.
+//
+// Waiting never sleeps: wait() blocks in poll(2) on a pidfd (readable when the process ends),
+// waitForOutput() on inotify events of the output file; both up to a deadline.
 class Proc {
  public:
-  Proc(const std::vector<std::string>& argv, const std::string& outFile) : out_(outFile) {
+  using Env = std::vector<std::pair<std::string, std::string>>;
+
+  Proc(const std::vector<std::string>& argv, const std::string& outFile, const Env& env = {})
+      : out_(outFile) {
+    // Created before the child starts, so that waitForOutput() never races the first write.
+    ::close(::open(outFile.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
     pid_ = ::fork();
     if (pid_ == 0) {
-      int fd = ::open(outFile.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      int fd = ::open(outFile.c_str(), O_WRONLY | O_APPEND);
       ::dup2(fd, 1);
       ::dup2(fd, 2);
+      for (auto& [name, value] : env) ::setenv(name.c_str(), value.c_str(), 1);
       std::vector<char*> a;
       for (auto& s : argv) a.push_back(const_cast<char*>(s.c_str()));
       a.push_back(nullptr);
       ::execv(a[0], a.data());
       ::_exit(127);
     }
+    pidfd_ = static_cast<int>(::syscall(SYS_pidfd_open, pid_, 0));
+    if (pidfd_ < 0) throwSystemError("pidfd_open", errno);
   }
   ~Proc() {
     if (!done_) {
       ::kill(pid_, SIGKILL);
       ::waitpid(pid_, nullptr, 0);
     }
+    ::close(pidfd_);
   }
+  Proc(const Proc&) = delete;
+  Proc& operator=(const Proc&) = delete;
+
   pid_t pid() const { return pid_; }
   // The exit code (128 + signal if killed); -1 if it did not end in time (then killed).
-  int wait(std::chrono::seconds timeout) {
-    auto deadline = std::chrono::steady_clock::now() + timeout;
-    int status = 0;
-    while (::waitpid(pid_, &status, WNOHANG) == 0) {
-      if (std::chrono::steady_clock::now() > deadline) {
-        ::kill(pid_, SIGKILL);
-        ::waitpid(pid_, nullptr, 0);
-        done_ = true;
-        return -1;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  int wait(std::chrono::milliseconds timeout) {
+    if (done_) return code_;
+    pollfd p{pidfd_, POLLIN, 0};
+    int ready = 0;
+    do {
+      ready = ::poll(&p, 1, static_cast<int>(timeout.count()));
+    } while (ready < 0 && errno == EINTR);
+    if (ready == 0) {
+      ::kill(pid_, SIGKILL);
+      ::waitpid(pid_, nullptr, 0);
+      done_ = true;
+      return code_ = -1;
     }
+    int status = 0;
+    ::waitpid(pid_, &status, 0);
     done_ = true;
-    return WIFSIGNALED(status) ? 128 + WTERMSIG(status) : WEXITSTATUS(status);
+    return code_ = WIFSIGNALED(status) ? 128 + WTERMSIG(status) : WEXITSTATUS(status);
+  }
+  bool running() const {
+    pollfd p{pidfd_, POLLIN, 0};
+    return !done_ && ::poll(&p, 1, 0) == 0;
   }
   std::string output() const { return readFile(out_); }
+
+  // Blocks until done(output()) holds (true), the process ends without it (false), or the
+  // timeout passes (false).
+  bool waitForOutput(const std::function<bool(const std::string&)>& done,
+                     std::chrono::milliseconds timeout) {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    int in = ::inotify_init1(IN_CLOEXEC | IN_NONBLOCK);
+    if (in < 0) throwSystemError("inotify_init1", errno);
+    ::inotify_add_watch(in, out_.c_str(), IN_MODIFY);
+    bool ok = false;
+    for (;;) {
+      // Checked after the watch exists: a write between the check and poll() still wakes it.
+      if (done(output())) {
+        ok = true;
+        break;
+      }
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          deadline - std::chrono::steady_clock::now());
+      if (left.count() <= 0 || !running()) break;
+      pollfd p[2] = {{in, POLLIN, 0}, {pidfd_, POLLIN, 0}};
+      if (::poll(p, 2, static_cast<int>(left.count())) > 0 && (p[0].revents & POLLIN)) {
+        char events[4096];
+        while (::read(in, events, sizeof(events)) > 0) {
+        }
+      }
+    }
+    ::close(in);
+    // One last look: the process may have written its line and ended at once.
+    return ok || done(output());
+  }
+  bool waitForOutput(const std::string& text, std::chrono::milliseconds timeout) {
+    return waitForOutput(
+        [&](const std::string& out) { return out.find(text) != std::string::npos; }, timeout);
+  }
 
  private:
   std::string out_;
   pid_t pid_ = -1;
+  int pidfd_ = -1;
   bool done_ = false;
+  int code_ = -1;
 };
 
 struct RunResult {
@@ -117,7 +179,7 @@ inline RunResult shoalRun(const std::string& shoal, const std::vector<std::strin
   argv.insert(argv.end(), args.begin(), args.end());
   auto t0 = std::chrono::steady_clock::now();
   Proc p(argv, dir.path + "/launcher.out");
-  int code = p.wait(timeout);
+  int code = p.wait(std::chrono::duration_cast<std::chrono::milliseconds>(timeout));
   return {code, p.output(),
           std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()};
 }

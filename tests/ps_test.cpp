@@ -3,15 +3,20 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <functional>
 #include <map>
 #include <regex>
 
 #include "common/sealed_file.h"
 #include "ps/config.h"
 #include "ps/partition.h"
+#include "ps/protocol.h"
 #include "ps/server_optimizer.h"
 #include "ps/shard.h"
 #include "tests/process_util.h"
+#include "tests/thread_ranks.h"
 
 namespace shoal::test {
 namespace {
@@ -140,6 +145,122 @@ TEST(PsShard, SynchronousStepsAverageInWorkerOrderAndSnapshotsRestore) {
   EXPECT_THROW(fresh.restore(snap.substr(0, snap.size() - 3), round, clocks), InvalidArgument);
 }
 
+// ---- decoders that read lengths from a file or the wire (a crafted 2^60 must not allocate)
+
+std::string errorOf(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const InvalidArgument& e) {
+    return e.what();
+  } catch (const ProtocolError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(PsShardDecoder, CraftedCountsAreRefusedBeforeAnythingIsSized) {
+  ps::Partition p({{"w", {6}}}, 1);
+  ps::TrainingConfig c;
+  c.optimizer = {OptimizerKind::kSgd, 1.0, 0, 0};
+  ps::Shard shard(p, 0, 3, c);
+  const std::string good = shard.snapshot("header", 1, {1, 1, 1});
+  const uint64_t huge = uint64_t{1} << 60;
+  auto patch = [&](size_t at) {
+    std::string bad = good;
+    std::memcpy(bad.data() + at, &huge, sizeof(huge));
+    return bad;
+  };
+  uint64_t round = 0;
+  std::vector<uint64_t> clocks;
+  // The header's length, the number of worker clocks and the number of pieces.
+  const size_t headerLen = 0, clockCount = 8 + 6 + 8, pieceCount = clockCount + 8 + 3 * 8;
+  EXPECT_EQ(
+      errorOf([&] { ps::Shard::snapshotHeader(patch(headerLen), "s0.ck"); }),
+      fmt::format("s0.ck is truncated: {} more bytes needed, {} left", huge, good.size() - 8));
+  EXPECT_EQ(errorOf([&] { shard.restore(patch(clockCount), round, clocks, "s0.ck"); }),
+            fmt::format("s0.ck is corrupt: it claims {} worker clocks, more than its remaining "
+                        "{} bytes can hold",
+                        huge, good.size() - clockCount - 8));
+  EXPECT_TRUE(clocks.empty());
+  EXPECT_EQ(errorOf([&] { shard.restore(patch(pieceCount), round, clocks, "s0.ck"); }),
+            fmt::format("s0.ck is corrupt: it claims {} pieces, more than its remaining {} bytes "
+                        "can hold",
+                        huge, good.size() - pieceCount - 8));
+  // A header whose keys would size a shard far beyond the file: refused before the Shard exists.
+  ps::Partition enormous({{"w", {int64_t{1} << 40}}}, 1);
+  EXPECT_NE(errorOf([&] {
+              ps::Shard::checkSnapshotFits(enormous, 0, c, good.size(), "s0.ck");
+            }).find("s0.ck is corrupt: its keys give server 0 1099511627776 elements"),
+            std::string::npos);
+  EXPECT_NO_THROW(ps::Shard::checkSnapshotFits(p, 0, c, good.size(), "s0.ck"));
+  ps::Shard fresh(p, 0, 3, c);
+  EXPECT_EQ(fresh.restore(good, round, clocks, "s0.ck"), "header");
+}
+
+TEST(PsProtocolDecoder, AHugeReplyLengthFailsTheExchangeNamingTheServer) {
+  // Rank 0 stands in for a parameter server that answers a hello with a reply claiming 2^60
+  // bytes of text; the worker must refuse it before sizing anything.
+  std::string workerError;
+  auto errors = runThreadRanks(2, testOptions(TransportKind::kShm, 30), [&](comm::Group& g) {
+    if (g.rank() == 0) {
+      auto pair = g.connect(ps::pairName(0, 0), 0, 2);
+      comm::CallOptions call;
+      transport::FrameHeader base;
+      base.dtype = static_cast<uint8_t>(DataType::kUInt8);
+      pair->execute(transport::OpCode::kParameterServer, base, call, [](comm::OpContext& ctx) {
+        ps::Request rq;
+        std::vector<transport::Transfer> in{ctx.recv(1, 0, &rq, sizeof(rq))};
+        ctx.run(in);
+        ps::Reply rp;
+        rp.status = static_cast<uint32_t>(ps::Status::kRejected);
+        rp.bytes = uint64_t{1} << 60;
+        std::vector<transport::Transfer> out{ctx.send(1, 2, &rp, sizeof(rp))};
+        ctx.run(out);
+      });
+    } else {
+      auto pair = g.connect(ps::pairName(0, 0), 1, 2);
+      auto x = std::make_shared<ps::Exchange>();
+      x->request.kind = static_cast<uint32_t>(ps::RequestKind::kPull);
+      try {
+        ps::submitExchange(*pair, 0, 0, x, std::chrono::seconds(30))->wait();
+      } catch (const ProtocolError& e) {
+        workerError = e.what();
+      }
+    }
+  });
+  EXPECT_EQ(errors[0], "");
+  EXPECT_EQ(errors[1], "");
+  // Named from the worker's side (which server, which request); the engine adds its context.
+  EXPECT_EQ(workerError.rfind("parameter server 0: pull step 0 from worker 0: protocol error: ", 0),
+            0u)
+      << workerError;
+  EXPECT_NE(workerError.find(fmt::format("a {}-byte reply text", uint64_t{1} << 60)),
+            std::string::npos)
+      << workerError;
+  EXPECT_EQ(workerError.find('\n'), std::string::npos) << workerError;
+}
+
+// ---- configuration a rank refuses: one line, exit code 2, before anything starts
+
+TEST(PsConfigErrors, BadVariablesStopARankWithExitCodeTwo) {
+  const std::vector<std::pair<Proc::Env, std::string>> cases{
+      {{{"SHOAL_TIMEOUT", "inf"}}, "SHOAL_TIMEOUT='inf': expected a finite number"},
+      {{{"SHOAL_TIMEOUT", "1e300"}}, "SHOAL_TIMEOUT='1e300': expected a finite number"},
+      {{{"SHOAL_TIMEOUT", ""}}, "SHOAL_TIMEOUT is set but empty"},
+      {{{"SHOAL_SHM_RING_BYTES", "-5"}}, "SHOAL_SHM_RING_BYTES='-5': expected an integer"},
+      // Outside mpirun MPI would make a world of one, silently.
+      {{{"SHOAL_BACKEND", "mpi"}}, "SHOAL_BACKEND=mpi needs a job started by mpirun"},
+  };
+  for (const auto& [env, expected] : cases) {
+    TempDir dir;
+    Proc p({SHOAL_PS_WORKER, "sums"}, dir.path + "/out", env);
+    EXPECT_EQ(p.wait(60s), 2) << expected << "\n" << p.output();
+    const std::string out = p.output();
+    EXPECT_NE(out.find("ERROR InvalidArgument: " + expected), std::string::npos) << out;
+    EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 1) << out;
+  }
+}
+
 // ---- whole jobs
 
 RunResult psJob(const std::vector<std::string>& launch, const std::vector<std::string>& program,
@@ -211,6 +332,21 @@ std::string finalDigest(const std::string& output) {
   std::smatch m;
   std::regex d(R"(\[0\] final digest ([0-9a-f]+))");
   return std::regex_search(output, m, d) ? m[1].str() : "";
+}
+
+// Before, a server whose own checkpoint write failed said "worker w failed" (the worker whose
+// push triggered the write).
+TEST(PsJob, AServerThatCannotWriteItsCheckpointBlamesItselfNotAWorker) {
+  TempDir dir;
+  // A folder where server 1's step-5 checkpoint file must go: the rename onto it fails.
+  std::filesystem::create_directories(dir.path + "/checkpoints/server-1/shard-00000005.bin/x");
+  auto r = psJob({"-n", "2", "--servers", "2"}, {"train", "--dir", dir.path}, dir);
+  EXPECT_NE(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("parameter server 1: writing the checkpoint of step 5 failed"),
+            std::string::npos)
+      << r.output;
+  EXPECT_EQ(r.output.find("stopped: worker 0 failed"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("stopped: worker 1 failed"), std::string::npos) << r.output;
 }
 
 TEST(PsJob, AKilledServerFailsTheWorkersFastAndResumeFinishesExactly) {

@@ -230,7 +230,14 @@ int train(comm::Group& world, int me, int workers, const Args& a) {
 int main(int argc, char** argv) {
   try {
     const Args a = parse(argc, argv);
-    World w = init();
+    World w;
+    try {
+      w = init();
+    } catch (const InvalidArgument& e) {
+      // Configuration (SHOAL_* variables, launcher variables): one line, exit code 2.
+      std::printf("ERROR InvalidArgument: %s\n", e.what());
+      return 2;
+    }
     const int workers = w.size - w.numServers;
     if (w.role == run::Role::kServer) {
       if (!a.dir.empty()) {

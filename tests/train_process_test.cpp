@@ -9,8 +9,10 @@
 #include <filesystem>
 #include <fstream>
 #include <set>
+#include <tuple>
 
 #include "common/error.h"
+#include "common/sealed_file.h"
 #include "tests/process_util.h"
 #include "tests/thread_ranks.h"
 #include "train/checkpoint.h"
@@ -85,6 +87,36 @@ TEST(TrainJob, KilledAndResumedEndsExactlyAsUninterrupted) {
   EXPECT_NE(refused.output.find("the newest intact one is " + all[all.size() - 2]),
             std::string::npos)
       << refused.output;
+}
+
+// Configuration the example refuses: one line naming the flag or variable, exit code 2, before
+// any training (the metrics file is opened before the data is read).
+TEST(TrainConfigErrors, NonsenseFlagsAndVariablesExitWithTwo) {
+  const std::vector<std::tuple<std::vector<std::string>, Proc::Env, std::string>> cases{
+      {{"--checkpoint-every", "-5"}, {}, "--checkpoint-every='-5': expected an integer from 0"},
+      {{"--lr", "inf"}, {}, "--lr='inf': expected a finite number"},
+      {{"--lr", "nan"}, {}, "--lr='nan': expected a finite number"},
+      {{"--batch", "64x"}, {}, "--batch='64x': expected an integer from 1"},
+      {{"--epochs", "0"}, {}, "--epochs='0': expected an integer from 1"},
+      {{"--threads", "1e3"}, {}, "--threads='1e3': expected an integer from 1"},
+      {{"--metrics", "/nonexistent-dir/metrics.jsonl"},
+       {},
+       "--metrics /nonexistent-dir/metrics.jsonl: cannot be opened for writing"},
+      {{}, {{"SHOAL_TIMEOUT", "inf"}}, "SHOAL_TIMEOUT='inf': expected a finite number"},
+      {{}, {{"SHOAL_TIMEOUT", "1e300"}}, "SHOAL_TIMEOUT='1e300': expected a finite number"},
+      {{}, {{"SHOAL_TIMEOUT", ""}}, "SHOAL_TIMEOUT is set but empty"},
+      {{}, {{"SHOAL_BACKEND", "mpi"}}, "SHOAL_BACKEND=mpi needs a job started by mpirun"},
+  };
+  for (const auto& [flags, env, expected] : cases) {
+    TempDir dir;
+    std::vector<std::string> argv{FASHION_MNIST_BIN};
+    argv.insert(argv.end(), flags.begin(), flags.end());
+    Proc p(argv, dir.path + "/out", env);
+    EXPECT_EQ(p.wait(std::chrono::seconds(120)), 2) << expected << "\n" << p.output();
+    const std::string out = p.output();
+    EXPECT_EQ(out.rfind("fashion_mnist: error: " + expected, 0), 0u) << out;
+    EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 1) << out;
+  }
 }
 
 TEST(Checkpoint, CorruptionIsDetected) {
@@ -184,6 +216,69 @@ TEST(IdxDataset, DamagedFilesAreNamedAndExplained) {
     std::ofstream(images, std::ios::binary | std::ios::trunc) << raw.substr(0, raw.size() - 6);
   }
   expectError("x-images-idx3-ubyte.gz: truncated or corrupt gzip stream");
+}
+
+TEST(IdxDataset, HugeDimensionsAreRefusedBeforeAllocating) {
+  TempDir dir;
+  const std::string images = dir.path + "/x-images-idx3-ubyte.gz";
+  writeGz(dir.path + "/x-labels-idx1-ubyte.gz", idxHeader(0x801, {2}) + std::string("\1\2"));
+  // 2^24 cubed is 2^72: it wraps to 0 in 64 bits, which matched an empty file before.
+  for (auto dims : {std::vector<uint32_t>{1u << 24, 1u << 24, 1u << 24},
+                    std::vector<uint32_t>{0xffffffffu, 28, 28}, std::vector<uint32_t>{2, 0, 2}}) {
+    writeGz(images, idxHeader(0x803, dims));
+    try {
+      train::readIdxDataset(dir.path, "x");
+      ADD_FAILURE() << "no error";
+    } catch (const InvalidArgument& e) {
+      const std::string what = e.what();
+      EXPECT_EQ(what.rfind(images + ": dimension ", 0), 0u) << what;
+      EXPECT_EQ(what.find('\n'), std::string::npos) << what;
+    }
+  }
+  // The header fits but the (decompressed) data never ends: read up to the promised size only.
+  writeGz(images, idxHeader(0x803, {2, 2, 2}) + std::string(1 << 20, '\0'));
+  try {
+    train::readIdxDataset(dir.path, "x");
+    ADD_FAILURE() << "no error";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("the header promises 8 bytes of data, the file has more"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(Checkpoint, ASealedFileWithForeignContentIsRefusedInOneLine) {
+  TempDir dir;
+  torch::set_num_threads(1);
+  auto model = torch::nn::Linear(4, 3);
+  torch::optim::SGD opt(model->parameters(), torch::optim::SGDOptions(0.1));
+  auto other = torch::nn::Linear(5, 3);  // another shape: its checkpoint must not load
+  torch::optim::SGD otherOpt(other->parameters(), torch::optim::SGDOptions(0.1));
+  std::string saved;
+  std::vector<std::string> messages;
+  auto errors = runThreadRanks(1, testOptions(TransportKind::kShm), [&](comm::Group& g) {
+    train::Checkpointer c(dir.path, 2);
+    saved = c.save(g, *other, otherOpt, {1, 0, 7});
+    const std::string garbage = dir.path + "/garbage.pt";
+    writeSealedFile(garbage, "intact framing, but not a libtorch archive");
+    for (const std::string& path : {garbage, saved}) {
+      try {
+        c.load(g, path, *model, opt);
+        messages.push_back("");
+      } catch (const InvalidArgument& e) {
+        messages.push_back(e.what());
+      }
+    }
+  });
+  ASSERT_EQ(errors[0], "");
+  ASSERT_EQ(messages.size(), 2u);
+  EXPECT_NE(messages[0].find("garbage.pt: not a readable archive"), std::string::npos)
+      << messages[0];
+  EXPECT_NE(
+      messages[1].find(saved + ": 'param/weight' is Float [3, 5], the model has Float [3, 4]"),
+      std::string::npos)
+      << messages[1];
+  for (auto& m : messages) EXPECT_EQ(m.find('\n'), std::string::npos) << m;
 }
 
 TEST(Sampler, ShardsAreEqualDisjointAndReshuffled) {

@@ -1,6 +1,7 @@
 #include "train/checkpoint.h"
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cstring>
@@ -104,31 +105,78 @@ Progress Checkpointer::load(comm::Group& group, const std::string& path, torch::
   payload.resize(static_cast<size_t>(len));
   comm::broadcast(group, payload.data(), payload.size(), DataType::kUInt8, 0);
 
-  std::istringstream in(payload);
+  // The file passed its checksum, but its content is still checked before it is used: a
+  // tensor of another shape or type, or a malformed archive, is one line naming the file and
+  // what is wrong (libtorch's own errors are pages of backtrace), and nothing is copied into the
+  // model until the tensor is known to fit.
+  auto refuse = [&](const std::string& what) {
+    SHOAL_THROW(InvalidArgument, "rank {}: checkpoint {}: {}", group.rank(), path, what);
+  };
+  auto firstLine = [](const std::string& s) { return s.substr(0, s.find('\n')); };
   torch::serialize::InputArchive archive;
-  archive.load_from(in);
-  torch::NoGradGuard noGrad;
-  for (auto& p : model.named_parameters(true)) {
+  try {
+    std::istringstream in(payload);
+    archive.load_from(in);
+  } catch (const c10::Error& e) {
+    refuse("not a readable archive: " + firstLine(e.what_without_backtrace()));
+  }
+  auto read = [&](const std::string& key, const torch::Tensor& like, bool buffer) {
     torch::Tensor t;
-    archive.read("param/" + p.key(), t);
-    p.value().copy_(t);
+    try {
+      archive.read(key, t, buffer);
+    } catch (const c10::Error& e) {
+      refuse(fmt::format("'{}' cannot be read: {}", key, firstLine(e.what_without_backtrace())));
+    }
+    if (!t.defined() || t.sizes() != like.sizes() || t.scalar_type() != like.scalar_type()) {
+      auto describe = [](const torch::Tensor& x) {
+        return fmt::format("{} [{}]", toString(x.scalar_type()), fmt::join(x.sizes(), ", "));
+      };
+      refuse(fmt::format("'{}' is {}, the model has {}", key, t.defined() ? describe(t) : "missing",
+                         describe(like)));
+    }
+    return t;
+  };
+  torch::NoGradGuard noGrad;
+  std::vector<std::pair<torch::Tensor, torch::Tensor>> copies;  // (into, from), all checked first
+  for (auto& p : model.named_parameters(true)) {
+    copies.emplace_back(p.value(), read("param/" + p.key(), p.value(), false));
   }
   for (auto& b : model.named_buffers(true)) {
-    torch::Tensor t;
-    archive.read("buffer/" + b.key(), t, true);
-    b.value().copy_(t);
+    copies.emplace_back(b.value(), read("buffer/" + b.key(), b.value(), true));
   }
-  torch::serialize::InputArchive optArchive;
-  archive.read("optimizer", optArchive);
-  opt.load(optArchive);
   torch::Tensor progress, rng;
-  archive.read("progress", progress);
-  archive.read("rng", rng);
+  try {
+    archive.read("progress", progress);
+    archive.read("rng", rng);
+  } catch (const c10::Error& e) {
+    refuse("progress or RNG state cannot be read: " + firstLine(e.what_without_backtrace()));
+  }
+  if (!progress.defined() || progress.scalar_type() != torch::kInt64 || progress.dim() != 1 ||
+      progress.size(0) != 4) {
+    refuse("the progress record is malformed");
+  }
   if (progress[3].item<int64_t>() != group.size()) {
     SHOAL_THROW(InvalidArgument,
                 "checkpoint {} was written by {} ranks; this job has {} (the data order and RNG "
                 "streams would not continue exactly)",
                 path, progress[3].item<int64_t>(), group.size());
+  }
+  if (!rng.defined() || rng.scalar_type() != torch::kUInt8 || rng.dim() != 2 ||
+      rng.size(0) != group.size() || rng.size(1) != rngState().numel()) {
+    refuse("the RNG states are malformed");
+  }
+  if (progress[0].item<int64_t>() < 0 || progress[1].item<int64_t>() < 0 ||
+      progress[2].item<int64_t>() < 0) {
+    refuse("the progress record holds a negative count");
+  }
+  for (auto& [into, from] : copies) into.copy_(from);
+  try {
+    torch::serialize::InputArchive optArchive;
+    archive.read("optimizer", optArchive);
+    opt.load(optArchive);
+  } catch (const c10::Error& e) {
+    refuse("the optimizer state does not fit this optimizer: " +
+           firstLine(e.what_without_backtrace()));
   }
   {
     auto gen = at::detail::getDefaultCPUGenerator();

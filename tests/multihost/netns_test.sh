@@ -108,8 +108,13 @@ cat "$work/out"
 grep -q "job failed: rank 3 (host $prefix.12" "$work/out" || fail "the summary should name rank 3 first"
 # (Survivors may be stopped by the launcher before they print their own PeerError: the engine's
 # fault-injection tests check those messages.)
-sleep 1
+# The launcher has exited; its ranks' processes must be gone too. Checked until they are (the
+# kernel reaps asynchronously), with 10 s as the upper bound, not slept on for a fixed time.
 for ns in "$ns1" "$ns2"; do
+  for _ in $(seq 1 100); do
+    [ -z "$(ip netns pids "$ns")" ] && break
+    sleep 0.1
+  done
   left="$(ip netns pids "$ns" | wc -l)"
   [ "$left" = 0 ] || fail "$left processes left behind in $ns: $(ip netns pids "$ns" | xargs -r ps -o pid,cmd -p)"
 done
