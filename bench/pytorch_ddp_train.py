@@ -1,12 +1,14 @@
 #!/usr/bin/python3
-"""The DDP benchmark's PyTorch peer: the same CNN, data, batch per process, optimizer and
-learning-rate schedule as examples/fashion_mnist.cpp, trained with PyTorch's own
-DistributedDataParallel (gloo backend), one intra-op thread per process. Prints one JSON line per
-epoch from rank 0: samples/s over all processes, epoch seconds, test accuracy.
+"""The DDP benchmark's PyTorch peer: the same CNNs (--model fashion: train/fashion_cnn.h; small:
+train/fashion_cnn.h, smallCnn()), data, batch per process, optimizer and learning-rate schedule as
+bench/plain_train.cpp, trained with PyTorch's own DistributedDataParallel (gloo backend), one
+intra-op thread per process. Prints one JSON line per epoch from rank 0: samples/s over all
+processes, epoch seconds, test accuracy.
 
 usage: /usr/bin/python3 bench/pytorch_ddp_train.py --procs N [--epochs E] [--batch B]
+       [--model fashion|small] [--steps S (per epoch and process; 0 = the whole epoch)]
 (Debian's python3-torch lives under /usr/bin/python3.)"""
-import argparse, gzip, json, math, os, socket, struct, time
+import argparse, gzip, json, math, os, struct, tempfile, time
 
 import numpy as np
 import torch
@@ -47,19 +49,34 @@ class FashionCnn(nn.Module):
         return self.fc2(x)
 
 
-def worker(rank, procs, port, args):
-    os.environ["MASTER_ADDR"] = "127.0.0.1"
-    os.environ["MASTER_PORT"] = str(port)
+class SmallCnn(FashionCnn):
+    def __init__(self):
+        nn.Module.__init__(self)
+        self.conv1 = nn.Conv2d(1, 16, 3, padding=1)
+        self.bn1 = nn.BatchNorm2d(16)
+        self.conv2 = nn.Conv2d(16, 32, 3, padding=1)
+        self.bn2 = nn.BatchNorm2d(32)
+        self.fc1 = nn.Linear(32 * 7 * 7, 64)
+        self.fc2 = nn.Linear(64, 10)
+        self.dropout = nn.Dropout(0.25)
+
+
+def worker(rank, procs, store_file, args):
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", rank=rank, world_size=procs)
+    # A file store: no port to pick (gloo's own listeners take ports the OS chooses).
+    dist.init_process_group("gloo", init_method=f"file://{store_file}", rank=rank,
+                            world_size=procs)
     torch.manual_seed(args.seed)
     xtrain, ytrain = read_idx("train")
     xtest, ytest = read_idx("t10k")
-    model = nn.parallel.DistributedDataParallel(FashionCnn())
+    model = nn.parallel.DistributedDataParallel(
+        SmallCnn() if args.model == "small" else FashionCnn())
     opt = torch.optim.Adam(model.parameters(), lr=args.lr)
     sampler = torch.utils.data.distributed.DistributedSampler(
         range(len(ytrain)), num_replicas=procs, rank=rank, shuffle=True, seed=args.seed)
     steps = math.ceil(len(sampler) / args.batch)
+    if args.steps > 0:
+        steps = min(steps, args.steps)
     total = steps * args.epochs
     sched = torch.optim.lr_scheduler.LambdaLR(
         opt, lambda s: 0.5 * (1 + math.cos(math.pi * min(1.0, s / total))))
@@ -68,8 +85,10 @@ def worker(rank, procs, port, args):
         order = torch.tensor(list(iter(sampler)))
         dist.barrier()
         t0 = time.perf_counter()
+        samples = 0
         for b in range(steps):
             idx = order[b * args.batch:(b + 1) * args.batch]
+            samples += len(idx)
             opt.zero_grad()
             loss = F.cross_entropy(model(xtrain[idx]), ytrain[idx])
             loss.backward()
@@ -87,8 +106,9 @@ def worker(rank, procs, port, args):
             dist.all_reduce(correct)
         model.train()
         if rank == 0:
-            print(json.dumps({"epoch": epoch + 1, "ranks": procs, "epoch_seconds": seconds,
-                              "samples_per_second": len(order) * procs / seconds,
+            print(json.dumps({"epoch": epoch + 1, "ranks": procs, "model": args.model,
+                              "epoch_seconds": seconds,
+                              "samples_per_second": samples * procs / seconds,
                               "test_accuracy": correct.item() / len(ytest)}), flush=True)
     dist.destroy_process_group()
 
@@ -100,11 +120,11 @@ def main():
     p.add_argument("--batch", type=int, default=64)
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--model", choices=["fashion", "small"], default="fashion")
+    p.add_argument("--steps", type=int, default=0)
     args = p.parse_args()
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    mp.spawn(worker, args=(args.procs, port, args), nprocs=args.procs)
+    with tempfile.TemporaryDirectory() as d:
+        mp.spawn(worker, args=(args.procs, os.path.join(d, "store"), args), nprocs=args.procs)
 
 
 if __name__ == "__main__":

@@ -4,13 +4,16 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
 #include <thread>
 
+#include "comm/collectives.h"
 #include "common/error.h"
 #include "ps/server.h"
 #include "tests/thread_ranks.h"
 #include "train/optim.h"
 #include "train/ps_trainer.h"
+#include "train/tensor_types.h"
 
 namespace shoal::test {
 namespace {
@@ -346,6 +349,368 @@ TEST(Ddp, AWorldOfOneIsPlainTraining) {
   ASSERT_EQ(errors[0], "");
   auto sa = stateOf(a), sb = stateOf(b);
   for (size_t i = 0; i < sa.size(); ++i) EXPECT_TRUE(torch::equal(sa[i], sb[i]));
+}
+
+// Each rank's own gradients of one batch, computed without DDP on a copy of `c`'s model.
+std::vector<torch::Tensor> localGradients(const Case& c, const torch::Tensor& x,
+                                          const torch::Tensor& y) {
+  Net net = makeNet(c);
+  torch::nn::functional::cross_entropy(net->forward(x), y).backward();
+  std::vector<torch::Tensor> g;
+  for (auto& p : net->parameters()) g.push_back(p.grad().clone());
+  return g;
+}
+
+// True if t's elements lie inside `buffer`'s storage.
+bool isViewInto(const torch::Tensor& t, const torch::Tensor& buffer) {
+  auto* begin = static_cast<const char*>(buffer.data_ptr());
+  auto* end = begin + buffer.numel() * buffer.element_size();
+  auto* at = static_cast<const char*>(t.data_ptr());
+  return at >= begin && at + t.numel() * t.element_size() <= end;
+}
+
+bool isViewIntoItsBucket(train::DistributedDataParallel& ddp, const torch::Tensor& grad,
+                         size_t param) {
+  auto layout = ddp.bucketLayout();
+  for (size_t b = 0; b < layout.size(); ++b) {
+    for (size_t p : layout[b]) {
+      if (p == param) return grad.defined() && isViewInto(grad, ddp.bucketBuffer(b));
+    }
+  }
+  return false;
+}
+
+TEST(Ddp, GradientsAreViewsIntoTheBucketsThroughRebuildZeroGradAndNoSync) {
+  torch::set_num_threads(1);
+  Case c{"views"};
+  auto data = makeData(1);
+  std::vector<Net> nets;
+  std::vector<std::unique_ptr<torch::optim::Optimizer>> opts;
+  for (int r = 0; r < 2; ++r) {
+    nets.push_back(makeNet(c));
+    opts.push_back(makeOpt(nets.back(), c));
+  }
+  // The average of the two ranks' gradients on their rows of the same batch.
+  auto g0 = localGradients(c, rows(data.x[0], 0), rows(data.y[0], 0));
+  auto g1 = localGradients(c, rows(data.x[0], 1), rows(data.y[0], 1));
+  std::vector<std::string> failures(2);
+  auto errors = runThreadRanks(2, testOptions(TransportKind::kShm), [&](comm::Group& g) {
+    const int r = g.rank();
+    train::DdpOptions o;
+    o.bucketBytes = 300;
+    o.firstBucketBytes = 100;
+    train::DistributedDataParallel ddp(nets[r].ptr(), g.shared_from_this(), o);
+    auto params = nets[r]->parameters();
+    auto loss = [&] {
+      return torch::nn::functional::cross_entropy(nets[r]->forward(rows(data.x[0], r)),
+                                                  rows(data.y[0], r));
+    };
+    auto check = [&](const std::string& when, double factor) {
+      for (size_t i = 0; i < params.size(); ++i) {
+        const auto& grad = params[i].grad();
+        if (!isViewIntoItsBucket(ddp, grad, i)) {
+          failures[r] += fmt::format("{}: parameter {} is not a view into its bucket; ", when, i);
+          continue;
+        }
+        auto expected = (g0[i] + g1[i]) / 2 * factor;
+        if (!torch::allclose(grad, expected, 1e-5, 1e-6)) {
+          failures[r] += fmt::format("{}: parameter {} has the wrong gradient; ", when, i);
+        }
+      }
+    };
+    // No optimizer step anywhere: the parameters stay put, so every step's gradient is the same.
+    ddp.backward(loss());  // the first iteration, then the rebuild re-points the views
+    check("after the first step", 1);
+    const auto before = ddp.bucketLayout();
+    opts[r]->zero_grad();  // libtorch 1.13: zeroes in place, the views stay
+    for (auto& p : params) {
+      if (!p.grad().defined() || p.grad().abs().max().item<double>() != 0) {
+        failures[r] += "zero_grad did not zero in place; ";
+        break;
+      }
+    }
+    ddp.backward(loss());
+    check("after an in-place zero_grad", 1);
+    nets[r]->zero_grad(/*set_to_none=*/true);
+    ddp.backward(loss());
+    check("after zero_grad(set_to_none)", 1);
+    opts[r]->zero_grad();
+    {
+      auto guard = ddp.noSync();
+      ddp.backward(loss());
+    }
+    ddp.backward(loss());
+    check("after a noSync accumulation", 2);
+    // A gradient the user assigned is what the parameter contributes.
+    opts[r]->zero_grad();
+    {
+      torch::NoGradGuard noGrad;
+      for (auto& p : params) p.mutable_grad() = torch::ones_like(p);
+    }
+    {
+      auto guard = ddp.noSync();
+      ddp.backward(loss());
+    }
+    ddp.backward(loss());
+    for (size_t i = 0; i < params.size(); ++i) {
+      auto expected = (g0[i] + g1[i]) + 1;  // 1 + 2 local gradients, averaged: 1 + 2 * average
+      if (!isViewIntoItsBucket(ddp, params[i].grad(), i) ||
+          !torch::allclose(params[i].grad(), expected, 1e-5, 1e-6)) {
+        failures[r] += fmt::format("assigned gradient: parameter {} wrong; ", i);
+      }
+    }
+    EXPECT_EQ(ddp.bucketLayout(), before) << "buckets are rebuilt once only";
+  });
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(errors[r], "") << "rank " << r;
+    EXPECT_EQ(failures[r], "") << "rank " << r;
+  }
+}
+
+// Sums instead of averaging, in two steps (start, finish) with a counter per bucket that must
+// survive from one iteration to the next, and be made afresh when the buckets are rebuilt.
+class CountingSumHook : public train::ddp::CommHook {
+ public:
+  struct Count : train::ddp::BucketState {
+    int starts = 0, finishes = 0;
+  };
+  std::unique_ptr<train::ddp::BucketState> makeState(comm::Group&,
+                                                     const train::ddp::GradBucket& b) override {
+    ++made[b.layoutVersion];
+    return std::make_unique<Count>();
+  }
+  std::shared_ptr<comm::Work> start(comm::Group& g, train::ddp::GradBucket& b) override {
+    auto& count = b.stateAs<Count>();
+    if (count.starts != count.finishes) throw std::logic_error("start twice without finish");
+    ++count.starts;
+    return comm::allreduceAsync(g, b.buffer.data_ptr(), static_cast<size_t>(b.buffer.numel()),
+                                train::toShoalType(b.buffer.scalar_type()), ReduceOp::kSum);
+  }
+  void finish(comm::Group&, train::ddp::GradBucket& b) override {
+    auto& count = b.stateAs<Count>();
+    ++count.finishes;
+    seen[{b.layoutVersion, b.index}] = count.finishes;
+  }
+  std::string name() const override { return "counting sum"; }
+
+  std::map<uint64_t, int> made;                     // layout version -> states made
+  std::map<std::pair<uint64_t, size_t>, int> seen;  // (version, bucket) -> its finishes
+};
+
+TEST(Ddp, ACustomHookWithPerBucketStateReplacesTheAverage) {
+  torch::set_num_threads(1);
+  Case c{"hook"};
+  auto data = makeData(1);
+  std::vector<Net> nets;
+  for (int r = 0; r < 2; ++r) nets.push_back(makeNet(c));
+  auto g0 = localGradients(c, rows(data.x[0], 0), rows(data.y[0], 0));
+  auto g1 = localGradients(c, rows(data.x[0], 1), rows(data.y[0], 1));
+  std::vector<std::shared_ptr<CountingSumHook>> hooks{std::make_shared<CountingSumHook>(),
+                                                      std::make_shared<CountingSumHook>()};
+  std::vector<std::string> failures(2);
+  std::vector<size_t> buckets(2);
+  auto errors = runThreadRanks(2, testOptions(TransportKind::kShm), [&](comm::Group& g) {
+    const int r = g.rank();
+    train::DdpOptions o;
+    o.bucketBytes = 300;
+    o.firstBucketBytes = 100;
+    o.commHook = hooks[r];
+    train::DistributedDataParallel ddp(nets[r].ptr(), g.shared_from_this(), o);
+    auto params = nets[r]->parameters();
+    for (int step = 0; step < 4; ++step) {
+      nets[r]->zero_grad();
+      ddp.backward(torch::nn::functional::cross_entropy(nets[r]->forward(rows(data.x[0], r)),
+                                                        rows(data.y[0], r)));
+      for (size_t i = 0; i < params.size(); ++i) {
+        if (!torch::allclose(params[i].grad(), g0[i] + g1[i], 1e-5, 1e-6)) {
+          failures[r] += fmt::format("step {}: parameter {} is not the sum; ", step, i);
+        }
+      }
+    }
+    buckets[r] = ddp.bucketLayout().size();
+  });
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_EQ(errors[r], "") << "rank " << r;
+    EXPECT_EQ(failures[r], "") << "rank " << r;
+    auto& h = *hooks[r];
+    ASSERT_EQ(h.made.size(), 2u) << "one layout at construction, one after the rebuild";
+    EXPECT_EQ(h.made.at(2), static_cast<int>(buckets[r]));
+    EXPECT_GT(buckets[r], 2u);
+    for (auto& [key, finishes] : h.seen) {
+      // The first layout served the first step; the rebuilt one the three after it.
+      EXPECT_EQ(finishes, key.first == 1 ? 1 : 3)
+          << "rank " << r << " layout " << key.first << " bucket " << key.second;
+    }
+    EXPECT_EQ(h.seen.size(), static_cast<size_t>(h.made.at(1) + h.made.at(2)));
+  }
+}
+
+// A hook whose start() throws at its `failAt`-th call (counting from 0), on every rank alike.
+class ThrowingHook : public train::ddp::AllreduceHook {
+ public:
+  explicit ThrowingHook(int failAt) : failAt_(failAt) {}
+  std::shared_ptr<comm::Work> start(comm::Group& g, train::ddp::GradBucket& b) override {
+    if (calls_++ == failAt_) {
+      SHOAL_THROW(PeerError, "rank {}: injected: peer 9 vanished while sending bucket {}", g.rank(),
+                  b.index);
+    }
+    return AllreduceHook::start(g, b);
+  }
+
+ private:
+  int failAt_;
+  int calls_ = 0;
+};
+
+TEST(Ddp, AHookThatThrowsReachesTheCallerAndTheNextStepWorks) {
+  torch::set_num_threads(1);
+  for (bool overlap : {true, false}) {
+    Case c{"throwing"};
+    auto data = makeData(1);
+    std::vector<Net> nets;
+    for (int r = 0; r < 2; ++r) nets.push_back(makeNet(c));
+    auto g0 = localGradients(c, rows(data.x[0], 0), rows(data.y[0], 0));
+    auto g1 = localGradients(c, rows(data.x[0], 1), rows(data.y[0], 1));
+    std::vector<std::string> caught(2), failures(2);
+    auto errors = runThreadRanks(2, testOptions(TransportKind::kShm), [&](comm::Group& g) {
+      const int r = g.rank();
+      train::DdpOptions o;
+      o.overlap = overlap;
+      o.bucketBytes = 300;
+      o.firstBucketBytes = 100;
+      o.commHook = std::make_shared<ThrowingHook>(1);  // the second bucket of the first step
+      train::DistributedDataParallel ddp(nets[r].ptr(), g.shared_from_this(), o);
+      auto loss = [&] {
+        return torch::nn::functional::cross_entropy(nets[r]->forward(rows(data.x[0], r)),
+                                                    rows(data.y[0], r));
+      };
+      try {
+        ddp.backward(loss());
+        caught[r] = "nothing thrown";
+      } catch (const PeerError& e) {
+        caught[r] = e.what();
+      }
+      nets[r]->zero_grad();
+      ddp.backward(loss());  // the reducer recovered: a normal step
+      auto params = nets[r]->parameters();
+      for (size_t i = 0; i < params.size(); ++i) {
+        if (!torch::allclose(params[i].grad(), (g0[i] + g1[i]) / 2, 1e-5, 1e-6)) {
+          failures[r] += fmt::format("parameter {} wrong after the failed step; ", i);
+        }
+      }
+    });
+    for (int r = 0; r < 2; ++r) {
+      EXPECT_EQ(errors[r], "") << "rank " << r << " overlap " << overlap;
+      EXPECT_EQ(failures[r], "") << "rank " << r << " overlap " << overlap;
+      EXPECT_NE(caught[r].find("injected: peer 9 vanished while sending bucket 1"),
+                std::string::npos)
+          << caught[r];
+    }
+  }
+}
+
+// Rank 1 all-reduces one element fewer than rank 0: the collective fails (asynchronously,
+// inside the Work) on both ranks.
+class MismatchingHook : public train::ddp::CommHook {
+ public:
+  std::shared_ptr<comm::Work> start(comm::Group& g, train::ddp::GradBucket& b) override {
+    const size_t n = static_cast<size_t>(b.buffer.numel()) - (g.rank() == 1 ? 1 : 0);
+    return comm::allreduceAsync(g, b.buffer.data_ptr(), n, DataType::kFloat32, ReduceOp::kSum);
+  }
+  std::string name() const override { return "mismatching"; }
+};
+
+// A model whose unused layer is registered first: its gradient bucket goes last, so the
+// buckets before it start (and fail, below) before DDP finds the parameter without gradient.
+struct UnusedFirstImpl : torch::nn::Module {
+  UnusedFirstImpl() {
+    unused = register_module("unused", torch::nn::Linear(4, 4));
+    fc1 = register_module("fc1", torch::nn::Linear(8, 16));
+    fc2 = register_module("fc2", torch::nn::Linear(16, 4));
+  }
+  torch::Tensor forward(torch::Tensor x) { return fc2(torch::relu(fc1(x))); }
+  torch::nn::Linear unused{nullptr}, fc1{nullptr}, fc2{nullptr};
+};
+TORCH_MODULE(UnusedFirst);
+
+// Two ranks, each with `body(ddp, loss)`; small buckets. Returns what each rank caught, as
+// "<type>: <message>", and runThreadRanks' errors in `errors`.
+std::vector<std::string> failingStep(std::shared_ptr<train::ddp::CommHook> hook,
+                                     double timeoutSeconds, bool rank1Leaves,
+                                     std::vector<std::string>& errors) {
+  torch::set_num_threads(1);
+  auto data = makeData(1);
+  std::vector<UnusedFirst> nets;
+  for (int r = 0; r < 2; ++r) {
+    torch::manual_seed(7);
+    nets.emplace_back();
+  }
+  std::vector<std::string> caught(2);
+  errors = runThreadRanks(2, testOptions(TransportKind::kShm, timeoutSeconds), [&](comm::Group& g) {
+    const int r = g.rank();
+    train::DdpOptions o;
+    o.bucketBytes = 300;
+    o.firstBucketBytes = 100;
+    o.commHook = hook;
+    train::DistributedDataParallel ddp(nets[r].ptr(), g.shared_from_this(), o);
+    ASSERT_GT(ddp.bucketLayout().size(), 2u);
+    if (r == 1 && rank1Leaves) return;  // its group is destroyed: rank 0's collectives fail
+    try {
+      ddp.backward(torch::nn::functional::cross_entropy(nets[r]->forward(rows(data.x[0], r)),
+                                                        rows(data.y[0], r)));
+      caught[r] = "nothing thrown";
+    } catch (const InvalidArgument& e) {
+      caught[r] = std::string("InvalidArgument: ") + e.what();
+    } catch (const PeerError& e) {
+      caught[r] = std::string("PeerError: ") + e.what();
+    } catch (const TimeoutError& e) {
+      caught[r] = std::string("TimeoutError: ") + e.what();
+    } catch (const MismatchError& e) {
+      caught[r] = std::string("MismatchError: ") + e.what();
+    } catch (const std::exception& e) {
+      caught[r] = std::string("other: ") + e.what();
+    }
+  });
+  return caught;
+}
+
+// Issue 10, item 3: DDP used to wait for the failed all-reduces silently and report the unused
+// parameter instead. The collective's error must win, with its type.
+TEST(Ddp, AFailedCollectiveIsReportedNotAnUnusedParameter) {
+  std::vector<std::string> errors;
+  auto caught = failingStep(std::make_shared<MismatchingHook>(), 20, false, errors);
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(errors[r], "") << "rank " << r;
+    EXPECT_TRUE(caught[r].rfind("MismatchError: ", 0) == 0 ||
+                caught[r].rfind("PeerError: ", 0) == 0)
+        << "rank " << r << ": " << caught[r];
+    EXPECT_EQ(caught[r].find("got no gradient"), std::string::npos) << caught[r];
+  }
+}
+
+// The same with the default hook and a peer that goes away.
+TEST(Ddp, APeerThatLeavesIsReportedNotAnUnusedParameter) {
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<std::string> errors;
+  auto caught = failingStep(train::ddp::averageAllreduce(), 10, true, errors);
+  EXPECT_EQ(errors[0], "");
+  EXPECT_TRUE(caught[0].rfind("PeerError: ", 0) == 0 || caught[0].rfind("TimeoutError: ", 0) == 0)
+      << caught[0];
+  EXPECT_EQ(caught[0].find("got no gradient"), std::string::npos) << caught[0];
+  // Bounded by the group's timeout (10 s), with a generous margin.
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(30));
+}
+
+// Without a failure the unused parameter is still named (the check is not lost).
+TEST(Ddp, AnUnusedParameterInALaterBucketIsNamed) {
+  std::vector<std::string> errors;
+  auto caught = failingStep(train::ddp::averageAllreduce(), 20, false, errors);
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(errors[r], "") << "rank " << r;
+    EXPECT_EQ(caught[r].rfind("InvalidArgument: ", 0), 0u) << caught[r];
+    EXPECT_NE(caught[r].find("parameter 'unused.weight' got no gradient"), std::string::npos)
+        << caught[r];
+  }
 }
 
 }  // namespace

@@ -38,10 +38,7 @@ std::string broadcastString(comm::Group& g, std::string s) {
 DistributedDataParallel::DistributedDataParallel(std::shared_ptr<torch::nn::Module> module,
                                                  std::shared_ptr<comm::Group> group,
                                                  DdpOptions options)
-    : module_(std::move(module)),
-      group_(std::move(group)),
-      options_(options),
-      alive_(std::make_shared<bool>(true)) {
+    : module_(std::move(module)), group_(std::move(group)), options_(std::move(options)) {
   SHOAL_CHECK(module_ && group_, "DistributedDataParallel needs a module and a group");
   SHOAL_CHECK(options_.bucketBytes > 0 && options_.firstBucketBytes > 0,
               "DistributedDataParallel: bucket sizes must be positive");
@@ -57,30 +54,16 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<torch::nn::Modu
   for (auto& b : module_->buffers(/*recurse=*/true)) state.push_back(b);
   broadcastFromRankZero(state);
 
-  std::vector<size_t> order(params_.size());
-  for (size_t i = 0; i < order.size(); ++i) order[i] = order.size() - 1 - i;
-  buildBuckets(order);
-  resetIteration();
-
-  std::weak_ptr<bool> alive = alive_;
-  for (size_t i = 0; i < params_.size(); ++i) {
-    params_[i].register_hook([this, alive, i](const torch::Tensor& grad) {
-      if (alive.lock()) onGradient(i, grad);
-    });
-  }
+  ddp::ReducerOptions r;
+  r.bucketBytes = options_.bucketBytes;
+  r.firstBucketBytes = options_.firstBucketBytes;
+  r.overlap = options_.overlap;
+  r.findUnusedParameters = options_.findUnusedParameters;
+  reducer_ = std::make_unique<ddp::Reducer>(
+      params_, names_, group_, r, options_.commHook ? options_.commHook : ddp::averageAllreduce());
 }
 
-DistributedDataParallel::~DistributedDataParallel() {
-  alive_.reset();
-  // Buffers of in-flight all-reduces belong to them until they finish.
-  for (auto& b : buckets_) {
-    if (!b.work) continue;
-    try {
-      b.work->wait();
-    } catch (const std::exception&) {
-    }
-  }
-}
+DistributedDataParallel::~DistributedDataParallel() = default;
 
 void DistributedDataParallel::checkSameParameters() {
   std::string mine;
@@ -144,56 +127,18 @@ void DistributedDataParallel::broadcastFromRankZero(const std::vector<torch::Ten
   }
 }
 
-void DistributedDataParallel::buildBuckets(const std::vector<size_t>& order) {
-  buckets_.clear();
-  bucketOf_.assign(params_.size(), 0);
-  slotOf_.assign(params_.size(), 0);
-  std::vector<std::vector<size_t>> groups;
-  std::vector<size_t> bytes;
-  for (size_t i : order) {
-    const auto& p = params_[i];
-    const size_t pb = static_cast<size_t>(p.numel()) * p.element_size();
-    // The first bucket is small, so the first all-reduce starts early in backward.
-    const size_t cap = groups.size() == 1 ? options_.firstBucketBytes : options_.bucketBytes;
-    const bool startNew = groups.empty() ||
-                          params_[groups.back().front()].scalar_type() != p.scalar_type() ||
-                          bytes.back() + pb > cap;
-    if (startNew) {
-      groups.emplace_back();
-      bytes.push_back(0);
-    }
-    groups.back().push_back(i);
-    bytes.back() += pb;
-  }
-  for (auto& g : groups) {
-    Bucket b;
-    int64_t total = 0;
-    for (size_t i : g) {
-      bucketOf_[i] = buckets_.size();
-      slotOf_[i] = b.params.size();
-      b.params.push_back(i);
-      b.offsets.push_back(total);
-      total += params_[i].numel();
-    }
-    b.flat = torch::zeros({total}, params_[g.front()].options().requires_grad(false));
-    buckets_.push_back(std::move(b));
-  }
-}
-
 std::vector<std::vector<size_t>> DistributedDataParallel::bucketLayout() const {
-  std::vector<std::vector<size_t>> out;
-  for (auto& b : buckets_) out.push_back(b.params);
-  return out;
+  return reducer_ ? reducer_->bucketLayout() : std::vector<std::vector<size_t>>{};
 }
 
-void DistributedDataParallel::resetIteration() {
-  ready_.assign(params_.size(), 0);
-  for (auto& b : buckets_) {
-    b.pending = b.params.size();
-    b.launched = false;
-    b.work.reset();
-  }
-  nextToLaunch_ = 0;
+const torch::Tensor& DistributedDataParallel::bucketBuffer(size_t b) const {
+  SHOAL_CHECK(reducer_, "DistributedDataParallel: a world of one has no buckets");
+  return reducer_->bucketBuffer(b);
+}
+
+void DistributedDataParallel::setSync(bool sync) {
+  sync_ = sync;
+  if (reducer_) reducer_->setSync(sync);
 }
 
 void DistributedDataParallel::beforeForward() {
@@ -202,106 +147,23 @@ void DistributedDataParallel::beforeForward() {
   if (!buffers.empty()) broadcastFromRankZero(buffers);
 }
 
-void DistributedDataParallel::onGradient(size_t i, const torch::Tensor& grad) {
-  if (!sync_) return;  // accumulating locally (noSync)
-  torch::NoGradGuard noGrad;
-  Bucket& b = buckets_[bucketOf_[i]];
-  auto slot = b.flat.narrow(0, b.offsets[slotOf_[i]], params_[i].numel());
-  if (ready_[i]) {
-    // A second backward before the gradients were synchronized: the bucket may already be on
-    // the wire, so adding to it would race with the all-reduce.
-    SHOAL_THROW(InvalidArgument,
-                "rank {}: DistributedDataParallel: parameter '{}' got a second gradient before "
-                "the first was synchronized; call backward() once per step (accumulate with "
-                "noSync())",
-                group_->rank(), names_[i]);
-  }
-  slot.copy_(grad.reshape(-1));
-  // What earlier noSync backwards accumulated: autograd adds `grad` to it after this hook.
-  const auto& accumulated = params_[i].grad();
-  if (accumulated.defined()) slot.add_(accumulated.reshape(-1));
-  ready_[i] = 1;
-  if (!rebuilt_) readyOrder_.push_back(i);
-  if (--b.pending == 0 && options_.overlap) launchReadyBuckets();
-}
-
-void DistributedDataParallel::launchReadyBuckets() {
-  // In bucket order on every rank, whatever order they filled in: collectives match by order.
-  while (nextToLaunch_ < buckets_.size() && buckets_[nextToLaunch_].pending == 0) {
-    launch(buckets_[nextToLaunch_++]);
-  }
-}
-
-void DistributedDataParallel::launch(Bucket& b) {
-  b.work = comm::allreduceAsync(*group_, b.flat.data_ptr(), static_cast<size_t>(b.flat.numel()),
-                                toShoalType(b.flat.scalar_type()), ReduceOp::kAvg);
-  b.launched = true;
-}
-
 void DistributedDataParallel::backward(const torch::Tensor& loss) {
-  loss.backward();
-  finishGradientSync();
+  if (!reducer_) {
+    loss.backward();
+    return;
+  }
+  try {
+    loss.backward();
+  } catch (...) {
+    // A hook's failure inside autograd: report the iteration's root cause, with the reducer
+    // ready for the next one.
+    std::rethrow_exception(reducer_->abandonIteration(std::current_exception()));
+  }
+  reducer_->finish();
 }
 
 void DistributedDataParallel::finishGradientSync() {
-  if (!sync_ || group_->size() == 1) return;
-  torch::NoGradGuard noGrad;
-  for (size_t i = 0; i < params_.size(); ++i) {
-    if (ready_[i]) continue;
-    if (!options_.findUnusedParameters) {
-      // Let what already started finish (its buffers are ours), then name the parameter.
-      for (auto& b : buckets_) {
-        if (b.work) {
-          try {
-            b.work->wait();
-          } catch (const std::exception&) {
-          }
-        }
-      }
-      resetIteration();
-      SHOAL_THROW(InvalidArgument,
-                  "rank {}: DistributedDataParallel: parameter '{}' got no gradient in this "
-                  "backward (not used to compute the loss). If that is intended, construct with "
-                  "DdpOptions::findUnusedParameters = true",
-                  group_->rank(), names_[i]);
-    }
-    Bucket& b = buckets_[bucketOf_[i]];
-    auto slot = b.flat.narrow(0, b.offsets[slotOf_[i]], params_[i].numel());
-    const auto& accumulated = params_[i].grad();
-    if (accumulated.defined()) {
-      slot.copy_(accumulated.reshape(-1));
-    } else {
-      slot.zero_();
-    }
-    ready_[i] = 1;
-    --b.pending;
-  }
-  launchReadyBuckets();
-  for (auto& b : buckets_) {
-    b.work->wait();
-    for (size_t k = 0; k < b.params.size(); ++k) {
-      auto& p = params_[b.params[k]];
-      auto averaged = b.flat.narrow(0, b.offsets[k], p.numel()).view_as(p);
-      if (p.grad().defined()) {
-        p.mutable_grad().copy_(averaged);
-      } else {
-        p.mutable_grad() = averaged.clone();
-      }
-    }
-  }
-  if (!rebuilt_) {
-    // Rank 0's actual order (parameters that never got a gradient last), for every rank.
-    std::vector<int64_t> order(readyOrder_.begin(), readyOrder_.end());
-    for (size_t i = params_.size(); i-- > 0;) {
-      if (std::find(readyOrder_.begin(), readyOrder_.end(), i) == readyOrder_.end()) {
-        order.push_back(static_cast<int64_t>(i));
-      }
-    }
-    comm::broadcast(*group_, order.data(), order.size(), DataType::kInt64, 0);
-    buildBuckets(std::vector<size_t>(order.begin(), order.end()));
-    rebuilt_ = true;
-  }
-  resetIteration();
+  if (reducer_) reducer_->finish();
 }
 
 }  // namespace shoal::train

@@ -13,13 +13,23 @@
 //
 // How: at construction every rank checks that all ranks registered the same parameters (names,
 // shapes, dtypes; MismatchError naming the first difference, on every rank) and takes rank 0's
-// parameters and buffers. Gradients are assigned to buckets (default 25 MiB, the first one
-// 1 MiB so communication starts early) in reverse registration order, which is roughly the
-// order backward produces them. A hook on each parameter copies its gradient into its bucket;
-// when a bucket is complete its all-reduce (average) starts on the group's async API while
-// backward goes on. Buckets start in bucket order on every rank (collectives match by order).
-// After the first iteration the buckets are rebuilt in the order gradients actually became
-// ready on rank 0, broadcast so every rank agrees.
+// parameters and buffers. The gradients are then the reducer's (train/ddp/reducer.h): it
+// groups them into buckets (default 25 MiB, the first one 1 MiB so communication starts early)
+// in reverse registration order, roughly the order backward produces them; each parameter's
+// .grad becomes a view into its bucket (Note [Gradients as bucket views]), so backward
+// accumulates straight into the bucket. When a bucket is complete its communication hook
+// (train/ddp/comm_hook.h; default: one average all-reduce, the division done by the
+// collective) starts while backward goes on. Buckets start in bucket order on every rank
+// (collectives match by order). After the first iteration the buckets are rebuilt in the order
+// gradients actually became ready on rank 0, broadcast so every rank agrees.
+//
+// Errors: a failed collective (TimeoutError, PeerError, MismatchError, ...) or whatever the
+// hook throws reaches the caller of backward() / finishGradientSync() unchanged, after the
+// communication still in flight has been waited for; DDP is then ready for a next iteration
+// (which will fail again if the group was aborted).
+//
+// With one rank nothing is checked, moved or hooked, and the hook is not called: backward() is
+// plain loss.backward().
 //
 // Threading: one training thread per rank. Not copyable. The module must outlive this object;
 // the hooks it registers stay on the parameters but do nothing once it is destroyed.
@@ -32,6 +42,8 @@
 #include <vector>
 
 #include "comm/group.h"
+#include "train/ddp/comm_hook.h"
+#include "train/ddp/reducer.h"
 
 namespace shoal::train {
 
@@ -45,6 +57,10 @@ struct DdpOptions {
   bool findUnusedParameters = false;
   // Copy rank 0's buffers (BatchNorm running statistics) to every rank before each forward.
   bool broadcastBuffers = true;
+  // What is done to each complete bucket; null means the default, ddp::averageAllreduce().
+  // Shared: the hook may be shared by several DDP instances only if it keeps no state of its
+  // own beyond the per-bucket BucketState.
+  std::shared_ptr<ddp::CommHook> commHook;
 };
 
 class DistributedDataParallel {
@@ -58,20 +74,22 @@ class DistributedDataParallel {
   // Call before each forward: broadcasts buffers (if enabled).
   void beforeForward();
 
-  // loss.backward(), then waits for the gradient all-reduces still in flight and writes the
-  // averaged gradients into the parameters' .grad. Inside a noSync() scope: only backward.
+  // loss.backward(), then finishGradientSync(): afterwards every parameter's .grad (a view into
+  // its bucket) holds the hook's result, by default the average over ranks. Inside a noSync()
+  // scope: only backward. Blocking, bounded by the group's timeout. Throws what backward or the
+  // communication threw (see Errors above).
   void backward(const torch::Tensor& loss);
 
-  // For callers that run backward themselves: waits for what is still in flight (no-op inside
-  // noSync()). backward() calls it.
+  // For callers that run backward themselves: starts the buckets not started yet and waits for
+  // all of them (no-op inside noSync()). backward() calls it. Throws as backward().
   void finishGradientSync();
 
   // Gradient accumulation: while the returned guard lives, backward only accumulates into
   // .grad locally; the next synchronized backward averages the accumulated sum.
   class NoSyncGuard {
    public:
-    explicit NoSyncGuard(DistributedDataParallel& d) : d_(d) { d_.sync_ = false; }
-    ~NoSyncGuard() { d_.sync_ = true; }
+    explicit NoSyncGuard(DistributedDataParallel& d) : d_(d) { d_.setSync(false); }
+    ~NoSyncGuard() { d_.setSync(true); }
     NoSyncGuard(const NoSyncGuard&) = delete;
     NoSyncGuard& operator=(const NoSyncGuard&) = delete;
 
@@ -80,43 +98,25 @@ class DistributedDataParallel {
   };
   NoSyncGuard noSync() { return NoSyncGuard(*this); }
 
-  // The current bucket layout: parameter indices (registration order) per bucket.
+  // The current bucket layout: parameter indices (registration order) per bucket; empty with
+  // one rank.
   std::vector<std::vector<size_t>> bucketLayout() const;
+  // Bucket b's flat gradient buffer (the .grad views point into it). With more than one rank.
+  const torch::Tensor& bucketBuffer(size_t b) const;
   comm::Group& group() { return *group_; }
 
  private:
-  struct Bucket {
-    torch::Tensor flat;
-    std::vector<size_t> params;  // indices into params_
-    std::vector<int64_t> offsets;
-    size_t pending = 0;
-    bool launched = false;
-    std::shared_ptr<comm::Work> work;
-  };
-
+  void setSync(bool sync);
   void checkSameParameters();
   void broadcastFromRankZero(const std::vector<torch::Tensor>& tensors);
-  void buildBuckets(const std::vector<size_t>& order);
-  void onGradient(size_t param, const torch::Tensor& grad);
-  void launchReadyBuckets();
-  void launch(Bucket& b);
-  void resetIteration();
 
   std::shared_ptr<torch::nn::Module> module_;
   std::shared_ptr<comm::Group> group_;
   DdpOptions options_;
   std::vector<torch::Tensor> params_;
   std::vector<std::string> names_;
-  std::vector<Bucket> buckets_;
-  std::vector<size_t> bucketOf_;    // param -> bucket
-  std::vector<size_t> slotOf_;      // param -> position in its bucket
-  std::vector<char> ready_;         // per param, this iteration
-  std::vector<size_t> readyOrder_;  // first iteration's order, for the rebuild
-  size_t nextToLaunch_ = 0;
+  std::unique_ptr<ddp::Reducer> reducer_;  // null with one rank
   bool sync_ = true;
-  bool rebuilt_ = false;
-  bool inBackward_ = false;
-  std::shared_ptr<bool> alive_;  // the hooks hold it weakly
 };
 
 }  // namespace shoal::train

@@ -1,6 +1,7 @@
 // The CNN the Fashion-MNIST example, its tests and the training benchmark share (the PyTorch
 // peer in bench/pytorch_ddp_train.py defines the same layers): two 3x3 conv layers with
-// BatchNorm and max-pooling, dropout, two fully connected layers. 421k parameters.
+// BatchNorm and max-pooling, dropout, two fully connected layers. 421k parameters with the
+// default widths; smallCnn() below is the same network at half the widths.
 #pragma once
 
 #include <torch/torch.h>
@@ -8,13 +9,13 @@
 namespace shoal::train {
 
 struct FashionCnnImpl : torch::nn::Module {
-  FashionCnnImpl()
-      : conv1(torch::nn::Conv2dOptions(1, 32, 3).padding(1)),
-        bn1(32),
-        conv2(torch::nn::Conv2dOptions(32, 64, 3).padding(1)),
-        bn2(64),
-        fc1(64 * 7 * 7, 128),
-        fc2(128, 10),
+  explicit FashionCnnImpl(int64_t channels1 = 32, int64_t channels2 = 64, int64_t hidden = 128)
+      : conv1(torch::nn::Conv2dOptions(1, channels1, 3).padding(1)),
+        bn1(channels1),
+        conv2(torch::nn::Conv2dOptions(channels1, channels2, 3).padding(1)),
+        bn2(channels2),
+        fc1(channels2 * 7 * 7, hidden),
+        fc2(hidden, 10),
         dropout(0.25) {
     register_module("conv1", conv1);
     register_module("bn1", bn1);
@@ -40,5 +41,12 @@ struct FashionCnnImpl : torch::nn::Module {
   torch::nn::Dropout dropout;
 };
 TORCH_MODULE(FashionCnn);
+
+// For the DDP benchmark, where communication weighs more against compute: 106k parameters (the
+// first fully connected layer holds 95% of them), about a quarter of the multiply-adds. The
+// PyTorch peer's SmallCnn in bench/pytorch_ddp_train.py has the same layers.
+inline FashionCnn smallCnn() {
+  return FashionCnn(16, 32, 64);
+}
 
 }  // namespace shoal::train
