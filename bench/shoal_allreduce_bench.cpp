@@ -1,9 +1,10 @@
 // Shoal's all-reduce, each algorithm, over one transport. Started plainly it launches itself
-// as --ranks local processes (like the demo); each rank runs the shared measurement loop.
-#include <unistd.h>
-
+// as --ranks local processes (like the demo); each rank runs the shared measurement loop
+// (bench/bench_common.h: calibrated repetitions, every result verified). Exits non-zero if any
+// rank's result was wrong.
 #include <CLI/CLI.hpp>
 #include <cstdlib>
+#include <sstream>
 
 #include "bench/bench_common.h"
 #include "comm/collectives.h"
@@ -14,39 +15,48 @@ using namespace shoal;
 
 int main(int argc, char** argv) {
   CLI::App app{"Shoal all-reduce benchmark"};
-  int ranks = 2, reps = 7;
-  std::string transport = "shm", algorithms = "auto,ring,recursive_doubling,driver";
+  int ranks = 2;
+  bench::MeasureOptions m;
+  std::string transport = "shm", algorithms = "auto,ring,recursive_doubling,rabenseifner,driver";
   size_t maxBytes = 256u << 20;
   app.add_option("-n,--ranks", ranks)->check(CLI::Range(1, 64));
   app.add_option("--transport", transport)->check(CLI::IsMember({"shm", "tcp"}));
   app.add_option("--algorithms", algorithms, "comma-separated");
-  app.add_option("--reps", reps)->check(CLI::Range(1, 1000));
-  app.add_option("--max-bytes", maxBytes);
+  app.add_option("--reps", m.reps, "measurements per size")->check(CLI::Range(1, 1000));
+  app.add_option("--corrupt-rank", m.corruptRank, "test hook: damage this rank's results")
+      ->check(CLI::Range(-1, 63));
+  app.add_option("--min-seconds", m.minSeconds, "lower bound on one measurement")
+      ->check(CLI::Range(0.0, 60.0));
+  app.add_option("--max-bytes", maxBytes)->check(CLI::Range(size_t{4096}, size_t{1} << 32));
   CLI11_PARSE(app, argc, argv);
 
   if (!std::getenv("SHOAL_RANK")) {
-    return run::runSelfLocally(ranks,
-                               {"--transport", transport, "--algorithms", algorithms, "--reps",
-                                std::to_string(reps), "--max-bytes", std::to_string(maxBytes)},
-                               {{"SHOAL_TRANSPORT", transport}}, std::chrono::minutes(30));
+    return run::runSelfLocally(
+        ranks,
+        {"--transport", transport, "--algorithms", algorithms, "--reps", std::to_string(m.reps),
+         "--min-seconds", std::to_string(m.minSeconds), "--corrupt-rank",
+         std::to_string(m.corruptRank), "--max-bytes", std::to_string(maxBytes)},
+        {{"SHOAL_TRANSPORT", transport}}, std::chrono::minutes(30));
   }
 
   auto world = init().group;
+  bench::Collective c;
+  c.timing.maxOverRanks = [&](double v) {
+    comm::allreduce(*world, &v, 1, DataType::kFloat64, ReduceOp::kMax);
+    return v;
+  };
+  c.timing.barrier = [&] { comm::barrier(*world); };
   std::stringstream list(algorithms);
   std::string name;
   while (std::getline(list, name, ',')) {
     auto algo = comm::parseAllreduceAlgorithm(name);
-    bench::Collective c;
-    c.allreduce = [&](float* d, size_t count) {
+    c.allreduce = [&, algo](float* d, size_t count) {
       comm::allreduce(*world, d, count, DataType::kFloat32, ReduceOp::kSum, {.algorithm = algo});
     };
-    c.maxOverRanks = [&](double v) {
-      comm::allreduce(*world, &v, 1, DataType::kFloat64, ReduceOp::kMax);
-      return v;
-    };
-    c.barrier = [&] { comm::barrier(*world); };
-    bench::runSizes("shoal", transport + "/" + name, world->rank(), world->size(), c,
-                    bench::defaultSizes(maxBytes), reps);
+    if (!bench::runAllreduceSizes("shoal", transport + "/" + name, world->rank(), world->size(), c,
+                                  bench::defaultSizes(maxBytes), m)) {
+      return 1;
+    }
   }
   return 0;
 }
