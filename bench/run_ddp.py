@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Training benchmark: two CNNs (the example's, train/fashion_cnn.h, 421k parameters; and
-train/small_cnn.h, 106k parameters, where communication weighs more), the same data, batch per
+smallCnn() in train/fashion_cnn.h, 106k parameters, where communication weighs more), the same data, batch per
 rank, optimizer and schedule, one intra-op thread per process, in the same run:
   (a) plain libtorch, one process, no Shoal     (build/bench/plain_train)
   (b) Shoal DDP with 1, 2 and 4 ranks            (build/shoal run -n N -- build/bench/plain_train --ddp:
@@ -23,6 +23,7 @@ import argparse, json, os, platform, statistics, subprocess, tempfile
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ENV = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1")
 PARAMS = {"fashion": "421k", "small": "106k"}
+SOURCE = {"fashion": "`train/fashion_cnn.h`", "small": "`smallCnn()` in `train/fashion_cnn.h`"}
 TARGET_2 = {"fashion": 1.95, "small": 1.85}  # Shoal DDP 2 ranks vs plain libtorch
 
 
@@ -37,10 +38,12 @@ def json_lines(text):
     return rows
 
 
-def run(cmd):
+def run(cmd, rows_on_stdout=True):
     p = subprocess.run(cmd, env=ENV, capture_output=True, text=True)
     if p.returncode != 0:
         raise SystemExit(f"failed ({p.returncode}): {' '.join(cmd)}\n{p.stdout[-2000:]}{p.stderr[-4000:]}")
+    if not rows_on_stdout:
+        return []
     rows = json_lines(p.stdout)
     if not rows:
         raise SystemExit(f"no result lines from: {' '.join(cmd)}\n{p.stderr[-4000:]}")
@@ -65,8 +68,12 @@ def variants(a, model):
             with tempfile.NamedTemporaryFile(suffix=".jsonl") as m:
                 subset = [] if a.steps == 0 else ["--train-subset", str(a.steps * 64 * n)]
                 run([f"{b}/shoal", "run", "-q", "-n", str(n), "--", f"{b}/fashion_mnist",
-                     "--epochs", str(a.epochs), "-q", "--metrics", m.name] + subset)
-                return [json.loads(l) for l in open(m.name)]
+                     "--epochs", str(a.epochs), "-q", "--metrics", m.name] + subset,
+                    rows_on_stdout=False)  # the example writes its rows to --metrics
+                rows = [json.loads(l) for l in open(m.name) if l.strip()]
+                if not rows:
+                    raise SystemExit(f"fashion_mnist wrote no metrics to {m.name}")
+                return rows
         v.append(("Shoal DDP, examples/fashion_mnist", 2, example))
     return v
 
@@ -126,7 +133,7 @@ def write_report(rows, a, models, path):
     for model in models:
         base = summary(model, "plain libtorch", 1)
         L += ["", f"## {'The example' if model == 'fashion' else 'The small'} CNN "
-              f"(`train/{model}_cnn.h`, {PARAMS[model]} parameters)", "",
+              f"({SOURCE[model]}, {PARAMS[model]} parameters)", "",
               "| variant | ranks | samples/s (median) | min - max | s/epoch | final test accuracy | vs plain libtorch |",
               "|---|---|---|---|---|---|---|"]
         order = [("plain libtorch", 1)] + [("Shoal DDP", n) for n in (1, 2, 4)] + \
