@@ -23,6 +23,7 @@ void allreduceRecursiveDoubling(OpContext& ctx, void* data, size_t count) {
   const PowerOfTwoFold f = foldIn(ctx, bytes, total, rounds);
   if (f.vrank < 0) return;
 
+  if (total == 0) return;  // nothing to move (and no buffer to copy from)
   std::vector<uint8_t> mine(total);
   std::vector<transport::Transfer> batch;
   uint32_t step = 1;

@@ -202,7 +202,7 @@ std::string Shard::restore(const std::string& payload, uint64_t& round,
       SHOAL_THROW(InvalidArgument, "{}: {} holds {} bytes, expected {}", source, what, b.size(),
                   v.size() * sizeof(float));
     }
-    std::memcpy(v.data(), b.data(), b.size());
+    if (!b.empty()) std::memcpy(v.data(), b.data(), b.size());
   };
   fill(values_, "values");
   fill(state0_, "optimizer state");

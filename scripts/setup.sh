@@ -13,6 +13,7 @@ PACKAGES=(
   python3
   iproute2 util-linux openssl procps
   dataset-fashion-mnist python3-torch
+  clang-16 libclang-rt-16-dev llvm-16
 )
 
 missing=()

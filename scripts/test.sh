@@ -1,7 +1,70 @@
 #!/usr/bin/env bash
 # Set-up, build, and every test. The README's test command.
-set -euo pipefail
+#
+# Three stages, each run even if an earlier one failed, so one CI run shows every failure:
+#   normal  the normal build (build/) and the whole ctest suite (arguments go to this ctest);
+#   asan    the engine's tests under AddressSanitizer + UndefinedBehaviorSanitizer
+#           (scripts/sanitize.sh asan, build-asan/);
+#   fuzz    the fuzz targets from the committed seed corpus (scripts/fuzz.sh, build-fuzz/):
+#           SHOAL_FUZZ_RUNS inputs each (default 40000, seed 1: repeatable), at most
+#           SHOAL_FUZZ_SECONDS (default 30); SHOAL_FUZZ_TARGETS overrides which.
+# SHOAL_TEST_STAGES=normal,asan,fuzz picks stages. The default is normal,fuzz: the asan stage
+# takes about 14 minutes here (a full sanitized build) and has not yet been rerun green after the
+# fixes for its three findings (fuzz/README.md, "Open findings"). ThreadSanitizer (scripts/sanitize.sh tsan) and long fuzzing runs
+# are not part of this script.
+# Exit status: non-zero if any stage failed. The last lines repeat each stage's summary (ctest's
+# "tests passed" and FAILED lines, one line per fuzz target) and say how long each stage took.
+set -uo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/build.sh
-cd build
-ctest --output-on-failure --timeout 900 "$@"
+STAGES=${SHOAL_TEST_STAGES:-normal,fuzz}
+for s in ${STAGES//,/ }; do
+  case "$s" in
+    normal | asan | fuzz) ;;
+    *)
+      echo "test.sh: unknown stage '$s' in SHOAL_TEST_STAGES (stages: normal, asan, fuzz)" >&2
+      exit 2
+      ;;
+  esac
+done
+# Every fuzz target but checkpoint: a crafted archive makes libtorch's own zip reader allocate
+# what the archive claims (3.3 GB seen) before Checkpointer::load can check anything
+# (fuzz/README.md, "Open findings"); scripts/fuzz.sh still runs it.
+FUZZ_TARGETS=${SHOAL_FUZZ_TARGETS:-frame store_protocol auth ps_protocol sealed_file shard_restore idx}
+LOGS=$(mktemp -d)
+trap 'rm -rf "$LOGS"' EXIT
+results=()
+status=0
+
+stage() {  # name, command...
+  local name=$1
+  shift
+  if [[ ",$STAGES," != *",$name,"* ]]; then return; fi
+  echo "=== test.sh: stage $name"
+  local start=$SECONDS rc=0
+  # pipefail: the stage's exit status, not tee's.
+  "$@" 2>&1 | tee "$LOGS/$name.log" || rc=$?
+  local took=$((SECONDS - start))
+  while IFS= read -r line; do results+=("  $name: $line"); done < <(
+    grep -E '^[0-9]+% tests passed|^The following tests FAILED|^[[:space:]]+[0-9]+ - .*\((Failed|Timeout|SEGFAULT|Subprocess|Exception|Not Run)|^fuzz [a-z_]+: ' \
+      "$LOGS/$name.log")
+  if [ "$rc" -eq 0 ]; then
+    results+=("test.sh: stage $name passed (${took}s)")
+  else
+    results+=("test.sh: stage $name FAILED, exit $rc (${took}s)")
+    status=1
+  fi
+}
+
+normal() {
+  bash scripts/build.sh && (cd build && ctest --output-on-failure --timeout 900 "$@")
+}
+
+stage normal normal "$@"
+stage asan bash scripts/sanitize.sh asan
+# shellcheck disable=SC2086  # a list of target names
+# 40000 inputs per target from seed 1 (at most 30 s each): the same inputs on every machine.
+export SHOAL_FUZZ_RUNS=${SHOAL_FUZZ_RUNS-40000}
+stage fuzz bash scripts/fuzz.sh "${SHOAL_FUZZ_SECONDS:-30}" $FUZZ_TARGETS
+echo "=== test.sh: summary"
+printf '%s\n' "${results[@]}"
+exit $status

@@ -119,6 +119,9 @@ Progress Checkpointer::load(comm::Group& group, const std::string& path, torch::
     archive.load_from(in);
   } catch (const c10::Error& e) {
     refuse("not a readable archive: " + firstLine(e.what_without_backtrace()));
+  } catch (const std::exception& e) {
+    // libtorch also throws its script parser's errors and std::out_of_range on crafted archives.
+    refuse("not a readable archive: " + firstLine(e.what()));
   }
   auto read = [&](const std::string& key, const torch::Tensor& like, bool buffer) {
     torch::Tensor t;
@@ -126,6 +129,8 @@ Progress Checkpointer::load(comm::Group& group, const std::string& path, torch::
       archive.read(key, t, buffer);
     } catch (const c10::Error& e) {
       refuse(fmt::format("'{}' cannot be read: {}", key, firstLine(e.what_without_backtrace())));
+    } catch (const std::exception& e) {
+      refuse(fmt::format("'{}' cannot be read: {}", key, firstLine(e.what())));
     }
     if (!t.defined() || t.sizes() != like.sizes() || t.scalar_type() != like.scalar_type()) {
       auto describe = [](const torch::Tensor& x) {
@@ -150,6 +155,8 @@ Progress Checkpointer::load(comm::Group& group, const std::string& path, torch::
     archive.read("rng", rng);
   } catch (const c10::Error& e) {
     refuse("progress or RNG state cannot be read: " + firstLine(e.what_without_backtrace()));
+  } catch (const std::exception& e) {
+    refuse("progress or RNG state cannot be read: " + firstLine(e.what()));
   }
   if (!progress.defined() || progress.scalar_type() != torch::kInt64 || progress.dim() != 1 ||
       progress.size(0) != 4) {

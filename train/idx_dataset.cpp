@@ -108,8 +108,17 @@ IdxFile readIdx(const std::string& path, int dims) {
     out.shape.push_back(n);
     expected *= n;
   }
-  out.data.resize(expected);
-  const size_t have = f.read(out.data.data(), expected);
+  // Grow as the data arrives: a 60-byte file whose header promises 1 GiB costs what it holds,
+  // not what it claims.
+  size_t have = 0;
+  for (size_t chunk = 1 << 20; have < expected; chunk = std::min<size_t>(chunk * 2, 64 << 20)) {
+    const size_t want = std::min<size_t>(chunk, expected - have);
+    out.data.resize(have + want);
+    const size_t got = f.read(out.data.data() + have, want);
+    have += got;
+    if (got < want) break;
+  }
+  out.data.resize(have);
   uint8_t extra = 0;
   const bool trailing = have == expected && f.read(&extra, 1) == 1;
   if (have != expected || trailing) {

@@ -121,7 +121,9 @@ size_t Endpoint::recvReduceSome(Transfer& t, Link& link) {
     // Zero-copy: reduce straight out of the shared ring.
     auto [p, avail] = link.peek();
     size_t whole = std::min(avail, remaining) / esize * esize;
-    if (whole > 0) {
+    // Frames lie back to back in the ring, so a payload may start at any 4-byte boundary; the
+    // kernels read elements in place only when they are aligned (else through the staging).
+    if (whole > 0 && reinterpret_cast<uintptr_t>(p) % esize == 0) {
       reduceInto(dst + t.done, p, whole / esize, t.dtype, t.redop);
       link.consume(whole);
       t.done += whole;

@@ -1,0 +1,255 @@
+// Writes the seed corpus: a few valid inputs per target, made with Shoal's own encoders so they
+// stay valid as the formats evolve. Usage: make_corpus <corpus dir> (fuzz/corpus). Rerun after
+// a format change and commit the result; scripts/fuzz.sh --seeds does both steps but the
+// commit.
+#include <torch/torch.h>
+#include <zlib.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "common/hmac_auth.h"
+#include "common/sealed_file.h"
+#include "ps/config.h"
+#include "ps/partition.h"
+#include "ps/protocol.h"
+#include "ps/shard.h"
+#include "store/memory_store.h"
+#include "store/tcp_store_protocol.h"
+#include "train/checkpoint.h"
+#include "transport/frame.h"
+
+using namespace shoal;
+
+namespace shoal::fuzz {
+ps::Shard makeRestoreShard(const ps::Partition& p);
+const ps::Partition& restorePartition();
+std::shared_ptr<torch::nn::Module> makeCheckpointModel();
+}  // namespace shoal::fuzz
+
+namespace {
+
+std::filesystem::path root;
+
+void seed(const std::string& target, const std::string& name, std::string_view bytes) {
+  const auto dir = root / target;
+  std::filesystem::create_directories(dir);
+  std::ofstream out(dir / name, std::ios::binary | std::ios::trunc);
+  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  if (!out) SHOAL_THROW(InvalidArgument, "cannot write {}", (dir / name).string());
+}
+
+template <typename T>
+std::string raw(const T& v) {
+  return std::string(reinterpret_cast<const char*>(&v), sizeof(v));
+}
+
+std::string readAllOf(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+std::string gzip(std::string_view bytes) {
+  uLongf n = compressBound(bytes.size()) + 32;
+  std::string out(n, '\0');
+  z_stream z{};
+  // windowBits 15 + 16: a gzip wrapper, as the .gz files have.
+  deflateInit2(&z, 1, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY);
+  z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(bytes.data()));
+  z.avail_in = static_cast<uInt>(bytes.size());
+  z.next_out = reinterpret_cast<Bytef*>(out.data());
+  z.avail_out = static_cast<uInt>(out.size());
+  if (deflate(&z, Z_FINISH) != Z_STREAM_END) SHOAL_THROW(InvalidArgument, "deflate failed");
+  out.resize(z.total_out);
+  deflateEnd(&z);
+  return out;
+}
+
+std::shared_ptr<comm::Group> soloGroup() {
+  comm::GroupOptions o;
+  o.transport = TransportKind::kTcp;
+  o.timeout = seconds(30);
+  o.secret = "fuzz-secret";
+  return comm::Group::create(std::make_shared<store::MemoryStore>(), 0, 1, o);
+}
+
+void frames() {
+  using namespace transport;
+  FrameHeader e;  // frame_fuzz.cpp's expectedFrame()
+  e.op = static_cast<uint8_t>(OpCode::kAllreduce);
+  e.dtype = static_cast<uint8_t>(DataType::kFloat32);
+  e.redop = static_cast<uint8_t>(ReduceOp::kSum);
+  e.algo = 1;
+  e.group = 0x5eed0001;
+  e.step = 3;
+  e.seq = 5;
+  e.count = 77;
+  e.bytes = 77 * 4;
+  seed("frame", "expected", raw(e));
+  FrameHeader other = e;
+  other.op = static_cast<uint8_t>(OpCode::kBroadcast);
+  other.root = 2;
+  other.seq = 6;
+  seed("frame", "mismatch", raw(other));
+  FrameHeader abort = e;
+  const std::string text = "rank 3: stopped: timed out after 5 s in allreduce #5";
+  abort.kind = static_cast<uint8_t>(FrameKind::kAbort);
+  abort.abortKind = static_cast<uint8_t>(AbortKind::kTimeout);
+  abort.bytes = text.size();
+  seed("frame", "abort", raw(abort) + text);
+  FrameHeader bye = e;
+  bye.kind = static_cast<uint8_t>(FrameKind::kGoodbye);
+  bye.bytes = 0;
+  seed("frame", "goodbye", raw(bye));
+}
+
+void storeProtocol() {
+  using namespace store::wire;
+  seed("store_protocol", "set_get",
+       std::string(1, char(7)) + encode(kSet, {"rank/0", "10.0.0.1:4242"}) +
+           encode(kGet, {"rank/0"}));
+  seed("store_protocol", "add_cas",
+       std::string(1, char(0)) + encode(kAdd, {"counter", "3"}) +
+           encode(kCompareSet, {"k", "", "v"}));
+  seed("store_protocol", "wait_check_delete",
+       std::string(1, char(96)) + encode(kWait, {"a", "b", "c"}) + encode(kCheck, {"a"}) +
+           encode(kDelete, {"a"}));
+  seed("store_protocol", "reply", std::string(1, char(2)) + encode(kOk, {"value"}));
+}
+
+void authHandshake() {
+  // The handshake of common/hmac_auth.h, made by its own functions. Nonces are fixed so the
+  // corpus does not change each time it is written; the proofs are then wrong for the target's
+  // own greeting, which the fuzzer cannot forge anyway.
+  auto fixed = [](uint8_t* nonce, uint8_t fill) { std::memset(nonce, fill, auth::kNonceBytes); };
+  auth::Greeting greeting = auth::makeGreeting(auth::GreetingStatus::kChallenge);
+  fixed(greeting.nonce, 0x11);
+  auth::Hello data =
+      auth::makeHello("fuzz-secret", greeting, auth::Channel::kData, 0x5eed0001, 2, 0);
+  fixed(data.nonce, 0x22);
+  seed("auth", "acceptor_hello", std::string(1, '\x01') + raw(data));
+  auth::Hello store = auth::makeHello("fuzz-secret", greeting, auth::Channel::kStore, 0, -1, -1);
+  fixed(store.nonce, 0x22);
+  seed("auth", "store_server_hello", std::string(1, '\x03') + raw(store));
+  // What a connector reads: the greeting, then (after sending its hello) the verdict.
+  const auth::Verdict accepted = auth::refuse(auth::VerdictCode::kAccepted);
+  seed("auth", "connector_accepted", std::string(1, '\x00') + raw(greeting) + raw(accepted));
+  seed("auth", "connector_refused",
+       std::string(1, '\x00') + raw(greeting) + raw(auth::refuse(auth::VerdictCode::kWrongSecret)));
+  seed("auth", "store_client_accepted", std::string(1, '\x02') + raw(greeting) + raw(accepted));
+  auth::Greeting busy = auth::makeGreeting(auth::GreetingStatus::kBusy);
+  fixed(busy.nonce, 0x33);
+  seed("auth", "store_client_busy", std::string(1, '\x02') + raw(busy));
+}
+
+void psProtocol() {
+  using namespace ps;
+  std::vector<KeySpec> keys{{"conv.weight", {8, 1, 3, 3}, DataType::kFloat32, KeyKind::kParameter},
+                            {"conv.bias", {8}, DataType::kFloat32, KeyKind::kParameter},
+                            {"bn.running_mean", {8}, DataType::kFloat32, KeyKind::kState}};
+  Partition p(keys, 2);
+  TrainingConfig sync;
+  seed("ps_protocol", "sync_sgd", sync.toText() + "\n" + p.keysText());
+  TrainingConfig ssp;
+  ssp.mode = Mode::kSsp;
+  ssp.staleness = 2;
+  ssp.optimizer.kind = OptimizerKind::kAdam;
+  ssp.linearScaling = true;
+  ssp.warmupSteps = 10;
+  ssp.totalSteps = 100;
+  seed("ps_protocol", "ssp_adam", ssp.toText() + "\n" + p.keysText());
+  TrainingConfig async;
+  async.mode = Mode::kAsync;
+  async.optimizer.kind = OptimizerKind::kRmsprop;
+  seed("ps_protocol", "async_rmsprop", async.toText() + "\n" + p.keysText());
+}
+
+void sealedAndShard() {
+  const std::string dir = (std::filesystem::temp_directory_path() / "shoal-make-corpus").string();
+  std::filesystem::create_directories(dir);
+  writeSealedFile(dir + "/a", "a sealed payload");
+  seed("sealed_file", "short", readAllOf(dir + "/a"));
+  writeSealedFile(dir + "/b", "");
+  seed("sealed_file", "empty", readAllOf(dir + "/b"));
+
+  ps::Shard shard = fuzz::makeRestoreShard(fuzz::restorePartition());
+  seed("shard_restore", "fresh", shard.snapshot("config-and-keys", 0, {0, 0}));
+  for (int w = 0; w < 2; ++w) {
+    std::fill(shard.slot(w), shard.slot(w) + shard.elements(), 0.5f + w);
+    shard.applyNow(w, 0, shard.pieceCount(), 1);
+  }
+  const std::string trained = shard.snapshot("config-and-keys", 7, {3, 4});
+  seed("shard_restore", "trained", trained);
+  writeSealedFile(dir + "/c", trained);
+  seed("sealed_file", "shard", readAllOf(dir + "/c"));
+  std::filesystem::remove_all(dir);
+}
+
+void checkpoint() {
+  const std::string dir =
+      (std::filesystem::temp_directory_path() / "shoal-make-corpus-ckpt").string();
+  std::filesystem::remove_all(dir);
+  auto group = soloGroup();
+  torch::manual_seed(0);
+  auto model = fuzz::makeCheckpointModel();
+  torch::optim::Adam opt(model->parameters(), torch::optim::AdamOptions(1e-3));
+  train::Checkpointer ck(dir, 2);
+  // Before any step: no optimizer state; after one: Adam's moments.
+  seed("checkpoint", "fresh", readSealedFile(ck.save(*group, *model, opt, {0, 0, 0})));
+  for (auto& p : model->parameters()) p.mutable_grad() = torch::ones_like(p);
+  opt.step();
+  seed("checkpoint", "stepped", readSealedFile(ck.save(*group, *model, opt, {1, 2, 3})));
+  std::filesystem::remove_all(dir);
+}
+
+void idx() {
+  // Two 4x4 images and their labels.
+  std::string images, labels;
+  auto be = [](std::string& s, uint32_t v) {
+    for (int i = 3; i >= 0; --i) s.push_back(char((v >> (8 * i)) & 0xff));
+  };
+  be(images, 0x803);
+  be(images, 2);
+  be(images, 4);
+  be(images, 4);
+  for (int i = 0; i < 32; ++i) images.push_back(char(i * 8));
+  be(labels, 0x801);
+  be(labels, 2);
+  labels += std::string{char(3), char(9)};
+  auto header = [](size_t split) {
+    return std::string{char(0), char((split >> 8) & 0xff), char(split & 0xff)};
+  };
+  seed("idx", "plain", header(images.size()) + images + labels);
+  const std::string gi = gzip(images), gl = gzip(labels);
+  std::string h = header(gi.size());
+  h[0] = 1;
+  seed("idx", "gzip", h + gi + gl);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 2) {
+    std::fprintf(stderr, "usage: make_corpus <corpus dir>\n");
+    return 2;
+  }
+  try {
+    root = argv[1];
+    frames();
+    storeProtocol();
+    authHandshake();
+    psProtocol();
+    sealedAndShard();
+    checkpoint();
+    idx();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "make_corpus: %s\n", e.what());
+    return 1;
+  }
+  std::printf("make_corpus: seeds written under %s\n", argv[1]);
+  return 0;
+}

@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# The test suite under sanitizers, each in a build directory of its own (gcc, like build/).
+#
+#   scripts/sanitize.sh asan [ctest args]   AddressSanitizer + UndefinedBehaviorSanitizer, in
+#                                           build-asan/: the engine's test binaries (below)
+#   scripts/sanitize.sh tsan [gtest args]   ThreadSanitizer, in build-tsan/: the thread-rank
+#                                           collective tests (shoal_collective_tests; by default
+#                                           a few minutes' selection, --gtest_filter=* for all)
+#
+# What the ASan run covers: every test that needs no libtorch and no outside launcher:
+# shoal_unit_tests, shoal_collective_tests, shoal_process_tests, shoal_launcher_tests and
+# shoal_ps_tests (with the programs they start, also instrumented). Left out: the libtorch tests
+# (shoal_train_tests, shoal_train_process_tests: Debian's libtorch is not instrumented, and
+# compiling the train layer twice more would double CI's build time) and the tests that run
+# outside programs (mpirun_*, the Slurm stand-in, the network-namespace test: OpenMPI's own
+# allocations would be reported as leaks; their Shoal code paths are the ones the process tests
+# run).
+# Any sanitizer report fails the test that triggered it (-fno-sanitize-recover, halt_on_error).
+# Exit status: ctest's (or the test binary's).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+MODE=${1:-}
+shift || true
+JOBS=${SHOAL_BUILD_JOBS:-$(nproc)}
+launcher=()
+if command -v ccache >/dev/null; then launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache); fi
+
+configure() {  # build dir, sanitizers
+  bash scripts/setup.sh
+  cmake -S "$ROOT" -B "$1" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSHOAL_SANITIZE="$2" \
+    -DSHOAL_BUILD_BENCH=OFF "${launcher[@]}" >/dev/null
+}
+
+case "$MODE" in
+  asan)
+    BUILD=$ROOT/build-asan
+    configure "$BUILD" address,undefined
+    cmake --build "$BUILD" --parallel "$JOBS" --target shoal_unit_tests shoal_collective_tests \
+      shoal_process_tests shoal_launcher_tests shoal_ps_tests shoal_test_worker shoal \
+      shoal_ps_worker
+    # Child processes inherit these. print_stacktrace: UBSan's report says where.
+    export ASAN_OPTIONS=halt_on_error=1:abort_on_error=0:detect_leaks=1:strict_string_checks=1:detect_stack_use_after_return=1
+    export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
+    cd "$BUILD"
+    # Tests of binaries not built here (the libtorch ones) appear as <target>_NOT_BUILT.
+    ctest --output-on-failure --timeout 900 -E '_NOT_BUILT$|^mpirun_|^multihost_|^slurm_' "$@"
+    ;;
+  tsan)
+    BUILD=$ROOT/build-tsan
+    configure "$BUILD" thread
+    cmake --build "$BUILD" --parallel "$JOBS" --target shoal_collective_tests
+    export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
+    # Without arguments, a selection that takes a few minutes here (ThreadSanitizer slows the
+    # thread-rank matrix about 20x): the work and failure-policy tests, group re-creation, and
+    # every collective × algorithm × type at 2 and 4 ranks over both transports.
+    if [ $# -eq 0 ]; then
+      set -- --gtest_filter='Work.*:FailurePolicy.*:Generations.*:*CollectiveMatrix*n2:*CollectiveMatrix*n4'
+    fi
+    "$BUILD/tests/shoal_collective_tests" "$@"
+    ;;
+  *)
+    echo "usage: scripts/sanitize.sh asan|tsan [args]" >&2
+    exit 2
+    ;;
+esac
