@@ -23,14 +23,13 @@ void allreduceRecursiveDoubling(OpContext& ctx, void* data, size_t count) {
   const PowerOfTwoFold f = foldIn(ctx, bytes, total, rounds);
   if (f.vrank < 0) return;
 
-  if (total == 0) return;  // nothing to move (and no buffer to copy from)
   std::vector<uint8_t> mine(total);
   std::vector<transport::Transfer> batch;
   uint32_t step = 1;
   for (int mask = 1; mask < f.p; mask <<= 1, ++step) {
     const int partner = f.realRank(f.vrank ^ mask);
     // Send a snapshot: the buffer itself is being reduced into while it leaves.
-    std::memcpy(mine.data(), bytes, total);
+    if (total > 0) std::memcpy(mine.data(), bytes, total);  // (no buffer at all when empty)
     batch.clear();
     batch.push_back(ctx.send(partner, step, mine.data(), total));
     batch.push_back(ctx.recvReduce(partner, step, bytes, total));
