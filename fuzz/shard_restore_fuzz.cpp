@@ -13,7 +13,7 @@ using namespace shoal;
 using namespace shoal::ps;
 
 namespace shoal::fuzz {
-// Also used by the seed generator (make_corpus.cpp), so seeds fit the shard restored here.
+// Also used by the seed generator (train/make_corpus.cpp), so seeds fit the shard restored here.
 Shard makeRestoreShard(const Partition& p);
 const Partition& restorePartition();
 }  // namespace shoal::fuzz
