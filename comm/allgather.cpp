@@ -17,7 +17,7 @@ std::shared_ptr<Work> allgatherImpl(Group& g, bool async, const void* send, void
   detail::checkBuffer(g, recv, count, type, "allgather");
   auto base = detail::baseHeader(count, type);
   return detail::dispatch(
-      g, async, transport::OpCode::kAllgather, base, call, {send, recv}, [=](OpContext& ctx) {
+      g, async, op::kAllgather, base, call, {send, recv}, [=](OpContext& ctx) {
         const int n = ctx.size(), r = ctx.rank();
         const size_t block = count * elementSize(type);
         auto* out = static_cast<uint8_t*>(recv);

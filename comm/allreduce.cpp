@@ -61,7 +61,7 @@ std::shared_ptr<Work> allreduceImpl(Group& g, bool async, void* data, size_t cou
   auto algorithm = choose(g, g.allreduceAlgorithm(call), count * elementSize(type));
   auto base = detail::baseHeader(count, type, op);
   base.algo = static_cast<uint8_t>(algorithm);
-  return detail::dispatch(g, async, transport::OpCode::kAllreduce, base, call, {.recv = data},
+  return detail::dispatch(g, async, op::kAllreduce, base, call, {.recv = data},
                           [=](OpContext& ctx) {
                             if (ctx.size() > 1) {
                               switch (algorithm) {

@@ -16,7 +16,7 @@ std::shared_ptr<Work> alltoallImpl(Group& g, bool async, const void* send, void*
   detail::checkBuffer(g, send, count, type, "alltoall");
   detail::checkBuffer(g, recv, count, type, "alltoall");
   auto base = detail::baseHeader(count, type);
-  return detail::dispatch(g, async, transport::OpCode::kAlltoall, base, call, {send, recv},
+  return detail::dispatch(g, async, op::kAlltoall, base, call, {send, recv},
                           [=](OpContext& ctx) {
                             const int n = ctx.size(), r = ctx.rank();
                             const size_t block = count * elementSize(type);

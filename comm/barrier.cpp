@@ -11,7 +11,7 @@ namespace {
 
 std::shared_ptr<Work> barrierImpl(Group& g, bool async, const CallOptions& call) {
   auto base = detail::baseHeader(0, DataType::kUInt8);
-  return detail::dispatch(g, async, transport::OpCode::kBarrier, base, call, {},
+  return detail::dispatch(g, async, op::kBarrier, base, call, {},
                           [](OpContext& ctx) {
                             const int n = ctx.size(), r = ctx.rank();
                             std::vector<transport::Transfer> batch;

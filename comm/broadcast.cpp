@@ -38,7 +38,7 @@ std::shared_ptr<Work> broadcastImpl(Group& g, bool async, void* data, size_t cou
   detail::checkRoot(g, root, "broadcast");
   auto base = detail::baseHeader(count, type, ReduceOp::kSum, root);
   return detail::dispatch(
-      g, async, transport::OpCode::kBroadcast, base, call, {.recv = data}, [=](OpContext& ctx) {
+      g, async, op::kBroadcast, base, call, {.recv = data}, [=](OpContext& ctx) {
         if (ctx.size() == 1) return;
         const size_t total = count * elementSize(type);
         auto* bytes = static_cast<uint8_t*>(data);

@@ -16,7 +16,7 @@ std::shared_ptr<Work> gatherImpl(Group& g, bool async, const void* send, void* r
   detail::checkRoot(g, root, "gather");
   if (g.rank() == root) detail::checkBuffer(g, recv, count, type, "gather");
   auto base = detail::baseHeader(count, type, ReduceOp::kSum, root);
-  return detail::dispatch(g, async, transport::OpCode::kGather, base, call, {send, recv},
+  return detail::dispatch(g, async, op::kGather, base, call, {send, recv},
                           [=](OpContext& ctx) {
                             const size_t block = count * elementSize(type);
                             std::vector<transport::Transfer> batch;

@@ -116,7 +116,7 @@ void OpContext::run(std::vector<Transfer>& batch) {
   bool posted = false;
   auto onSlow = [&] {
     posted = group_.diagnostics_.set(kPostBudget, fmt::format("blocked/{}", group_.rank()),
-                                     transport::describe(base_));
+                                     describeOp(base_));
   };
   group_.endpoint_->run(batch.data(), batch.size(), deadline_, onSlow);
   if (posted) {
@@ -140,6 +140,9 @@ Group::Group(std::shared_ptr<store::Store> root, std::string prefix, int rank, i
       options_(std::move(options)),
       secret_(std::move(secret)),
       secretHolder_(std::move(secretHolder)) {
+  // Frames in this group's error messages are named the way comm names its operations.
+  if (options_.endpoint.describe == transport::describeFrame)
+    options_.endpoint.describe = describeOp;
   // Publish "arrived" only after a quarter of the deadline (at most 1 s) spent blocked.
   options_.endpoint.slowAfter =
       std::min<Duration>(options_.endpoint.slowAfter, options_.timeout / 4);
@@ -169,7 +172,11 @@ Group::Group(std::shared_ptr<Backend> backend, GroupOptions options)
       options_(std::move(options)),
       backend_(std::move(backend)) {}
 
-Group::~Group() = default;
+Group::~Group() {
+  // A Work may keep its channel alive past this group: closed, it no longer touches the group.
+  std::lock_guard<std::mutex> lock(p2pMutex_);
+  for (auto& [key, channel] : p2p_) channel->close();
+}
 
 std::shared_ptr<Group> Group::create(std::shared_ptr<Backend> backend, GroupOptions options) {
   SHOAL_CHECK(backend != nullptr, "Group::create needs a backend");
@@ -216,7 +223,7 @@ std::shared_ptr<Group> Group::split(int color, int key) {
     return sub ? std::shared_ptr<Group>(new Group(std::move(sub), options_)) : nullptr;
   }
   FrameHeader base;
-  execute(OpCode::kInternal, base, {}, [&](OpContext& ctx) {
+  execute(op::kInternal, base, {}, [&](OpContext& ctx) {
     const uint64_t n = splits_++;
     store_->set(fmt::format("split/{}/{}", n, rank_), fmt::format("{} {}", color, key));
     struct Member {
@@ -273,7 +280,7 @@ std::shared_ptr<Group> Group::connect(const std::string& name, int rank, int siz
 P2pChannel& Group::p2pChannel(int peer, int tag) {
   std::lock_guard<std::mutex> lock(p2pMutex_);
   auto& channel = p2p_[{peer, tag}];
-  if (!channel) channel = std::make_unique<P2pChannel>(*this, peer, tag);
+  if (!channel) channel = std::make_shared<P2pChannel>(*this, peer, tag);
   return *channel;
 }
 
@@ -318,7 +325,7 @@ Group::ArrivalReport Group::arrivalReport() {
 }
 
 std::string Group::withContext(const FrameHeader& base, const std::string& what) const {
-  return fmt::format("rank {}: {} failed: {}", rank_, transport::describe(base), what);
+  return fmt::format("rank {}: {} failed: {}", rank_, describeOp(base), what);
 }
 
 // Note [Root cause]
@@ -411,7 +418,7 @@ void Group::fail(const FrameHeader& base, std::exception_ptr error) {
   if (rethrowOriginal) std::rethrow_exception(error);
   std::string message = f.origin >= 0
                             ? fmt::format("rank {}: {} failed (cause: rank {}): {}{}", rank_,
-                                          transport::describe(base), f.origin, f.text, heardFrom)
+                                          describeOp(base), f.origin, f.text, heardFrom)
                             : withContext(base, f.text + heardFrom);
   transport::throwFailure(f, message);
 }
@@ -420,7 +427,7 @@ void Group::runOp(OpCode op, FrameHeader base, const CallOptions& call,
                   const std::function<void(OpContext&)>& body) {
   base.group = id_;
   base.op = static_cast<uint8_t>(op);
-  if (op != OpCode::kSendRecv) base.seq = nextSeq_++;
+  if (op != op::kSendRecv) base.seq = nextSeq_++;
   OpContext ctx(*this, base, call.timeout.value_or(options_.timeout));
   try {
     body(ctx);
@@ -438,11 +445,11 @@ void Group::throwIfBackendFailed(const std::string& what) const {
 }
 
 void Group::runBackendOp(const BackendOp& op, const CallOptions& call) {
-  const uint64_t seq = op.op == OpCode::kSendRecv ? 0 : nextSeq_++;
+  const uint64_t seq = op.op == op::kSendRecv ? 0 : nextSeq_++;
   const std::string what =
-      op.op == OpCode::kSendRecv
+      op.op == op::kSendRecv
           ? fmt::format("{} {} {}", backendName(), op.isSend ? "send to" : "recv from", op.root)
-          : fmt::format("{} {} (seq {})", backendName(), transport::toString(op.op), seq);
+          : fmt::format("{} {} (seq {})", backendName(), opName(op.op), seq);
   throwIfBackendFailed(what);
   const Duration timeout = call.timeout.value_or(options_.timeout);
   try {
@@ -459,9 +466,8 @@ void Group::runBackendOp(const BackendOp& op, const CallOptions& call) {
     SHOAL_THROW(PeerError, "rank {}: {} failed: {}", rank_, what, e.what());
   }
   if (op.redop == ReduceOp::kAvg && size_ > 1 &&
-      (op.op == OpCode::kAllreduce || op.op == OpCode::kReduce ||
-       op.op == OpCode::kReduceScatter)) {
-    if (op.op != OpCode::kReduce || rank_ == op.root) {
+      (op.op == op::kAllreduce || op.op == op::kReduce || op.op == op::kReduceScatter)) {
+    if (op.op != op::kReduce || rank_ == op.root) {
       scaleAverage(op.recv, op.count, op.type, size_);
     }
   }

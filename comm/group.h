@@ -31,6 +31,7 @@
 #include "comm/backend.h"
 #include "comm/diagnostics.h"
 #include "comm/executor.h"
+#include "comm/op_code.h"
 #include "comm/p2p_channel.h"
 #include "comm/work.h"
 #include "common/env.h"
@@ -222,8 +223,8 @@ class Group : public std::enable_shared_from_this<Group> {
   uint64_t splits_ = 0;
   Executor executor_;
   std::mutex p2pMutex_;
-  // Destroyed first: the channels' workers use this group (connect) until they are joined.
-  std::map<std::pair<int, int>, std::unique_ptr<P2pChannel>> p2p_;
+  // Closed by the destructor first: the channels use this group until they are closed.
+  std::map<std::pair<int, int>, std::shared_ptr<P2pChannel>> p2p_;
 };
 
 }  // namespace shoal::comm

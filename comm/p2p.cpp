@@ -26,7 +26,7 @@ void checkOp(const Group& g, const void* data, size_t count, DataType type, int 
 std::shared_ptr<Work> post(Group& g, bool isSend, void* data, size_t count, DataType type, int peer,
                            int tag, const CallOptions& call) {
   if (g.backend()) {
-    BackendOp b{.op = transport::OpCode::kSendRecv,
+    BackendOp b{.op = op::kSendRecv,
                 .send = isSend ? data : nullptr,
                 .recv = isSend ? nullptr : data,
                 .count = count,

@@ -21,7 +21,7 @@ std::shared_ptr<Work> reduceImpl(Group& g, bool async, void* data, size_t count,
   detail::checkReduceOp(op);
   auto base = detail::baseHeader(count, type, op, root);
   return detail::dispatch(
-      g, async, transport::OpCode::kReduce, base, call, {.recv = data}, [=](OpContext& ctx) {
+      g, async, op::kReduce, base, call, {.recv = data}, [=](OpContext& ctx) {
         const size_t total = count * elementSize(type);
         const auto tree = algo::binomialTree(ctx.rank(), root, ctx.size());
         std::vector<uint8_t> scratch;

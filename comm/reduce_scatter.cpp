@@ -21,7 +21,7 @@ std::shared_ptr<Work> reduceScatterImpl(Group& g, bool async, const void* send, 
   detail::checkReduceOp(op);
   auto base = detail::baseHeader(count, type, op);
   return detail::dispatch(
-      g, async, transport::OpCode::kReduceScatter, base, call, {send, recv}, [=](OpContext& ctx) {
+      g, async, op::kReduceScatter, base, call, {send, recv}, [=](OpContext& ctx) {
         const int n = ctx.size(), r = ctx.rank();
         const size_t block = count * elementSize(type);
         auto mod = [n](int x) { return ((x % n) + n) % n; };

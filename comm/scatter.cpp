@@ -16,7 +16,7 @@ std::shared_ptr<Work> scatterImpl(Group& g, bool async, const void* send, void* 
   detail::checkRoot(g, root, "scatter");
   if (g.rank() == root) detail::checkBuffer(g, send, count, type, "scatter");
   auto base = detail::baseHeader(count, type, ReduceOp::kSum, root);
-  return detail::dispatch(g, async, transport::OpCode::kScatter, base, call, {send, recv},
+  return detail::dispatch(g, async, op::kScatter, base, call, {send, recv},
                           [=](OpContext& ctx) {
                             const size_t block = count * elementSize(type);
                             std::vector<transport::Transfer> batch;

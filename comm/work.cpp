@@ -11,12 +11,22 @@ bool Work::test() const {
 }
 
 void Work::wait(Duration timeout) const {
+  const Deadline deadline(timeout);
+  advance(deadline);
   std::unique_lock<std::mutex> lock(mutex_);
-  if (!done_.wait_for(lock, timeout, [&] { return finished_; })) {
+  if (!done_.wait_for(lock, deadline.remaining(), [&] { return finished_; })) {
     SHOAL_THROW(TimeoutError, "work did not complete within {:.1f} s",
                 std::chrono::duration<double>(timeout).count());
   }
   if (error_) std::rethrow_exception(error_);
+}
+
+void Work::advance(const Deadline& deadline) const {
+  if (progress_ && !test()) progress_(deadline);
+}
+
+void Work::setProgress(std::function<void(const Deadline&)> progress) {
+  progress_ = std::move(progress);
 }
 
 std::exception_ptr Work::error() const {
@@ -46,6 +56,13 @@ std::shared_ptr<Work> Work::all(const std::vector<std::shared_ptr<Work>>& works)
     size_t left;
     std::vector<std::exception_ptr> errors;
   };
+  // Waiting on the whole moves each part forward in turn (the parts that can be).
+  combined->setProgress([works](const Deadline& deadline) {
+    for (const auto& w : works) {
+      if (deadline.expired()) return;
+      w->advance(deadline);
+    }
+  });
   auto state = std::make_shared<State>();
   state->left = works.size();
   state->errors.resize(works.size());

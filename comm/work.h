@@ -21,8 +21,20 @@ class Work {
   bool test() const;
 
   // Blocks until the work finishes or `timeout` passes (TimeoutError; the work keeps running
-  // under its own deadline). Rethrows the collective's error if it failed.
+  // under its own deadline). Rethrows the collective's error if it failed. A work that can be
+  // moved forward by the waiting thread (point-to-point, see setProgress) is moved by it.
   void wait(Duration timeout = std::chrono::hours(24 * 365)) const;
+
+  // Moves the work forward on this thread if it has a way to (setProgress), returning when it
+  // finished, when it cannot be moved from here right now, or at `deadline`. Never throws:
+  // failures finish the work. Called by wait(); for Work::all and the like.
+  void advance(const Deadline& deadline) const;
+
+  // Producer side, before the work is shared: `progress` moves this work forward on the
+  // calling thread, with advance()'s contract. Why: a thread that is going to block anyway
+  // can move the bytes itself, saving the two thread hand-offs (to a progress thread and back)
+  // that dominate small messages.
+  void setProgress(std::function<void(const Deadline&)> progress);
 
   // The error the work failed with, or null (also null while still running).
   std::exception_ptr error() const;
@@ -48,6 +60,7 @@ class Work {
   bool finished_ = false;
   std::exception_ptr error_;
   std::vector<std::function<void(std::exception_ptr)>> callbacks_;
+  std::function<void(const Deadline&)> progress_;  // set before sharing; then read-only
 };
 
 }  // namespace shoal::comm

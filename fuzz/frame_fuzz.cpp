@@ -19,7 +19,7 @@ namespace {
 // What this rank expects next: the seed corpus holds exactly this frame and variations of it.
 FrameHeader expectedFrame() {
   FrameHeader e;
-  e.op = static_cast<uint8_t>(OpCode::kAllreduce);
+  e.op = static_cast<uint8_t>(OpCode{1});
   e.dtype = static_cast<uint8_t>(DataType::kFloat32);
   e.redop = static_cast<uint8_t>(ReduceOp::kSum);
   e.algo = 1;

@@ -64,7 +64,7 @@ std::shared_ptr<comm::Work> submitExchange(comm::Group& pair, int server, int wo
   transport::FrameHeader base;
   base.dtype = static_cast<uint8_t>(DataType::kUInt8);
   auto inner =
-      pair.submit(transport::OpCode::kParameterServer, base, call, [x](comm::OpContext& ctx) {
+      pair.submit(kPsOperation, base, call, [x](comm::OpContext& ctx) {
         std::vector<Transfer> batch{ctx.send(0, 0, &x->request, sizeof(Request))};
         if (x->request.bytes > 0) batch.push_back(ctx.send(0, 1, x->payload, x->request.bytes));
         batch.push_back(ctx.recv(0, 2, &x->reply, sizeof(Reply)));

@@ -2,7 +2,7 @@
 // (each (server, worker) pair is a two-rank group: server rank 0, worker rank 1), so every
 // message travels in checked Shoal frames on shared memory or TCP, authenticated.
 //
-// An operation is four frames of one kParameterServer op: request header (step 0), its payload
+// An operation is four frames of one kPsOperation op: request header (step 0), its payload
 // (step 1, may be empty), reply header (step 2), reply payload (step 3: values on a pull, the
 // error text on a refusal). The receiver of a payload knows its size from the header before it.
 // A refused request costs its payload (the server drains it) and nothing else: the pair stays in
@@ -21,6 +21,10 @@
 #include "comm/work.h"
 
 namespace shoal::ps {
+
+// The operation code of parameter-server frames (comm leaves codes from kFirstExternal up to the
+// layers above it).
+inline constexpr transport::OpCode kPsOperation = comm::op::kFirstExternal;
 
 inline constexpr uint32_t kRequestMagic = 0x51525350;  // "PSRQ"
 inline constexpr uint32_t kReplyMagic = 0x50525350;    // "PSRP"

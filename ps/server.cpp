@@ -100,7 +100,7 @@ class Server {
       base.dtype = static_cast<uint8_t>(DataType::kUInt8);
       bool bye = false;
       while (!bye) {
-        pair->execute(transport::OpCode::kParameterServer, base, call,
+        pair->execute(kPsOperation, base, call,
                       [&](comm::OpContext& ctx) { bye = handle(ctx, w, scratch); });
       }
     } catch (const CheckpointWriteError& e) {

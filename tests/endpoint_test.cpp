@@ -7,6 +7,7 @@
 
 #include <thread>
 
+#include "comm/op_code.h"
 #include "common/error.h"
 #include "transport/tcp/tcp_link.h"
 
@@ -23,7 +24,9 @@ struct Harness {
     EXPECT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, sv), 0);
     std::vector<std::unique_ptr<Link>> links(2);
     links[1] = std::make_unique<tcp::TcpLink>(LinkContext{0, 1}, Fd(sv[0]));
-    endpoint = std::make_unique<Endpoint>(0, 2, std::move(links), nullptr, EndpointOptions{});
+    EndpointOptions options;
+    options.describe = comm::describeOp;  // names frames the way groups do
+    endpoint = std::make_unique<Endpoint>(0, 2, std::move(links), nullptr, options);
     peer = Fd(sv[1]);
   }
   void write(const void* p, size_t n) { writeAll(peer.get(), p, n, Deadline(1s), "test"); }
@@ -31,7 +34,7 @@ struct Harness {
 
 FrameHeader expected(uint64_t count) {
   FrameHeader h;
-  h.op = static_cast<uint8_t>(OpCode::kAllreduce);
+  h.op = static_cast<uint8_t>(comm::op::kAllreduce);
   h.dtype = static_cast<uint8_t>(DataType::kFloat32);
   h.group = 7;
   h.seq = 3;

@@ -24,7 +24,7 @@ TEST(FailurePolicy, AnyErrorInsideAnOperationAbortsTheGroupAndPeersLearnTheCause
       transport::FrameHeader base;
       base.dtype = static_cast<uint8_t>(DataType::kFloat32);
       try {
-        g.execute(transport::OpCode::kInternal, base, {}, [&](comm::OpContext& ctx) {
+        g.execute(comm::op::kInternal, base, {}, [&](comm::OpContext& ctx) {
           if (ctx.rank() == 1) throw std::out_of_range("stoi: a record that is not a number");
           float x = 0;
           std::vector<transport::Transfer> b{ctx.recv(1, 0, &x, sizeof(x))};
@@ -53,7 +53,7 @@ TEST(FailurePolicy, AfterAFailureEveryLaterCallFailsAtOnce) {
   auto errors = runThreadRanks(2, testOptions(TransportKind::kShm, 30), [&](comm::Group& g) {
     transport::FrameHeader base;
     try {
-      g.execute(transport::OpCode::kInternal, base, {}, [&](comm::OpContext& ctx) {
+      g.execute(comm::op::kInternal, base, {}, [&](comm::OpContext& ctx) {
         if (ctx.rank() == 0) SHOAL_THROW(StoreError, "store said no");
         char c = 0;
         std::vector<transport::Transfer> b{ctx.recv(0, 0, &c, 1)};

@@ -2,7 +2,9 @@
 // a ring of large sends, tags completed out of order, batches, mismatches and deadlines.
 #include <gtest/gtest.h>
 
+#include <future>
 #include <numeric>
+#include <thread>
 
 #include "comm/collectives.h"
 #include "common/error.h"
@@ -132,6 +134,74 @@ TEST_P(P2p, CountMismatchFailsTheReceiverAndThenTheSenderNamingBothSides) {
     EXPECT_NE(errors[r].find("100 x float32"), std::string::npos) << errors[r];
     EXPECT_NE(errors[r].find("77 x float32"), std::string::npos) << errors[r];
   }
+}
+
+// Note [Who drives] in comm/p2p_channel.cpp: works nobody waits on are completed by the channel's
+// worker. Rank 0 posts a send larger than the shared-memory ring and never waits on it; rank 1
+// never waits on its receive either: both learn of completion through onDone only.
+TEST_P(P2p, WorkNobodyWaitsOnStillCompletes) {
+  const size_t n = (16u << 20) / sizeof(float);
+  auto errors = runThreadRanks(2, testOptions(GetParam(), 30), [&](comm::Group& g) {
+    std::vector<float> buf = g.rank() == 0 ? pattern(n, 0) : std::vector<float>(n);
+    std::promise<std::exception_ptr> done;
+    auto w = g.rank() == 0 ? comm::isend(g, buf.data(), n, DataType::kFloat32, 1)
+                           : comm::irecv(g, buf.data(), n, DataType::kFloat32, 0);
+    w->onDone([&](std::exception_ptr e) { done.set_value(e); });
+    auto f = done.get_future();
+    ASSERT_EQ(f.wait_for(20s), std::future_status::ready) << "rank " << g.rank();
+    EXPECT_EQ(f.get(), nullptr);
+    if (g.rank() == 1) EXPECT_EQ(buf, pattern(n, 0));
+  });
+  expectAll(errors);
+}
+
+// Several threads of one rank wait on works of the same channel while small messages go back and
+// forth: every thread returns with its own message (whoever drives completes the others' works).
+TEST_P(P2p, ManyWaitersOnOneChannelAndAPingPong) {
+  const int threads = 4, rounds = 200;
+  auto errors = runThreadRanks(2, testOptions(GetParam(), 30), [&](comm::Group& g) {
+    const int peer = 1 - g.rank();
+    std::vector<int32_t> got(threads, -1);
+    if (g.rank() == 1) {
+      std::vector<std::shared_ptr<comm::Work>> works;
+      for (int t = 0; t < threads; ++t) {
+        works.push_back(comm::irecv(g, &got[t], 1, DataType::kInt32, peer, /*tag=*/7));
+      }
+      std::vector<std::thread> waiters;
+      std::vector<std::string> failures(threads);
+      for (int t = 0; t < threads; ++t) {
+        waiters.emplace_back([&, t] {
+          try {
+            works[t]->wait();
+          } catch (const std::exception& e) {
+            failures[t] = e.what();
+          }
+        });
+      }
+      for (auto& th : waiters) th.join();
+      for (int t = 0; t < threads; ++t) {
+        EXPECT_EQ(failures[t], "");
+        EXPECT_EQ(got[t], 100 + t);  // matched in post order
+      }
+    } else {
+      for (int32_t t = 0; t < threads; ++t) {
+        int32_t v = 100 + t;
+        comm::isend(g, &v, 1, DataType::kInt32, peer, /*tag=*/7)->wait();
+      }
+    }
+    // A ping-pong of 8-byte messages: each side's blocking calls drive the channel themselves.
+    int64_t ball = 0;
+    for (int i = 0; i < rounds; ++i) {
+      if ((i % 2) == g.rank()) {
+        ++ball;
+        comm::send(g, &ball, 1, DataType::kInt64, peer);
+      } else {
+        comm::recv(g, &ball, 1, DataType::kInt64, peer);
+        EXPECT_EQ(ball, i + 1);
+      }
+    }
+  });
+  expectAll(errors);
 }
 
 TEST_P(P2p, ReceiveFromAPeerThatNeverSendsTimesOutNamingIt) {

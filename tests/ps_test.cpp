@@ -207,7 +207,7 @@ TEST(PsProtocolDecoder, AHugeReplyLengthFailsTheExchangeNamingTheServer) {
       comm::CallOptions call;
       transport::FrameHeader base;
       base.dtype = static_cast<uint8_t>(DataType::kUInt8);
-      pair->execute(transport::OpCode::kParameterServer, base, call, [](comm::OpContext& ctx) {
+      pair->execute(ps::kPsOperation, base, call, [](comm::OpContext& ctx) {
         ps::Request rq;
         std::vector<transport::Transfer> in{ctx.recv(1, 0, &rq, sizeof(rq))};
         ctx.run(in);

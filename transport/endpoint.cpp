@@ -85,7 +85,7 @@ void Endpoint::throwDeparted(int peer, const FrameHeader& expected) {
   PeerError e(fmt::format(
       "rank {} ← peer {}: peer {} left the group (destroyed it normally) while rank {} still "
       "expects {} from it",
-      rank_, peer, peer, rank_, describe(expected)));
+      rank_, peer, peer, rank_, options_.describe(expected)));
   e.setOrigin(peer);
   throw e;
 }
@@ -162,7 +162,7 @@ bool Endpoint::advanceRecv(Transfer& t) {
       departed_[t.peer] = 1;
       throwDeparted(t.peer, t.header);
     }
-    checkFrame(t.header, t.got, link.context());
+    checkFrame(t.header, t.got, link.context(), options_.describe);
   }
   auto* dst = static_cast<uint8_t*>(t.dst);
   while (t.done < t.header.bytes) {
@@ -269,7 +269,7 @@ void Endpoint::throwTimeout(const Transfer* ts, size_t n, const Deadline& deadli
                            t.header.step, t.done, total);
   }
   TimeoutError e(fmt::format("rank {}: {} timed out after {:.1f} s; still waiting on {}", rank_,
-                             op ? describe(*op) : std::string("operation"),
+                             op ? options_.describe(*op) : std::string("operation"),
                              deadline.timeoutSeconds(), waiting));
   // The one peer this rank waited on, if only one: the best guess at the cause when nothing
   // better is known (Group asks the store who was silent).

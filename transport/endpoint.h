@@ -89,6 +89,8 @@ struct EndpointOptions {
   // run() calls onSlow once when a batch has been blocked longer than slowAfter (used to
   // publish diagnostics only on the slow path).
   Duration slowAfter = std::chrono::seconds(1);
+  // Names frames in error messages (the layer that defines the operation codes knows them).
+  FrameDescriber describe = describeFrame;
 };
 
 class Endpoint {

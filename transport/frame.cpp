@@ -4,56 +4,13 @@
 
 namespace shoal::transport {
 
-std::string_view toString(OpCode op) {
-  switch (op) {
-    case OpCode::kNone:
-      return "none";
-    case OpCode::kAllreduce:
-      return "allreduce";
-    case OpCode::kBroadcast:
-      return "broadcast";
-    case OpCode::kReduce:
-      return "reduce";
-    case OpCode::kAllgather:
-      return "allgather";
-    case OpCode::kReduceScatter:
-      return "reduce_scatter";
-    case OpCode::kAlltoall:
-      return "alltoall";
-    case OpCode::kGather:
-      return "gather";
-    case OpCode::kScatter:
-      return "scatter";
-    case OpCode::kBarrier:
-      return "barrier";
-    case OpCode::kSendRecv:
-      return "send/recv";
-    case OpCode::kInternal:
-      return "internal";
-    case OpCode::kParameterServer:
-      return "ps";
-  }
-  return "unknown-op";
+std::string describeFrame(const FrameHeader& h) {
+  return fmt::format("operation {} #{} of {} x {}", h.op, h.seq, h.count,
+                     validDataType(h.dtype) ? toString(static_cast<DataType>(h.dtype)) : "?");
 }
 
-std::string describe(const FrameHeader& h) {
-  auto op = static_cast<OpCode>(h.op);
-  std::string s = fmt::format("{} #{}", toString(op), h.seq);
-  if (op == OpCode::kBarrier) return s;
-  s += fmt::format(" of {} x {}", h.count,
-                   validDataType(h.dtype) ? toString(static_cast<DataType>(h.dtype)) : "?");
-  if (op == OpCode::kAllreduce || op == OpCode::kReduce || op == OpCode::kReduceScatter) {
-    s += fmt::format(" ({})",
-                     validReduceOp(h.redop) ? toString(static_cast<ReduceOp>(h.redop)) : "?");
-  }
-  if (op == OpCode::kBroadcast || op == OpCode::kReduce || op == OpCode::kGather ||
-      op == OpCode::kScatter) {
-    s += fmt::format(" root {}", h.root);
-  }
-  return s;
-}
-
-void checkFrame(const FrameHeader& e, const FrameHeader& g, const LinkContext& c) {
+void checkFrame(const FrameHeader& e, const FrameHeader& g, const LinkContext& c,
+                FrameDescriber describe) {
   if (g.magic != kFrameMagic) {
     SHOAL_THROW(ProtocolError,
                 "rank {} ← peer {}: received bytes that are not a Shoal frame (magic 0x{:08x}) "

@@ -24,23 +24,11 @@ inline constexpr uint32_t kMaxAbortText = 4096;
 // kGoodbye: the peer destroyed its end of the group normally; end-of-file after it is benign.
 enum class FrameKind : uint8_t { kData = 1, kAbort = 2, kGoodbye = 3 };
 
-// What a frame belongs to. Names only; the algorithms live in comm/.
-enum class OpCode : uint8_t {
-  kNone = 0,
-  kAllreduce,
-  kBroadcast,
-  kReduce,
-  kAllgather,
-  kReduceScatter,
-  kAlltoall,
-  kGather,
-  kScatter,
-  kBarrier,
-  kSendRecv,
-  kInternal,         // group bookkeeping (split, diagnostics)
-  kParameterServer,  // a parameter-server request and its reply (ps/)
-};
-std::string_view toString(OpCode op);
+// What a frame belongs to: a code defined by the layer that runs the operation (comm/op_code.h
+// for the collectives, point-to-point and group bookkeeping; ps/protocol.h for the parameter
+// server). Transport only compares codes and never interprets them, so a new kind of operation
+// edits no file here. Make one with OpCode{n}.
+enum class OpCode : uint8_t { kNone = 0 };
 
 // How an abort frame's error should be re-thrown on the receiving rank.
 enum class AbortKind : uint8_t { kPeer = 0, kTimeout = 1, kMismatch = 2, kProtocol = 3 };
@@ -76,8 +64,11 @@ struct FrameHeader {
 #pragma pack(pop)
 static_assert(sizeof(FrameHeader) == 48, "frame header is 48 bytes on the wire");
 
-// "allreduce #5 of 77 x float32 (sum)"
-std::string describe(const FrameHeader& h);
+// Names a frame for error messages ("allreduce #5 of 77 x float32 (sum)"). The layer that
+// defines the operation codes supplies it (EndpointOptions::describe); describeFrame is the
+// generic one ("operation 1 #5 of 77 x float32").
+using FrameDescriber = std::string (*)(const FrameHeader&);
+std::string describeFrame(const FrameHeader& h);
 
 // Who is checking: used in error messages ("rank 1 ← peer 3").
 struct LinkContext {
@@ -87,7 +78,8 @@ struct LinkContext {
 
 // Throws the right error if `got` is not the frame `expected` (see the file comment). An abort
 // frame is not checked here: the caller reads its text and calls throwAbort.
-void checkFrame(const FrameHeader& expected, const FrameHeader& got, const LinkContext& ctx);
+void checkFrame(const FrameHeader& expected, const FrameHeader& got, const LinkContext& ctx,
+                FrameDescriber describe = describeFrame);
 
 // Throws what an abort frame announces ("rank r ← peer p: peer p aborted: text").
 [[noreturn]] void throwAbort(const FrameHeader& got, const std::string& text,

@@ -6,6 +6,7 @@
 #include <climits>
 #include <thread>
 
+#include "comm/op_code.h"
 #include "common/error.h"
 #include "common/reduce.h"
 
@@ -177,55 +178,55 @@ class MpiBackend final : public Backend {
     MPI_Request req = MPI_REQUEST_NULL;
     const char* call = "MPI";
     switch (o.op) {
-      case OpCode::kAllreduce:
+      case op::kAllreduce:
         call = "MPI_Iallreduce";
         check(MPI_Iallreduce(MPI_IN_PLACE, o.recv, n, t, mpiOp(o.redop, o.type), comm_, &req),
               call);
         break;
-      case OpCode::kBroadcast:
+      case op::kBroadcast:
         call = "MPI_Ibcast";
         check(MPI_Ibcast(o.recv, n, t, o.root, comm_, &req), call);
         break;
-      case OpCode::kReduce:
+      case op::kReduce:
         call = "MPI_Ireduce";
         check(
             MPI_Ireduce(rank_ == o.root ? MPI_IN_PLACE : o.recv, rank_ == o.root ? o.recv : nullptr,
                         n, t, mpiOp(o.redop, o.type), o.root, comm_, &req),
             call);
         break;
-      case OpCode::kAllgather:
+      case op::kAllgather:
         call = "MPI_Iallgather";
         check(MPI_Iallgather(o.send, n, t, o.recv, n, t, comm_, &req), call);
         break;
-      case OpCode::kReduceScatter:
+      case op::kReduceScatter:
         call = "MPI_Ireduce_scatter_block";
         check(MPI_Ireduce_scatter_block(o.send, o.recv, n, t, mpiOp(o.redop, o.type), comm_, &req),
               call);
         break;
-      case OpCode::kAlltoall:
+      case op::kAlltoall:
         call = "MPI_Ialltoall";
         check(MPI_Ialltoall(o.send, n, t, o.recv, n, t, comm_, &req), call);
         break;
-      case OpCode::kGather:
+      case op::kGather:
         call = "MPI_Igather";
         check(MPI_Igather(o.send, n, t, o.recv, n, t, o.root, comm_, &req), call);
         break;
-      case OpCode::kScatter:
+      case op::kScatter:
         call = "MPI_Iscatter";
         check(MPI_Iscatter(o.send, n, t, o.recv, n, t, o.root, comm_, &req), call);
         break;
-      case OpCode::kBarrier:
+      case op::kBarrier:
         call = "MPI_Ibarrier";
         check(MPI_Ibarrier(comm_, &req), call);
         break;
-      case OpCode::kSendRecv:
+      case op::kSendRecv:
         call = o.isSend ? "MPI_Isend" : "MPI_Irecv";
         check(o.isSend ? MPI_Isend(o.send, n, t, o.root, 0, comm_, &req)
                        : MPI_Irecv(o.recv, n, t, o.root, 0, comm_, &req),
               call);
         break;
       default:
-        SHOAL_THROW(InvalidArgument, "mpi: operation {} is not supported", toString(o.op));
+        SHOAL_THROW(InvalidArgument, "mpi: {} is not supported", opName(o.op));
     }
     complete(req, deadline, call);
   }

@@ -80,7 +80,7 @@ std::shared_ptr<comm::Group> soloGroup() {
 void frames() {
   using namespace transport;
   FrameHeader e;  // frame_fuzz.cpp's expectedFrame()
-  e.op = static_cast<uint8_t>(OpCode::kAllreduce);
+  e.op = static_cast<uint8_t>(OpCode{1});
   e.dtype = static_cast<uint8_t>(DataType::kFloat32);
   e.redop = static_cast<uint8_t>(ReduceOp::kSum);
   e.algo = 1;
@@ -91,7 +91,7 @@ void frames() {
   e.bytes = 77 * 4;
   seed("frame", "expected", raw(e));
   FrameHeader other = e;
-  other.op = static_cast<uint8_t>(OpCode::kBroadcast);
+  other.op = static_cast<uint8_t>(OpCode{2});
   other.root = 2;
   other.seq = 6;
   seed("frame", "mismatch", raw(other));
