@@ -54,10 +54,10 @@ case "$MODE" in
     cmake --build "$BUILD" --parallel "$JOBS" --target shoal_collective_tests
     export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
     # Without arguments, a selection that takes a few minutes here (ThreadSanitizer slows the
-    # thread-rank matrix about 20x): the work and failure-policy tests, group re-creation, and
-    # every collective × algorithm × type at 2 and 4 ranks over both transports.
+    # thread-rank matrix about 20x): the work, point-to-point and failure-policy tests, group
+    # re-creation, and every collective × algorithm × type at 2 and 4 ranks over both transports.
     if [ $# -eq 0 ]; then
-      set -- --gtest_filter='Work.*:FailurePolicy.*:Generations.*:*CollectiveMatrix*n2:*CollectiveMatrix*n4'
+      set -- --gtest_filter='Work.*:P2p*:FailurePolicy.*:Generations.*:*CollectiveMatrix*n2:*CollectiveMatrix*n4'
     fi
     "$BUILD/tests/shoal_collective_tests" "$@"
     ;;

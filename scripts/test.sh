@@ -26,9 +26,9 @@ for s in ${STAGES//,/ }; do
       ;;
   esac
 done
-# Every fuzz target but checkpoint: a crafted archive makes libtorch's own zip reader allocate
-# what the archive claims (3.3 GB seen) before Checkpointer::load can check anything
-# (fuzz/README.md, "Open findings"); scripts/fuzz.sh still runs it.
+# Every fuzz target but checkpoint: a crafted archive still crashes libtorch's own TorchScript
+# type parser inside torch::serialize::InputArchive::load_from, where Shoal cannot check it
+# (fuzz/README.md, "Open"); scripts/fuzz.sh still runs it.
 FUZZ_TARGETS=${SHOAL_FUZZ_TARGETS:-frame store_protocol auth ps_protocol sealed_file shard_restore idx}
 LOGS=$(mktemp -d)
 trap 'rm -rf "$LOGS"' EXIT

@@ -12,6 +12,7 @@
 #include "comm/collectives.h"
 #include "common/error.h"
 #include "common/sealed_file.h"
+#include "train/archive_bounds.h"
 
 namespace shoal::train {
 
@@ -114,6 +115,11 @@ Progress Checkpointer::load(comm::Group& group, const std::string& path, torch::
   };
   auto firstLine = [](const std::string& s) { return s.substr(0, s.find('\n')); };
   torch::serialize::InputArchive archive;
+  try {
+    checkArchiveBounds(payload);  // before libtorch allocates what the archive claims
+  } catch (const InvalidArgument& e) {
+    refuse(e.what());
+  }
   try {
     std::istringstream in(payload);
     archive.load_from(in);
