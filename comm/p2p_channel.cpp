@@ -238,7 +238,7 @@ void P2pChannel::loop() {
   bool first = true;
   for (;;) {
     workerIdle_ = true;
-    workerWake_.wait(lock, [&] { return stop_ || failed_ || (hasWork() && !driving_); });
+    workerWake_.wait(lock, [&] { return stop_ || failed_ || (!driving_ && hasWork()); });
     if (stop_ || failed_) return;
     workerIdle_ = false;
     if (!first) {

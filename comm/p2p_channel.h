@@ -86,6 +86,7 @@ class P2pChannel : public std::enable_shared_from_this<P2pChannel> {
   void drive(const std::function<bool()>& enough, bool once, bool isWorker, const Deadline& limit);
   // Releases driving_, telling the worker if work is left.
   void release(std::unique_lock<std::mutex>& lock);
+  // Under mutex_, and only when nobody drives (active_ belongs to the driver).
   bool hasWork() const { return !incoming_.empty() || !active_.empty(); }
   // Fails everything in flight and posted later with `error` (set once).
   void failAll(std::exception_ptr error);
