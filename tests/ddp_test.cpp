@@ -351,6 +351,83 @@ TEST(Ddp, AWorldOfOneIsPlainTraining) {
   for (size_t i = 0; i < sa.size(); ++i) EXPECT_TRUE(torch::equal(sa[i], sb[i]));
 }
 
+TEST(Ddp, AWorldOfOneCommunicatesNothing) {
+  torch::set_num_threads(1);
+  Case c{"one"};
+  c.batchNorm = true;  // buffers, which more ranks would broadcast
+  Net net = makeNet(c);
+  auto data = makeData(2);
+  train::DistributedDataParallel::Stats stats;
+  auto errors = runThreadRanks(1, testOptions(TransportKind::kShm), [&](comm::Group& g) {
+    train::DistributedDataParallel ddp(net.ptr(), g.shared_from_this());
+    for (int s = 0; s < 2; ++s) {
+      ddp.beforeForward();
+      ddp.backward(torch::nn::functional::cross_entropy(net->forward(data.x[s]), data.y[s]));
+    }
+    stats = ddp.stats();
+    EXPECT_TRUE(ddp.bucketLayout().empty());
+  });
+  ASSERT_EQ(errors[0], "");
+  EXPECT_EQ(stats.steps, 0);  // no reducer: backward() was loss.backward()
+  EXPECT_EQ(stats.bufferSeconds, 0.0);
+  EXPECT_EQ(stats.finishSeconds, 0.0);
+}
+
+// Buffers of three dtypes, one of them not contiguous.
+struct BuffersImpl : torch::nn::Module {
+  BuffersImpl() {
+    fc = register_module("fc", torch::nn::Linear(4, 2));
+    stats = register_buffer("stats", torch::zeros({3}));
+    counter = register_buffer("counter", torch::zeros({}, torch::kInt64));
+    wide = register_buffer("wide", torch::zeros({2, 3}, torch::kFloat64).t());
+  }
+  void setFor(int rank, int step) {
+    torch::NoGradGuard noGrad;
+    stats.fill_(rank * 10 + step + 0.5);
+    counter.fill_(rank * 1000 + step);
+    wide.copy_(torch::arange(6, torch::kFloat64).view({3, 2}) * (rank + 1) + step);
+  }
+  torch::nn::Linear fc{nullptr};
+  torch::Tensor stats, counter, wide;
+};
+TORCH_MODULE(Buffers);
+
+TEST(Ddp, EveryBufferComesFromRankZeroBeforeEachForwardWhateverItsDtype) {
+  torch::set_num_threads(1);
+  std::vector<Buffers> nets{Buffers(), Buffers(), Buffers()};
+  auto errors = runThreadRanks(3, testOptions(TransportKind::kShm), [&](comm::Group& g) {
+    Buffers& net = nets[g.rank()];
+    train::DistributedDataParallel ddp(net.ptr(), g.shared_from_this());
+    for (int step = 0; step < 3; ++step) {
+      net->setFor(g.rank(), step);
+      ddp.beforeForward();
+      Buffers want;
+      want->setFor(0, step);
+      EXPECT_TRUE(torch::equal(net->stats, want->stats)) << "rank " << g.rank();
+      EXPECT_TRUE(torch::equal(net->counter, want->counter)) << "rank " << g.rank();
+      EXPECT_TRUE(torch::equal(net->wide, want->wide)) << "rank " << g.rank();
+      ddp.backward(net->fc->forward(torch::ones({1, 4})).sum());
+    }
+    const auto s = ddp.stats();
+    EXPECT_EQ(s.steps, 3);
+    EXPECT_GT(s.bufferSeconds, 0.0);
+    EXPECT_GT(s.finishSeconds, 0.0);
+    // The layout is fixed at construction: a buffer that changes size is named.
+    {
+      torch::NoGradGuard noGrad;
+      net->stats.set_(torch::zeros({4}));
+    }
+    try {
+      ddp.beforeForward();
+      ADD_FAILURE() << "expected InvalidArgument";
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find("buffer 'stats' changed size"), std::string::npos)
+          << e.what();
+    }
+  });
+  for (auto& e : errors) EXPECT_EQ(e, "");
+}
+
 // Each rank's own gradients of one batch, computed without DDP on a copy of `c`'s model.
 std::vector<torch::Tensor> localGradients(const Case& c, const torch::Tensor& x,
                                           const torch::Tensor& y) {
