@@ -240,7 +240,7 @@ def write_report(rows, a, models, path):
           "averages with one all-reduce per bucket (the default communication hook).",
           "- Accuracy differences between rank counts come from the different data order per "
           "rank count and BatchNorm statistics over smaller per-rank batches, not from the "
-          "gradient average (tests/ddp_test.cpp checks that to 1e-5)."]
+          "gradient average (tests/ddp_equivalence_test.cpp checks that to 1e-5)."]
     with open(path, "w") as f:
         f.write("\n".join(L) + "\n")
     print("\n".join(L))
