@@ -2,7 +2,7 @@
 // (OpenMPI, Gloo) are timed and checked the same way.
 //
 // All-reduce (runAllreduceSizes), in the style of nccl-tests:
-// - sizes 4 KiB .. max of float32, sum, in place;
+// - sizes 4 KiB .. max of float32, sum (or average, Collective::average), in place;
 // - per size: the number of back-to-back calls per measurement (`iters`) is calibrated so that
 //   one measurement lasts at least `minSeconds` (a single call at 256 MiB is too short and too
 //   noisy to time alone); then `reps` measurements, each after a barrier, each keeping the
@@ -174,6 +174,9 @@ inline bool allPassed(const Timing& t, bool localOk) {
 
 struct Collective {
   std::function<void(float* data, size_t count)> allreduce;  // in place, float32 sum
+  // The call averages instead: each result is the exact sum times the float32 1/n (what
+  // ReduceOp::kAvg computes for float32), so the check stays exact.
+  bool average = false;
   Timing timing;
 };
 
@@ -188,6 +191,7 @@ inline bool runAllreduceSizes(const std::string& impl, const std::string& varian
     return static_cast<float>((r + 1) * static_cast<int>((i + 7 * rep) % 251 + 1));
   };
   const float rankSum = static_cast<float>(n * (n + 1) / 2);
+  const float scale = 1.0f / static_cast<float>(n);
   for (size_t bytes : sizes) {
     const size_t count = bytes / 4;
     std::memset(buf, 0, count * 4);
@@ -202,7 +206,8 @@ inline bool runAllreduceSizes(const std::string& impl, const std::string& varian
       c.allreduce(buf, count);
       if (rank == o.corruptRank) buf[count / 2] += 1.0f;
       for (size_t i = 0; i < count && failure.empty(); ++i) {
-        const float want = pattern(i, 0, rep) * rankSum;
+        float want = pattern(i, 0, rep) * rankSum;
+        if (c.average) want *= scale;
         if (buf[i] != want) {
           failure = "element " + std::to_string(i) + " is " + std::to_string(buf[i]) +
                     ", expected " + std::to_string(want) + " (verified call " +
@@ -228,11 +233,11 @@ inline bool runAllreduceSizes(const std::string& impl, const std::string& varian
     const Stats s = stats(times);
     if (rank == 0) {
       const double algbw = bytes / s.median / 1e9;
-      nlohmann::json row = {{"impl", impl},    {"variant", variant},
-                            {"n", n},          {"bytes", bytes},
-                            {"reps", o.reps},  {"iters", iters},
-                            {"algbw", algbw},  {"busbw", algbw * 2.0 * (n - 1) / n},
-                            {"verified", true}};
+      nlohmann::json row = {
+          {"impl", impl},    {"variant", variant}, {"op", c.average ? "avg" : "sum"},
+          {"n", n},          {"bytes", bytes},     {"reps", o.reps},
+          {"iters", iters},  {"algbw", algbw},     {"busbw", algbw * 2.0 * (n - 1) / n},
+          {"verified", true}};
       addStats(row, s, 1e6, "us");
       std::printf("%s\n", row.dump().c_str());
       std::fflush(stdout);

@@ -10,11 +10,19 @@ rank, optimizer and schedule, one intra-op thread per process, in the same run:
       measure what train/allocator.h is worth on each model
   (e) the example itself (build/fashion_mnist, 2 ranks, example's CNN only), for continuity
       with earlier results files
+  (f) with --before DIR: Shoal DDP from another build directory (the code before a change),
+      same rank counts, so that before and after run interleaved on the same machine state
 Variants alternate within each repetition, so drifts of a shared machine hit all of them.
-Writes bench/results/ddp.md and ddp.jsonl. Keep the machine otherwise idle while it runs.
+Writes bench/results/<name>.md and <name>.jsonl (name: ddp). Keep the machine otherwise idle
+while it runs. plain_train also reports each rank's CPU milliseconds per step (every thread of
+the process; far steadier than the wall clock on a machine shared with other work) and, under
+DDP, the milliseconds per step spent broadcasting buffers and finishing the synchronization.
 
 usage: python3 bench/run_ddp.py [--epochs 2] [--steps 150] [--reps 2] [--models fashion,small]
-       --steps limits each epoch to that many steps per rank (0: whole epochs of 60000 samples).
+       [--ranks 1,2,4] [--variants plain,shoal,pytorch,malloc,example] [--before DIR]
+       [--name ddp]
+       --steps limits each epoch to that many steps per rank (0: whole epochs of 60000 samples);
+       --ranks and --variants choose the rows to run (the rest of the report is left out).
 The defaults take about 13-14 minutes on the 2-core machine (about half of it start-up: each
 variant loads the data set, Python imports torch); --epochs 1 --steps 3 --reps 1 is a smoke test
 of about 4 minutes (both models)."""
@@ -50,20 +58,35 @@ def run(cmd, rows_on_stdout=True):
     return rows
 
 
+def binary(build, name):
+    # The build tree's layout (bench/plain_train), or a flat folder of copied binaries.
+    for p in (os.path.join(build, "bench", name), os.path.join(build, name)):
+        if os.path.exists(p):
+            return p
+    raise SystemExit(f"no {name} under {build}")
+
+
 def variants(a, model):
     b, common = a.build, ["--epochs", str(a.epochs), "--steps", str(a.steps), "--model", model]
     plain = [f"{b}/bench/plain_train"] + common
-    shoal = lambda n: [f"{b}/shoal", "run", "-q", "-n", str(n), "--", f"{b}/bench/plain_train",
-                       "--ddp"] + common
+    shoal = lambda n, d=b: [binary(d, "shoal"), "run", "-q", "-n", str(n), "--",
+                            binary(d, "plain_train"), "--ddp"] + common
     torch_ddp = lambda n: ["/usr/bin/python3", os.path.join(ROOT, "bench", "pytorch_ddp_train.py"),
                            "--procs", str(n), "--epochs", str(a.epochs), "--steps", str(a.steps),
                            "--model", model]
-    v = [("plain libtorch", 1, lambda: run(plain))]
-    v += [("Shoal DDP", n, lambda n=n: run(shoal(n))) for n in (1, 2, 4)]
-    v += [("PyTorch DDP (gloo)", n, lambda n=n: run(torch_ddp(n))) for n in (1, 2, 4)]
-    v += [("plain libtorch, malloc defaults", 1, lambda: run(plain + ["--no-malloc-tuning"])),
-          ("Shoal DDP, malloc defaults", 2, lambda: run(shoal(2) + ["--no-malloc-tuning"]))]
-    if model == "fashion":
+    want = set(a.variants.split(","))
+    ranks = [int(n) for n in a.ranks.split(",") if n]
+    v = [("plain libtorch", 1, lambda: run(plain))] if "plain" in want else []
+    if "shoal" in want:
+        v += [("Shoal DDP", n, lambda n=n: run(shoal(n))) for n in ranks]
+    if a.before:
+        v += [("Shoal DDP, before", n, lambda n=n: run(shoal(n, a.before))) for n in ranks]
+    if "pytorch" in want:
+        v += [("PyTorch DDP (gloo)", n, lambda n=n: run(torch_ddp(n))) for n in ranks]
+    if "malloc" in want:
+        v += [("plain libtorch, malloc defaults", 1, lambda: run(plain + ["--no-malloc-tuning"])),
+              ("Shoal DDP, malloc defaults", 2, lambda: run(shoal(2) + ["--no-malloc-tuning"]))]
+    if model == "fashion" and "example" in want:
         def example(n=2):
             with tempfile.NamedTemporaryFile(suffix=".jsonl") as m:
                 subset = [] if a.steps == 0 else ["--train-subset", str(a.steps * 64 * n)]
@@ -84,9 +107,16 @@ def main():
     p.add_argument("--steps", type=int, default=150, help="steps per epoch and rank, 0 = all")
     p.add_argument("--reps", type=int, default=2)
     p.add_argument("--models", default="fashion,small")
+    p.add_argument("--ranks", default="1,2,4", help="Shoal and PyTorch DDP rank counts")
+    p.add_argument("--variants", default="plain,shoal,pytorch,malloc,example")
+    p.add_argument("--before", help="a build directory (or folder of binaries) of the code "
+                   "before a change: its Shoal DDP runs beside the current one")
     p.add_argument("--build", default=os.path.join(ROOT, "build"))
     p.add_argument("--out", default=os.path.join(ROOT, "bench", "results"))
+    p.add_argument("--name", default="ddp", help="output files <name>.md and <name>.jsonl")
     a = p.parse_args()
+    if "plain" not in a.variants.split(","):
+        raise SystemExit("--variants must include plain: every ratio is against it")
     models = [m for m in a.models.split(",") if m]
     for m in models:
         if m not in PARAMS:
@@ -100,13 +130,17 @@ def main():
                     rows.append(r)
                     print(json.dumps(r), flush=True)
     os.makedirs(a.out, exist_ok=True)
-    with open(os.path.join(a.out, "ddp.jsonl"), "w") as f:
+    with open(os.path.join(a.out, a.name + ".jsonl"), "w") as f:
         for r in rows:
             f.write(json.dumps(r) + "\n")
-    write_report(rows, a, models, os.path.join(a.out, "ddp.md"))
+    write_report(rows, a, models, os.path.join(a.out, a.name + ".md"))
 
 
 def write_report(rows, a, models, path):
+    def med(rs, key):
+        v = [r[key] for r in rs if key in r]
+        return statistics.median(v) if v else None
+
     def summary(model, name, n):
         rs = [r for r in rows if r["model"] == model and r["variant"] == name and r["ranks"] == n]
         if not rs:
@@ -116,7 +150,13 @@ def write_report(rows, a, models, path):
                 "lo": min(r["samples_per_second"] for r in rs),
                 "hi": max(r["samples_per_second"] for r in rs),
                 "epoch_s": statistics.median(r["epoch_seconds"] for r in rs),
-                "acc": statistics.median(final) if final else float("nan")}
+                "acc": statistics.median(final) if final else float("nan"),
+                "cpu": med(rs, "cpu_ms_per_step"), "buffers": med(rs, "buffers_ms_per_step"),
+                "finish": med(rs, "finish_ms_per_step")}
+
+    def ms(v):
+        return "-" if v is None else f"{v:.2f}"
+
     cpu = subprocess.run(["sh", "-c", "grep -m1 'model name' /proc/cpuinfo | cut -d: -f2"],
                          capture_output=True, text=True).stdout.strip()
     per_epoch = "whole epochs (60000 samples)" if a.steps == 0 else \
@@ -128,18 +168,23 @@ def write_report(rows, a, models, path):
          f"the median over epochs and repetitions (all ranks together), accuracy the median final "
          f"test accuracy (short runs: compare between rows, not with full training). Plain and "
          f"Shoal rows run the same loop (`bench/plain_train.cpp`, with `--ddp` under `shoal run`); "
-         f"PyTorch's runs `bench/pytorch_ddp_train.py`. Written by `bench/run_ddp.py`."]
-    targets, malloc = [], []
+         f"PyTorch's runs `bench/pytorch_ddp_train.py`. CPU ms/step: each rank's process CPU time "
+         f"per step (all its threads), the mean over ranks; buffers and finish: DDP's "
+         f"milliseconds per step in the buffer broadcast and in finishing the gradient "
+         f"synchronization (waiting included). Written by `bench/run_ddp.py`."]
+    targets, malloc, before = [], [], []
+    order = [("plain libtorch", 1)] + [("Shoal DDP", n) for n in (1, 2, 4)] + \
+            [("Shoal DDP, before", n) for n in (1, 2, 4)] + \
+            [("PyTorch DDP (gloo)", n) for n in (1, 2, 4)] + \
+            [("plain libtorch, malloc defaults", 1), ("Shoal DDP, malloc defaults", 2),
+             ("Shoal DDP, examples/fashion_mnist", 2)]
     for model in models:
         base = summary(model, "plain libtorch", 1)
         L += ["", f"## {'The example' if model == 'fashion' else 'The small'} CNN "
               f"({SOURCE[model]}, {PARAMS[model]} parameters)", "",
-              "| variant | ranks | samples/s (median) | min - max | s/epoch | final test accuracy | vs plain libtorch |",
-              "|---|---|---|---|---|---|---|"]
-        order = [("plain libtorch", 1)] + [("Shoal DDP", n) for n in (1, 2, 4)] + \
-                [("PyTorch DDP (gloo)", n) for n in (1, 2, 4)] + \
-                [("plain libtorch, malloc defaults", 1), ("Shoal DDP, malloc defaults", 2),
-                 ("Shoal DDP, examples/fashion_mnist", 2)]
+              "| variant | ranks | samples/s (median) | min - max | s/epoch | final test accuracy "
+              "| vs plain libtorch | CPU ms/step | buffers ms/step | finish ms/step |",
+              "|---|---|---|---|---|---|---|---|---|---|"]
         res = {}
         for name, n in order:
             s = summary(model, name, n)
@@ -147,27 +192,45 @@ def write_report(rows, a, models, path):
                 continue
             res[(name, n)] = s
             L.append(f"| {name} | {n} | {s['sps']:.0f} | {s['lo']:.0f} - {s['hi']:.0f} | "
-                     f"{s['epoch_s']:.1f} | {100 * s['acc']:.2f}% | {s['sps'] / base['sps']:.2f}x |")
-        s1, s2, p2 = res[("Shoal DDP", 1)], res[("Shoal DDP", 2)], res[("PyTorch DDP (gloo)", 2)]
+                     f"{s['epoch_s']:.1f} | {100 * s['acc']:.2f}% | {s['sps'] / base['sps']:.2f}x | "
+                     f"{ms(s['cpu'])} | {ms(s['buffers'])} | {ms(s['finish'])} |")
+        s1, s2, p2 = res.get(("Shoal DDP", 1)), res.get(("Shoal DDP", 2)), \
+            res.get(("PyTorch DDP (gloo)", 2))
         t = TARGET_2[model]
-        targets += [
-            f"- {model}: Shoal DDP 2 ranks >= {t}x plain libtorch: {s2['sps'] / base['sps']:.2f}x "
-            f"({'met' if s2['sps'] >= t * base['sps'] else 'NOT met'}); against plain's fastest "
-            f"epoch {s2['sps'] / base['hi']:.2f}x; PyTorch DDP 2 processes "
-            f"{p2['sps'] / base['sps']:.2f}x; Shoal / PyTorch at 2: {s2['sps'] / p2['sps']:.2f}x; "
-            f"Shoal 1 rank {100 * s1['sps'] / base['sps']:.1f}% of plain.",
-            f"- {model}: same accuracy (within 0.5 points of plain libtorch): Shoal 2 ranks "
-            f"{100 * (s2['acc'] - base['acc']):+.2f} points."]
+        if s2:
+            line = (f"- {model}: Shoal DDP 2 ranks >= {t}x plain libtorch: "
+                    f"{s2['sps'] / base['sps']:.2f}x "
+                    f"({'met' if s2['sps'] >= t * base['sps'] else 'NOT met'}); against plain's "
+                    f"fastest epoch {s2['sps'] / base['hi']:.2f}x")
+            if p2:
+                line += (f"; PyTorch DDP 2 processes {p2['sps'] / base['sps']:.2f}x; Shoal / "
+                         f"PyTorch at 2: {s2['sps'] / p2['sps']:.2f}x")
+            if s1:
+                line += f"; Shoal 1 rank {100 * s1['sps'] / base['sps']:.1f}% of plain"
+            targets += [line + ".",
+                        f"- {model}: same accuracy (within 0.5 points of plain libtorch): Shoal 2 "
+                        f"ranks {100 * (s2['acc'] - base['acc']):+.2f} points."]
+        for n in (1, 2, 4):
+            new, old = res.get(("Shoal DDP", n)), res.get(("Shoal DDP, before", n))
+            if new and old:
+                before.append(f"- {model}, {n} rank(s): {old['sps']:.0f} -> {new['sps']:.0f} "
+                              f"samples/s ({new['sps'] / old['sps']:.3f}x; vs plain "
+                              f"{old['sps'] / base['sps']:.2f}x -> {new['sps'] / base['sps']:.2f}x)")
         pm, sm = res.get(("plain libtorch, malloc defaults", 1)), res.get(("Shoal DDP, malloc defaults", 2))
-        if pm and sm:
+        if pm and sm and s2:
             malloc.append(
                 f"- {model}: malloc tuning on vs glibc defaults: plain libtorch "
                 f"{base['sps'] / pm['sps']:.3f}x ({base['sps']:.0f} vs {pm['sps']:.0f} samples/s), "
                 f"Shoal DDP 2 ranks {s2['sps'] / sm['sps']:.3f}x ({s2['sps']:.0f} vs {sm['sps']:.0f}).")
-    L += ["", "## Targets", ""] + targets
-    L += ["", "## What malloc tuning (`train/allocator.h`) is worth", ""] + malloc + [
-        "", "Rows with 'malloc defaults' run the same binaries with `--no-malloc-tuning`. The "
-        "Python peer runs with PyTorch's defaults."]
+    if targets:
+        L += ["", "## Targets", ""] + targets
+    if before:
+        L += ["", f"## Before and after (`--before {a.before}`, interleaved in each repetition)",
+              ""] + before
+    if malloc:
+        L += ["", "## What malloc tuning (`train/allocator.h`) is worth", ""] + malloc + [
+            "", "Rows with 'malloc defaults' run the same binaries with `--no-malloc-tuning`. The "
+            "Python peer runs with PyTorch's defaults."]
     L += ["", "## Notes", "",
           "- The machine is a VM on a shared host: one repetition of a variant can run 20% slower "
           "than another (see min - max). Targets are judged on the medians.",
@@ -177,7 +240,7 @@ def write_report(rows, a, models, path):
           "averages with one all-reduce per bucket (the default communication hook).",
           "- Accuracy differences between rank counts come from the different data order per "
           "rank count and BatchNorm statistics over smaller per-rank batches, not from the "
-          "gradient average (tests/ddp_test.cpp checks that to 1e-5)."]
+          "gradient average (tests/ddp_equivalence_test.cpp checks that to 1e-5)."]
     with open(path, "w") as f:
         f.write("\n".join(L) + "\n")
     print("\n".join(L))

@@ -18,10 +18,13 @@ int main(int argc, char** argv) {
   int ranks = 2;
   bench::MeasureOptions m;
   std::string transport = "shm", algorithms = "auto,ring,recursive_doubling,rabenseifner,driver";
+  std::string op = "sum";
   size_t maxBytes = 256u << 20;
   app.add_option("-n,--ranks", ranks)->check(CLI::Range(1, 64));
   app.add_option("--transport", transport)->check(CLI::IsMember({"shm", "tcp"}));
   app.add_option("--algorithms", algorithms, "comma-separated");
+  app.add_option("--op", op, "sum, or avg (ReduceOp::kAvg: the sum divided by the world size)")
+      ->check(CLI::IsMember({"sum", "avg"}));
   app.add_option("--reps", m.reps, "measurements per size")->check(CLI::Range(1, 1000));
   app.add_option("--corrupt-rank", m.corruptRank, "test hook: damage this rank's results")
       ->check(CLI::Range(-1, 63));
@@ -33,14 +36,16 @@ int main(int argc, char** argv) {
   if (!std::getenv("SHOAL_RANK")) {
     return run::runSelfLocally(
         ranks,
-        {"--transport", transport, "--algorithms", algorithms, "--reps", std::to_string(m.reps),
-         "--min-seconds", std::to_string(m.minSeconds), "--corrupt-rank",
+        {"--transport", transport, "--algorithms", algorithms, "--op", op, "--reps",
+         std::to_string(m.reps), "--min-seconds", std::to_string(m.minSeconds), "--corrupt-rank",
          std::to_string(m.corruptRank), "--max-bytes", std::to_string(maxBytes)},
         {{"SHOAL_TRANSPORT", transport}}, std::chrono::minutes(30));
   }
 
   auto world = init().group;
   bench::Collective c;
+  c.average = op == "avg";
+  const ReduceOp redop = c.average ? ReduceOp::kAvg : ReduceOp::kSum;
   c.timing.maxOverRanks = [&](double v) {
     comm::allreduce(*world, &v, 1, DataType::kFloat64, ReduceOp::kMax);
     return v;
@@ -51,7 +56,7 @@ int main(int argc, char** argv) {
   while (std::getline(list, name, ',')) {
     auto algo = comm::parseAllreduceAlgorithm(name);
     c.allreduce = [&, algo](float* d, size_t count) {
-      comm::allreduce(*world, d, count, DataType::kFloat32, ReduceOp::kSum, {.algorithm = algo});
+      comm::allreduce(*world, d, count, DataType::kFloat32, redop, {.algorithm = algo});
     };
     if (!bench::runAllreduceSizes("shoal", transport + "/" + name, world->rank(), world->size(), c,
                                   bench::defaultSizes(maxBytes), m)) {

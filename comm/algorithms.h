@@ -34,6 +34,23 @@ void allreduceRecursiveDoubling(OpContext& ctx, void* data, size_t count);
 void allreduceRabenseifner(OpContext& ctx, void* data, size_t count);
 void allreduceDriver(OpContext& ctx, void* data, size_t count);
 
+// Note [Average in the last step]
+// ReduceOp::kAvg travels as a sum; the division by the group size is not a pass of its own over
+// the result. Each algorithm knows the receive-reduce after which an element holds the sum over
+// every rank, and makes that one recvReduceFinal (OpContext): it adds the last contribution and
+// divides in the same pass (common/reduce.h), so what is forwarded afterwards (a ring's or
+// Rabenseifner's all-gather, recursive doubling's fold-out, the driver's broadcast) is already
+// the average. Per algorithm:
+// - ring: the last reduce-scatter step (the rank that completes a block scales it);
+// - recursive doubling: the last round (both partners, alike);
+// - Rabenseifner: the last halving round;
+// - driver: rank 0's receive from rank n-1, after the others' (a second batch);
+// - reduce (comm/reduce.cpp): the root's receive from its largest subtree, after the others;
+// - reduce-scatter (comm/reduce_scatter.cpp): the last step.
+// A world of one has nothing to divide. Floating-point results equal the sum-then-divide ones
+// bit for bit (float16/bfloat16: within one unit in the last place, rounded once instead of
+// twice), integers bit for bit.
+
 // Note [Power-of-two fold]
 // Recursive doubling and Rabenseifner pair ranks by XOR of their numbers, which needs a
 // power-of-two world. Other sizes are folded first: with p the largest power of two <= n and

@@ -18,7 +18,6 @@
 #include "comm/collective_util.h"
 #include "comm/collectives.h"
 #include "common/error.h"
-#include "common/reduce.h"
 
 namespace shoal::comm {
 
@@ -63,6 +62,8 @@ std::shared_ptr<Work> allreduceImpl(Group& g, bool async, void* data, size_t cou
   base.algo = static_cast<uint8_t>(algorithm);
   return detail::dispatch(g, async, op::kAllreduce, base, call, {.recv = data},
                           [=](OpContext& ctx) {
+                            // kAvg divides inside each algorithm's last
+                            // reduction (Note [Average in the last step]).
                             if (ctx.size() > 1) {
                               switch (algorithm) {
                                 case algo::AllreduceKind::kRing:
@@ -79,7 +80,6 @@ std::shared_ptr<Work> allreduceImpl(Group& g, bool async, void* data, size_t cou
                                   break;
                               }
                             }
-                            if (op == ReduceOp::kAvg) scaleAverage(data, count, type, ctx.size());
                           });
 }
 

@@ -46,7 +46,10 @@ void allreduceRabenseifner(OpContext& ctx, void* data, size_t count) {
     uint8_t* keepPtr = keepLow ? span(lo, mid, &keepLen) : span(mid, hi, &keepLen);
     batch.clear();
     batch.push_back(ctx.send(partner, step, sendPtr, sendLen));
-    batch.push_back(ctx.recvReduce(partner, step, keepPtr, keepLen));
+    // mask 1 completes the block (and divides an average: Note [Average in the last step]);
+    // the all-gather then moves finished values.
+    batch.push_back(mask == 1 ? ctx.recvReduceFinal(partner, step, keepPtr, keepLen)
+                              : ctx.recvReduce(partner, step, keepPtr, keepLen));
     ctx.run(batch);
     (keepLow ? hi : lo) = mid;
   }

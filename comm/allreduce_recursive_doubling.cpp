@@ -32,7 +32,10 @@ void allreduceRecursiveDoubling(OpContext& ctx, void* data, size_t count) {
     if (total > 0) std::memcpy(mine.data(), bytes, total);  // (no buffer at all when empty)
     batch.clear();
     batch.push_back(ctx.send(partner, step, mine.data(), total));
-    batch.push_back(ctx.recvReduce(partner, step, bytes, total));
+    // The last round completes the sum (and divides an average: Note [Average in the last
+    // step]); the fold-out then hands over the finished values.
+    batch.push_back(mask * 2 >= f.p ? ctx.recvReduceFinal(partner, step, bytes, total)
+                                    : ctx.recvReduce(partner, step, bytes, total));
     ctx.run(batch);
   }
   foldOut(ctx, f, bytes, total, rounds);

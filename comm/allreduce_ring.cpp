@@ -4,7 +4,8 @@
 // the same number of segments of about kSegmentBytes.
 // - Reduce-scatter, n-1 steps: at step s rank r sends block (r-s) to r+1 and receives block
 //   (r-s-1) from r-1, reducing it into its own copy as the bytes arrive. After the last step
-//   rank r holds block (r+1) reduced over all ranks.
+//   rank r holds block (r+1) reduced over all ranks (an average divided by n in that last
+//   step's reduction: Note [Average in the last step] in comm/algorithms.h).
 // - All-gather, n-1 steps: at step s rank r sends block (r+1-s) and receives block (r-s),
 //   overwriting its copy with the final values.
 // Segment k of a block is forwarded as soon as segment k of the previous step has arrived, so
@@ -57,8 +58,14 @@ void allreduceRing(OpContext& ctx, void* data, size_t count) {
       for (int k = 0; k < nseg; ++k) {
         size_t off;
         size_t len = segment(recvBlock, k, &off);
-        batch.push_back(phase == 0 ? ctx.recvReduce(left, step + k, bytes + off, len)
-                                   : ctx.recv(left, step + k, bytes + off, len));
+        if (phase == 1) {
+          batch.push_back(ctx.recv(left, step + k, bytes + off, len));
+        } else if (s == n - 2) {
+          // This rank completes the block: kAvg divides here (Note [Average in the last step]).
+          batch.push_back(ctx.recvReduceFinal(left, step + k, bytes + off, len));
+        } else {
+          batch.push_back(ctx.recvReduce(left, step + k, bytes + off, len));
+        }
         lastRecv[k] = static_cast<int>(batch.size() - 1);
       }
     }

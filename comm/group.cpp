@@ -107,6 +107,11 @@ Transfer OpContext::recvReduce(int peer, uint32_t step, void* data, size_t bytes
   return Transfer::recvReduce(peer, header(step, bytes), data, static_cast<DataType>(base_.dtype),
                               static_cast<ReduceOp>(base_.redop));
 }
+Transfer OpContext::recvReduceFinal(int peer, uint32_t step, void* data, size_t bytes) const {
+  const auto op = static_cast<ReduceOp>(base_.redop);
+  return Transfer::recvReduce(peer, header(step, bytes), data, static_cast<DataType>(base_.dtype),
+                              op, op == ReduceOp::kAvg ? size() : 1);
+}
 
 void OpContext::run(std::vector<Transfer>& batch) {
   if (batch.empty()) return;
@@ -465,6 +470,9 @@ void Group::runBackendOp(const BackendOp& op, const CallOptions& call) {
     backendFailure_ = e.what();
     SHOAL_THROW(PeerError, "rank {}: {} failed: {}", rank_, what, e.what());
   }
+  // MPI has no average and its reductions give no hook into their last step, so an average
+  // runs as MPI's sum followed by one pass of division here (the native engine folds the
+  // division into its last receive-reduce: Note [Average in the last step]).
   if (op.redop == ReduceOp::kAvg && size_ > 1 &&
       (op.op == op::kAllreduce || op.op == op::kReduce || op.op == op::kReduceScatter)) {
     if (op.op != op::kReduce || rank_ == op.root) {

@@ -101,6 +101,10 @@ class OpContext {
   transport::Transfer send(int peer, uint32_t step, const void* data, size_t bytes) const;
   transport::Transfer recv(int peer, uint32_t step, void* data, size_t bytes) const;
   transport::Transfer recvReduce(int peer, uint32_t step, void* data, size_t bytes) const;
+  // The receive-reduce after which the elements it covers hold their reduction over every
+  // rank: for kAvg it also divides by size() in the same pass (Note [Average in the last
+  // step] in comm/algorithms.h); for other ops it is recvReduce.
+  transport::Transfer recvReduceFinal(int peer, uint32_t step, void* data, size_t bytes) const;
 
   Group& group() { return group_; }
 

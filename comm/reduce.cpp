@@ -1,9 +1,9 @@
 // Reduce to `root` along a binomial tree: each rank reduces what its children send (all
 // children at once, reduced as bytes arrive) into a scratch copy of its own buffer, then sends
 // the partial result to its parent. The root reduces straight into its buffer; the other
-// ranks' buffers are left as they were.
-#include "common/reduce.h"
-
+// ranks' buffers are left as they were. An average is divided by the root's last receive,
+// from its largest subtree, taken after the others (Note [Average in the last step] in
+// comm/algorithms.h).
 #include <cstring>
 
 #include "comm/algorithms.h"
@@ -31,14 +31,24 @@ std::shared_ptr<Work> reduceImpl(Group& g, bool async, void* data, size_t count,
           acc = scratch.data();
         }
         std::vector<transport::Transfer> batch;
-        for (int child : tree.children) batch.push_back(ctx.recvReduce(child, 0, acc, total));
+        const auto& children = tree.children;
+        // An average's root takes its largest subtree (children[0], which also finishes
+        // last) after the others, so that this reduction completes every element and divides
+        // in the same pass (Note [Average in the last step] in comm/algorithms.h).
+        const bool lastApart = op == ReduceOp::kAvg && tree.parent < 0 && !children.empty();
+        for (size_t c = lastApart ? 1 : 0; c < children.size(); ++c) {
+          batch.push_back(ctx.recvReduce(children[c], 0, acc, total));
+        }
         ctx.run(batch);
+        if (lastApart) {
+          batch.clear();
+          batch.push_back(ctx.recvReduceFinal(children[0], 0, acc, total));
+          ctx.run(batch);
+        }
         if (tree.parent >= 0) {
           batch.clear();
           batch.push_back(ctx.send(tree.parent, 0, acc, total));
           ctx.run(batch);
-        } else if (op == ReduceOp::kAvg) {
-          scaleAverage(data, count, type, ctx.size());
         }
       });
 }

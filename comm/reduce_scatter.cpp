@@ -7,7 +7,6 @@
 #include "comm/algorithms.h"
 #include "comm/collective_util.h"
 #include "comm/collectives.h"
-#include "common/reduce.h"
 
 namespace shoal::comm {
 
@@ -33,13 +32,17 @@ std::shared_ptr<Work> reduceScatterImpl(Group& g, bool async, const void* send, 
           batch.push_back(ctx.send((r + 1) % n, static_cast<uint32_t>(s),
                                    scratch.data() + mod(r - s - 1) * block, block));
           batch.back().after = lastRecv;
-          batch.push_back(ctx.recvReduce((r + n - 1) % n, static_cast<uint32_t>(s),
-                                         scratch.data() + mod(r - s - 2) * block, block));
+          // The last step completes block r (and divides an average: Note [Average in the
+          // last step] in comm/algorithms.h).
+          const int from = (r + n - 1) % n;
+          const auto step = static_cast<uint32_t>(s);
+          uint8_t* into = scratch.data() + mod(r - s - 2) * block;
+          batch.push_back(s == n - 2 ? ctx.recvReduceFinal(from, step, into, block)
+                                     : ctx.recvReduce(from, step, into, block));
           lastRecv = static_cast<int>(batch.size() - 1);
         }
         ctx.run(batch);
         if (block > 0) std::memcpy(recv, scratch.data() + r * block, block);
-        if (op == ReduceOp::kAvg) scaleAverage(recv, count, type, n);
       });
 }
 

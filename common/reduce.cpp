@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
 #include "common/error.h"
 #include "common/half.h"
@@ -40,11 +41,41 @@ void loop16(uint16_t* __restrict dst, const uint16_t* __restrict a, const uint16
   for (size_t i = 0; i < n; ++i) dst[i] = Narrow(Op<float>::apply(Widen(a[i]), Widen(b[i])));
 }
 
+// The sum and the average's division in one pass, computed exactly as Sum followed by
+// scaleAverage's divideAll: floats multiply by the rounded reciprocal, integers divide the sum
+// (wrapped to T first, as Sum stores it) truncating.
 template <typename T>
-void dispatchOp(void* dst, const void* a, const void* b, size_t n, ReduceOp op) {
+void sumScaleLoop(T* __restrict dst, const T* __restrict a, const T* __restrict b, size_t n,
+                  int by) {
+  if constexpr (std::is_floating_point_v<T>) {
+    const T inv = T(1) / T(by);
+    for (size_t i = 0; i < n; ++i) dst[i] = (a[i] + b[i]) * inv;
+  } else {
+    for (size_t i = 0; i < n; ++i) dst[i] = static_cast<T>(static_cast<T>(a[i] + b[i]) / by);
+  }
+}
+
+// 16-bit: the sum stays in float and is scaled there; one rounding at the end.
+template <float (*Widen)(uint16_t), uint16_t (*Narrow)(float)>
+void sumScaleLoop16(uint16_t* __restrict dst, const uint16_t* __restrict a,
+                    const uint16_t* __restrict b, size_t n, int by) {
+  const float inv = 1.0f / static_cast<float>(by);
+  for (size_t i = 0; i < n; ++i) dst[i] = Narrow((Widen(a[i]) + Widen(b[i])) * inv);
+}
+
+void checkDivisor(ReduceOp op, int divisor) {
+  if (divisor < 1 || (divisor > 1 && op != ReduceOp::kSum && op != ReduceOp::kAvg)) {
+    SHOAL_THROW(InvalidArgument, "reduce: divisor {} with op {} (only sum and avg divide)", divisor,
+                static_cast<int>(op));
+  }
+}
+
+template <typename T>
+void dispatchOp(void* dst, const void* a, const void* b, size_t n, ReduceOp op, int divisor) {
   auto* d = static_cast<T*>(dst);
   auto* x = static_cast<const T*>(a);
   auto* y = static_cast<const T*>(b);
+  if (divisor != 1) return sumScaleLoop<T>(d, x, y, n, divisor);
   switch (op) {
     case ReduceOp::kSum:
     case ReduceOp::kAvg:
@@ -60,10 +91,11 @@ void dispatchOp(void* dst, const void* a, const void* b, size_t n, ReduceOp op) 
 }
 
 template <float (*Widen)(uint16_t), uint16_t (*Narrow)(float)>
-void dispatchOp16(void* dst, const void* a, const void* b, size_t n, ReduceOp op) {
+void dispatchOp16(void* dst, const void* a, const void* b, size_t n, ReduceOp op, int divisor) {
   auto* d = static_cast<uint16_t*>(dst);
   auto* x = static_cast<const uint16_t*>(a);
   auto* y = static_cast<const uint16_t*>(b);
+  if (divisor != 1) return sumScaleLoop16<Widen, Narrow>(d, x, y, n, divisor);
   switch (op) {
     case ReduceOp::kSum:
     case ReduceOp::kAvg:
@@ -80,28 +112,30 @@ void dispatchOp16(void* dst, const void* a, const void* b, size_t n, ReduceOp op
 
 }  // namespace
 
-void reduceTo(void* dst, const void* a, const void* b, size_t count, DataType type, ReduceOp op) {
+void reduceTo(void* dst, const void* a, const void* b, size_t count, DataType type, ReduceOp op,
+              int divisor) {
+  if (divisor != 1) checkDivisor(op, divisor);
   switch (type) {
     case DataType::kFloat32:
-      return dispatchOp<float>(dst, a, b, count, op);
+      return dispatchOp<float>(dst, a, b, count, op, divisor);
     case DataType::kFloat64:
-      return dispatchOp<double>(dst, a, b, count, op);
+      return dispatchOp<double>(dst, a, b, count, op, divisor);
     case DataType::kInt32:
-      return dispatchOp<int32_t>(dst, a, b, count, op);
+      return dispatchOp<int32_t>(dst, a, b, count, op, divisor);
     case DataType::kInt64:
-      return dispatchOp<int64_t>(dst, a, b, count, op);
+      return dispatchOp<int64_t>(dst, a, b, count, op, divisor);
     case DataType::kUInt8:
-      return dispatchOp<uint8_t>(dst, a, b, count, op);
+      return dispatchOp<uint8_t>(dst, a, b, count, op, divisor);
     case DataType::kFloat16:
-      return dispatchOp16<halfToFloat, floatToHalf>(dst, a, b, count, op);
+      return dispatchOp16<halfToFloat, floatToHalf>(dst, a, b, count, op, divisor);
     case DataType::kBFloat16:
-      return dispatchOp16<bf16ToFloat, floatToBf16>(dst, a, b, count, op);
+      return dispatchOp16<bf16ToFloat, floatToBf16>(dst, a, b, count, op, divisor);
   }
   SHOAL_THROW(InvalidArgument, "invalid data type {}", static_cast<int>(type));
 }
 
-void reduceInto(void* dst, const void* src, size_t count, DataType type, ReduceOp op) {
-  reduceTo(dst, dst, src, count, type, op);
+void reduceInto(void* dst, const void* src, size_t count, DataType type, ReduceOp op, int divisor) {
+  reduceTo(dst, dst, src, count, type, op, divisor);
 }
 
 namespace {

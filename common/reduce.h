@@ -3,7 +3,10 @@
 // Loops are written so the compiler vectorizes them. float16 and bfloat16 are widened to float32
 // for every operation and rounded once per result, so a reduction of n buffers rounds n-1 times
 // (never accumulates in 16 bits through a wider chain). kAvg reduces as kSum; the division by the
-// world size is a separate pass (scaleAverage) done once by the algorithm at the end.
+// world size is folded into the step that completes each element's sum (the `divisor` of
+// reduceInto / reduceTo: Note [Average in the last step] in comm/algorithms.h), so no algorithm
+// makes a separate pass over the result. scaleAverage remains for a backend that cannot fold it
+// (MPI).
 #pragma once
 
 #include <cstddef>
@@ -13,10 +16,20 @@
 namespace shoal {
 
 // dst and src may not overlap (unless equal, which is allowed for the idempotent ops).
-void reduceInto(void* dst, const void* src, size_t count, DataType type, ReduceOp op);
+//
+// divisor > 1 (only for kSum and kAvg, else InvalidArgument) divides each result by it in the
+// same pass: dst[i] = (dst[i] + src[i]) / divisor, the sum then scaleAverage's division with
+// one pass over memory instead of two. Results are those of reduceInto followed by
+// scaleAverage: bit for bit for float32, float64 (both multiply by the rounded 1/divisor) and
+// the integer types (the wrapped sum, divided truncating); float16 / bfloat16 keep the sum in
+// float and round once instead of twice, so they differ from the two passes by at most one unit
+// in the last place (and are never further from the exact average).
+void reduceInto(void* dst, const void* src, size_t count, DataType type, ReduceOp op,
+                int divisor = 1);
 
-// dst[i] = a[i] (op) b[i]; dst may alias a.
-void reduceTo(void* dst, const void* a, const void* b, size_t count, DataType type, ReduceOp op);
+// dst[i] = a[i] (op) b[i] (divided by divisor as above); dst may alias a.
+void reduceTo(void* dst, const void* a, const void* b, size_t count, DataType type, ReduceOp op,
+              int divisor = 1);
 
 // Divides every element by n (integer types: truncating division, as the sum divided by n).
 void scaleAverage(void* data, size_t count, DataType type, int n);

@@ -3,7 +3,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <random>
+#include <type_traits>
 
 #include "common/error.h"
 #include "common/half.h"
@@ -80,6 +82,88 @@ TEST(Reduce, AverageDividesOnce) {
   scaleAverage(i.data(), 2, DataType::kInt32, 4);
   EXPECT_EQ(i[0], 2);
   EXPECT_EQ(i[1], -2);
+}
+
+// The sum and the division in one pass (the last step of an average) against the two passes.
+template <typename T>
+void checkSumAndScale(DataType type, int divisor) {
+  std::mt19937 rng(7);
+  const size_t n = 1037;
+  std::vector<T> a(n), b(n);
+  for (size_t i = 0; i < n; ++i) {
+    if constexpr (std::is_floating_point_v<T>) {
+      a[i] = static_cast<T>(std::uniform_real_distribution<double>(-100, 100)(rng));
+      b[i] = static_cast<T>(std::uniform_real_distribution<double>(-100, 100)(rng));
+    } else if constexpr (std::is_signed_v<T>) {
+      a[i] = static_cast<T>(static_cast<int>(rng() % 2001) - 1000);
+      b[i] = static_cast<T>(static_cast<int>(rng() % 2001) - 1000);
+    } else {
+      a[i] = static_cast<T>(rng());  // uint8: the sum wraps before the division
+      b[i] = static_cast<T>(rng());
+    }
+  }
+  std::vector<T> fused = a, twoPasses = a;
+  reduceInto(fused.data(), b.data(), n, type, ReduceOp::kAvg, divisor);
+  reduceInto(twoPasses.data(), b.data(), n, type, ReduceOp::kSum);
+  scaleAverage(twoPasses.data(), n, type, divisor);
+  for (size_t i = 0; i < n; ++i) {
+    ASSERT_EQ(std::memcmp(&fused[i], &twoPasses[i], sizeof(T)), 0)
+        << toString(type) << " / " << divisor << " at " << i << ": " << +fused[i] << " vs "
+        << +twoPasses[i];
+  }
+}
+
+TEST(Reduce, SumAndScaleEqualsTheSumThenTheDivision) {
+  for (int divisor : {2, 3, 7}) {
+    checkSumAndScale<float>(DataType::kFloat32, divisor);
+    checkSumAndScale<double>(DataType::kFloat64, divisor);
+    checkSumAndScale<int32_t>(DataType::kInt32, divisor);
+    checkSumAndScale<int64_t>(DataType::kInt64, divisor);
+    checkSumAndScale<uint8_t>(DataType::kUInt8, divisor);
+  }
+  // Truncation toward zero, as the separate pass did.
+  std::vector<int32_t> i{-7, 7}, j{-2, 2};
+  reduceInto(i.data(), j.data(), 2, DataType::kInt32, ReduceOp::kAvg, 4);
+  EXPECT_EQ(i[0], -2);
+  EXPECT_EQ(i[1], 2);
+}
+
+TEST(Reduce, SixteenBitSumAndScaleRoundsOnce) {
+  // The two passes round the sum to 16 bits and then the quotient; the one pass rounds only the
+  // quotient: never further from the exact average, and at most one unit in the last place
+  // from the two passes.
+  std::mt19937 rng(3);
+  for (DataType t : {DataType::kFloat16, DataType::kBFloat16}) {
+    auto widen = t == DataType::kFloat16 ? halfToFloat : bf16ToFloat;
+    auto narrow = t == DataType::kFloat16 ? floatToHalf : floatToBf16;
+    const size_t n = 4099;
+    std::vector<uint16_t> a(n), b(n);
+    for (size_t i = 0; i < n; ++i) {
+      a[i] = narrow(std::uniform_real_distribution<float>(-50, 50)(rng));
+      b[i] = narrow(std::uniform_real_distribution<float>(-50, 50)(rng));
+    }
+    std::vector<uint16_t> fused = a, twoPasses = a;
+    reduceInto(fused.data(), b.data(), n, t, ReduceOp::kAvg, 3);
+    reduceInto(twoPasses.data(), b.data(), n, t, ReduceOp::kSum);
+    scaleAverage(twoPasses.data(), n, t, 3);
+    for (size_t i = 0; i < n; ++i) {
+      const float exact = (widen(a[i]) + widen(b[i])) / 3.0f;
+      const float f = widen(fused[i]), p = widen(twoPasses[i]);
+      // One rounding: the nearest representable value to the exact average (ties aside).
+      EXPECT_LE(std::fabs(f - exact), std::fabs(p - exact) + 1e-7f * std::fabs(exact))
+          << toString(t) << " at " << i;
+      const int df = std::abs((fused[i] & 0x7fff) - (twoPasses[i] & 0x7fff));
+      EXPECT_TRUE(df <= 1 || (f == 0 && p == 0)) << toString(t) << " at " << i;
+    }
+  }
+}
+
+TEST(Reduce, OnlySumAndAverageDivide) {
+  float a = 1, b = 2;
+  EXPECT_THROW(reduceInto(&a, &b, 1, DataType::kFloat32, ReduceOp::kMax, 2), InvalidArgument);
+  EXPECT_THROW(reduceInto(&a, &b, 1, DataType::kFloat32, ReduceOp::kSum, 0), InvalidArgument);
+  reduceInto(&a, &b, 1, DataType::kFloat32, ReduceOp::kMax, 1);
+  EXPECT_EQ(a, 2.0f);
 }
 
 TEST(Types, NamesParseAndBadNamesAreClearErrors) {

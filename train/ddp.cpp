@@ -1,6 +1,8 @@
 #include "train/ddp.h"
 
 #include <algorithm>
+#include <chrono>
+#include <cstring>
 #include <sstream>
 
 #include "comm/collectives.h"
@@ -53,6 +55,7 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<torch::nn::Modu
   std::vector<torch::Tensor> state(params_.begin(), params_.end());
   for (auto& b : module_->buffers(/*recurse=*/true)) state.push_back(b);
   broadcastFromRankZero(state);
+  if (options_.broadcastBuffers) packBuffers();
 
   ddp::ReducerOptions r;
   r.bucketBytes = options_.bucketBytes;
@@ -141,10 +144,82 @@ void DistributedDataParallel::setSync(bool sync) {
   if (reducer_) reducer_->setSync(sync);
 }
 
+// Note [One broadcast for the buffers]
+// beforeForward() runs every step, and a step of a small model is a few milliseconds, so the
+// buffer broadcast is laid out once at construction: every buffer's bytes end to end in one
+// byte buffer that lives as long as DDP. Each step rank 0 copies its buffers in, one broadcast
+// of bytes carries them all whatever their dtypes (BatchNorm's float statistics and int64
+// counter alike), and the other ranks copy them out: no module traversal, no concatenation, no
+// allocation, and one synchronization instead of one per dtype.
+void DistributedDataParallel::packBuffers() {
+  size_t at = 0;
+  for (auto& item : module_->named_buffers(/*recurse=*/true)) {
+    const auto& t = item.value();
+    SHOAL_CHECK(t.device().is_cpu(), "DistributedDataParallel: buffer '{}' is not on the CPU",
+                item.key());
+    const size_t bytes = static_cast<size_t>(t.numel()) * t.element_size();
+    buffers_.push_back({item.key(), t, at, bytes});
+    at += bytes;
+  }
+  packedBuffers_.resize(at);
+}
+
+namespace {
+
+// The bytes of `t`, in its logical order, to or from `bytes`.
+void copyBytes(const torch::Tensor& t, uint8_t* bytes, bool toTensor) {
+  if (t.is_contiguous()) {
+    const size_t n = static_cast<size_t>(t.numel()) * t.element_size();
+    if (n == 0) return;
+    if (toTensor) {
+      std::memcpy(t.data_ptr(), bytes, n);
+    } else {
+      std::memcpy(bytes, t.data_ptr(), n);
+    }
+    return;
+  }
+  auto flat = torch::from_blob(bytes, t.sizes(), t.options());
+  if (toTensor) {
+    t.copy_(flat);
+  } else {
+    flat.copy_(t);
+  }
+}
+
+}  // namespace
+
 void DistributedDataParallel::beforeForward() {
-  if (group_->size() == 1 || !options_.broadcastBuffers) return;
-  auto buffers = module_->buffers(true);
-  if (!buffers.empty()) broadcastFromRankZero(buffers);
+  if (buffers_.empty()) return;  // one rank, broadcastBuffers off, or no buffers
+  const auto t0 = std::chrono::steady_clock::now();
+  torch::NoGradGuard noGrad;
+  for (auto& b : buffers_) {
+    if (static_cast<size_t>(b.tensor.numel()) * b.tensor.element_size() != b.bytes) {
+      SHOAL_THROW(InvalidArgument,
+                  "rank {}: DistributedDataParallel: buffer '{}' changed size since "
+                  "construction ({} bytes, now {})",
+                  group_->rank(), b.name, b.bytes,
+                  static_cast<size_t>(b.tensor.numel()) * b.tensor.element_size());
+    }
+  }
+  const bool root = group_->rank() == 0;
+  if (root) {
+    for (auto& b : buffers_) copyBytes(b.tensor, packedBuffers_.data() + b.offset, false);
+  }
+  comm::broadcast(*group_, packedBuffers_.data(), packedBuffers_.size(), DataType::kUInt8, 0);
+  if (!root) {
+    for (auto& b : buffers_) copyBytes(b.tensor, packedBuffers_.data() + b.offset, true);
+  }
+  bufferSeconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+DistributedDataParallel::Stats DistributedDataParallel::stats() const {
+  Stats s;
+  s.bufferSeconds = bufferSeconds_;
+  if (reducer_) {
+    s.steps = reducer_->stats().steps;
+    s.finishSeconds = reducer_->stats().finishSeconds;
+  }
+  return s;
 }
 
 void DistributedDataParallel::backward(const torch::Tensor& loss) {

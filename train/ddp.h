@@ -29,7 +29,12 @@
 // (which will fail again if the group was aborted).
 //
 // With one rank nothing is checked, moved or hooked, and the hook is not called: backward() is
-// plain loss.backward().
+// plain loss.backward() and beforeForward() returns at once.
+//
+// Buffers: the module's buffers at construction are the ones broadcast before each forward,
+// packed into one byte buffer kept across steps (Note [One broadcast for the buffers] in
+// ddp.cpp). Their values may change freely (in place, or load() into them); a buffer whose
+// size changes afterwards is an InvalidArgument naming it.
 //
 // Threading: one training thread per rank. Not copyable. The module must outlive this object;
 // the hooks it registers stay on the parameters but do nothing once it is destroyed.
@@ -55,7 +60,8 @@ struct DdpOptions {
   // Parameters that get no gradient in an iteration contribute zeros (and still get the
   // others' average). Off: such a parameter is an error that names it.
   bool findUnusedParameters = false;
-  // Copy rank 0's buffers (BatchNorm running statistics) to every rank before each forward.
+  // Copy rank 0's buffers (BatchNorm running statistics) to every rank before each forward:
+  // one broadcast per step, whatever their number and dtypes.
   bool broadcastBuffers = true;
   // What is done to each complete bucket; null means the default, ddp::averageAllreduce().
   // Shared: the hook may be shared by several DDP instances only if it keeps no state of its
@@ -71,7 +77,8 @@ class DistributedDataParallel {
   DistributedDataParallel(const DistributedDataParallel&) = delete;
   DistributedDataParallel& operator=(const DistributedDataParallel&) = delete;
 
-  // Call before each forward: broadcasts buffers (if enabled).
+  // Call before each forward: broadcasts buffers (if enabled), blocking, bounded by the group's
+  // timeout. Throws the broadcast's error, or InvalidArgument if a buffer changed size.
   void beforeForward();
 
   // loss.backward(), then finishGradientSync(): afterwards every parameter's .grad (a view into
@@ -105,10 +112,21 @@ class DistributedDataParallel {
   const torch::Tensor& bucketBuffer(size_t b) const;
   comm::Group& group() { return *group_; }
 
+  // Where this rank's DDP time went since construction (zeros with one rank): to tell
+  // computation from communication in a benchmark. Two clock reads per call measured.
+  struct Stats {
+    int64_t steps = 0;         // synchronized iterations finished
+    double bufferSeconds = 0;  // in beforeForward(): the buffer broadcast
+    double finishSeconds = 0;  // in finishGradientSync(): the last buckets' start, the
+                               // wait for every bucket, the hook's finish()
+  };
+  Stats stats() const;
+
  private:
   void setSync(bool sync);
   void checkSameParameters();
   void broadcastFromRankZero(const std::vector<torch::Tensor>& tensors);
+  void packBuffers();
 
   std::shared_ptr<torch::nn::Module> module_;
   std::shared_ptr<comm::Group> group_;
@@ -117,6 +135,17 @@ class DistributedDataParallel {
   std::vector<std::string> names_;
   std::unique_ptr<ddp::Reducer> reducer_;  // null with one rank
   bool sync_ = true;
+
+  // Note [One broadcast for the buffers]: each buffer's bytes at `offset` in packedBuffers_.
+  struct BufferSlot {
+    std::string name;
+    torch::Tensor tensor;
+    size_t offset = 0;
+    size_t bytes = 0;
+  };
+  std::vector<BufferSlot> buffers_;  // empty with one rank or broadcastBuffers off
+  std::vector<uint8_t> packedBuffers_;
+  double bufferSeconds_ = 0;
 };
 
 }  // namespace shoal::train

@@ -124,7 +124,7 @@ size_t Endpoint::recvReduceSome(Transfer& t, Link& link) {
     // Frames lie back to back in the ring, so a payload may start at any 4-byte boundary; the
     // kernels read elements in place only when they are aligned (else through the staging).
     if (whole > 0 && reinterpret_cast<uintptr_t>(p) % esize == 0) {
-      reduceInto(dst + t.done, p, whole / esize, t.dtype, t.redop);
+      reduceInto(dst + t.done, p, whole / esize, t.dtype, t.redop, t.divisor);
       link.consume(whole);
       t.done += whole;
       return whole;
@@ -137,7 +137,7 @@ size_t Endpoint::recvReduceSome(Transfer& t, Link& link) {
   const size_t reducedUpTo = t.done - t.carry;
   size_t staged = t.carry + r;
   size_t whole = staged / esize * esize;
-  reduceInto(dst + reducedUpTo, stage.data(), whole / esize, t.dtype, t.redop);
+  reduceInto(dst + reducedUpTo, stage.data(), whole / esize, t.dtype, t.redop, t.divisor);
   t.carry = staged - whole;
   if (t.carry) std::memmove(stage.data(), stage.data() + whole, t.carry);
   t.done += r;

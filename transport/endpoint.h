@@ -49,13 +49,17 @@ struct Transfer {
     t.dst = dst;
     return t;
   }
-  // Reduces the incoming payload into dst (dst = dst op payload) as it arrives.
+  // Reduces the incoming payload into dst (dst = dst op payload) as it arrives; with
+  // divisor > 1 (sum and avg only) each result is also divided by it in the same pass
+  // (common/reduce.h's reduceInto: a sum that ends in a division, such as an average's last
+  // step, needs no second pass over dst).
   static Transfer recvReduce(int peer, const FrameHeader& expected, void* dst, DataType type,
-                             ReduceOp op) {
+                             ReduceOp op, int divisor = 1) {
     Transfer t = recv(peer, expected, dst);
     t.kind = Kind::kRecvReduce;
     t.dtype = type;
     t.redop = op;
+    t.divisor = divisor;
     return t;
   }
 
@@ -66,6 +70,7 @@ struct Transfer {
   void* dst = nullptr;
   DataType dtype = DataType::kUInt8;
   ReduceOp redop = ReduceOp::kSum;
+  int divisor = 1;  // receive-reduce: each reduced element divided by it (see recvReduce)
   // Index (in the same batch) of a transfer that must complete before this one starts: a ring
   // forwards segment k as soon as it has been received, while later segments still arrive.
   int after = -1;

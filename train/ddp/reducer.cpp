@@ -5,6 +5,7 @@
 #include <torch/csrc/autograd/variable.h>
 
 #include <algorithm>
+#include <chrono>
 #include <functional>
 
 #include "comm/collectives.h"
@@ -236,6 +237,7 @@ void Reducer::startReadyBuckets() {
 
 void Reducer::finish() {
   if (!sync_) return;
+  const auto t0 = std::chrono::steady_clock::now();
   try {
     if (hookFailure_) std::rethrow_exception(hookFailure_);
     for (size_t i = 0; i < params_.size(); ++i) {
@@ -262,6 +264,9 @@ void Reducer::finish() {
     std::rethrow_exception(abandonIteration(std::current_exception()));
   }
   resetIteration();
+  ++stats_.steps;
+  stats_.finishSeconds +=
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
 void Reducer::rebuildFromReadyOrder() {

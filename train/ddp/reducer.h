@@ -82,6 +82,14 @@ class Reducer {
   const torch::Tensor& bucketBuffer(size_t b) const { return buckets_.at(b).buffer; }
   const CommHook& hook() const { return *hook_; }
 
+  // Synchronized iterations finished, and the time finish() took in them (starting the last
+  // buckets, waiting for all, the hook's finish()).
+  struct Stats {
+    int64_t steps = 0;
+    double finishSeconds = 0;
+  };
+  const Stats& stats() const { return stats_; }
+
  private:
   struct Bucket : GradBucket {
     size_t pending = 0;  // parameters still without their gradient this iteration
@@ -120,7 +128,8 @@ class Reducer {
   bool sync_ = true;
   bool rebuilt_ = false;
   std::exception_ptr hookFailure_;  // what an autograd hook threw this iteration
-  std::shared_ptr<bool> alive_;     // the autograd hooks hold it weakly
+  Stats stats_;
+  std::shared_ptr<bool> alive_;  // the autograd hooks hold it weakly
 };
 
 }  // namespace shoal::train::ddp
