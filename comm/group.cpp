@@ -107,6 +107,10 @@ Transfer OpContext::recvReduce(int peer, uint32_t step, void* data, size_t bytes
   return Transfer::recvReduce(peer, header(step, bytes), data, static_cast<DataType>(base_.dtype),
                               static_cast<ReduceOp>(base_.redop));
 }
+Transfer OpContext::recvApply(int peer, uint32_t step, size_t bytes,
+                              transport::PieceHandler handler) const {
+  return Transfer::recvApply(peer, header(step, bytes), handler);
+}
 
 void OpContext::run(std::vector<Transfer>& batch) {
   if (batch.empty()) return;

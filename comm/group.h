@@ -100,6 +100,9 @@ class OpContext {
   transport::Transfer send(int peer, uint32_t step, const void* data, size_t bytes) const;
   transport::Transfer recv(int peer, uint32_t step, void* data, size_t bytes) const;
   transport::Transfer recvReduce(int peer, uint32_t step, void* data, size_t bytes) const;
+  // The payload goes to `handler` piece by piece as it arrives (transport::PieceHandler).
+  transport::Transfer recvApply(int peer, uint32_t step, size_t bytes,
+                                transport::PieceHandler handler) const;
 
   Group& group() { return group_; }
 
