@@ -36,12 +36,25 @@ constexpr size_t kMaxHello = 16 << 20;
 // mistake but a broken stream (ProtocolError).
 constexpr size_t kMaxDrain = 1ull << 30;
 
-// Per worker thread buffers.
+// Per worker thread buffers, reused from request to request.
 struct Scratch {
+  std::vector<Transfer> batch;
   std::string text;
   std::vector<uint8_t> drain;
-  std::vector<float> pull;
+  // What this request holds of the shard (Note [Shard access]).
+  bool writing = false;  // a push applied as it arrives, planned in `incoming`
+  bool reading = false;  // a pull reply sent straight from the values
+  Shard* shard = nullptr;
+  Shard::Incoming incoming;
 };
+
+// The receive-apply kernel (transport::PieceHandler; context: the worker's Scratch): a piece
+// of a push, straight from the receive ring, applied to the shard.
+void applyPiece(void* context, const void* data, size_t offset, size_t bytes) {
+  auto& sc = *static_cast<Scratch*>(context);
+  sc.shard->applyIncoming(sc.incoming, static_cast<const float*>(data), offset / sizeof(float),
+                          bytes / sizeof(float));
+}
 
 // The pieces [first, last) a request covers, and their place in the shard.
 struct Target {
@@ -113,14 +126,19 @@ class Server {
 
   bool handle(comm::OpContext& ctx, int w, Scratch& sc) {
     Request rq;
-    {
-      std::vector<Transfer> b{ctx.recv(1, 0, &rq, sizeof(Request))};
-      ctx.run(b);
-    }
+    sc.batch.assign(1, ctx.recv(1, 0, &rq, sizeof(Request)));
+    ctx.run(sc.batch);
     if (rq.magic != kRequestMagic) {
       SHOAL_THROW(ProtocolError, "worker {} sent request magic {:#x}", w, rq.magic);
     }
     setBusy(w, true);
+    // However the request ends, a pull's hold on the values ends with it (a push's hold ends
+    // only once its update is complete: Note [Shard access]).
+    struct EndRead {
+      Server& server;
+      Scratch& sc;
+      ~EndRead() { server.endRead(sc); }
+    } endRead{*this, sc};
     Status status = Status::kOk;
     std::string error;
     auto guarded = [&](auto&& fn) {
@@ -141,15 +159,20 @@ class Server {
     void* dst = nullptr;
     guarded([&] { dst = prepare(w, rq, sc); });
     if (rq.bytes > 0) {
-      if (!dst) {
-        if (rq.bytes > kMaxDrain) {
-          SHOAL_THROW(ProtocolError, "worker {} sent a {}-byte payload", w, rq.bytes);
+      if (sc.writing) {
+        // Note [Update from the ring]: no copy into the slot, no second pass over it.
+        sc.batch.assign(1, ctx.recvApply(1, 1, rq.bytes, {&applyPiece, &sc, sizeof(float)}));
+      } else {
+        if (!dst) {
+          if (rq.bytes > kMaxDrain) {
+            SHOAL_THROW(ProtocolError, "worker {} sent a {}-byte payload", w, rq.bytes);
+          }
+          sc.drain.resize(rq.bytes);
+          dst = sc.drain.data();
         }
-        sc.drain.resize(rq.bytes);
-        dst = sc.drain.data();
+        sc.batch.assign(1, ctx.recv(1, 1, dst, rq.bytes));
       }
-      std::vector<Transfer> b{ctx.recv(1, 1, dst, rq.bytes)};
-      ctx.run(b);
+      ctx.run(sc.batch);
     }
     Reply rp;
     const void* out = nullptr;
@@ -169,9 +192,9 @@ class Server {
       outBytes = error.size();
     }
     rp.bytes = outBytes;
-    std::vector<Transfer> b{ctx.send(1, 2, &rp, sizeof(Reply))};
-    if (outBytes > 0) b.push_back(ctx.send(1, 3, out, outBytes));
-    ctx.run(b);
+    sc.batch.assign(1, ctx.send(1, 2, &rp, sizeof(Reply)));
+    if (outBytes > 0) sc.batch.push_back(ctx.send(1, 3, out, outBytes));
+    ctx.run(sc.batch);
     setBusy(w, false);
     return status == Status::kOk && static_cast<RequestKind>(rq.kind) == RequestKind::kBye;
   }
@@ -204,7 +227,21 @@ class Server {
         waitInitialized(lock);
         Target t = target(rq);
         expectBytes(rq.bytes, t.count * sizeof(float), "the push");
-        if (config_.mode == Mode::kSync) waitForStep(lock, w, t, rq.step);
+        const bool sync = config_.mode == Mode::kSync;
+        if (sync) waitForStep(lock, w, t, rq.step);
+        // Note [Update from the ring]: applied as it arrives unless it must wait in its slot
+        // for other workers' contributions to the same step.
+        if (!sync || shard_->completesStep(w, t.first, t.last)) {
+          beginWrite(lock);
+          // Still so after the wait: in synchronous mode nobody else can move these pieces.
+          if (!sync || shard_->completesStep(w, t.first, t.last)) {
+            shard_->beginIncoming(w, t.first, t.last, static_cast<int64_t>(rq.step), sc.incoming);
+            sc.shard = shard_.get();
+            sc.writing = true;
+            return nullptr;
+          }
+          endWrite(sc);
+        }
         return shard_->slot(w) + t.offset;
       }
       case RequestKind::kPull:
@@ -231,10 +268,10 @@ class Server {
         cv_.notify_all();
         return;
       case RequestKind::kPush:
-        push(w, rq);
+        push(lock, w, rq, sc);
         return;
       case RequestKind::kPushPull:
-        push(w, rq);
+        push(lock, w, rq, sc);
         pull(lock, w, rq, rq.step + 1, sc, rp, out, outBytes);
         return;
       case RequestKind::kPull:
@@ -291,19 +328,28 @@ class Server {
     rp.flags = (w == 0 && !initialized_) ? kNeedsInit : 0;
   }
 
-  void push(int w, const Request& rq) {
+  void push(std::unique_lock<std::mutex>& lock, int w, const Request& rq, Scratch& sc) {
     Target t = target(rq);
-    if (config_.mode == Mode::kSync) {
-      if (shard_->arrive(w, t.first, t.last)) {
-        cv_.notify_all();
-      }
+    SHOAL_ASSERT(sc.writing || config_.mode == Mode::kSync, "worker {}: an {} push in its slot", w,
+                 toString(config_.mode));
+    if (sc.writing) {
+      // Applied while it arrived: only the versions move on now.
+      shard_->endIncoming(sc.incoming);
+      endWrite(sc);
+      ++report_.appliedOnArrival;
+    } else if (shard_->completesAnyStep(w, t.first, t.last)) {
+      // From the slot, completing pieces other workers were waiting on (a push that completes
+      // only some of its pieces: keyed pushes mixed with whole ones).
+      beginWrite(lock);
+      shard_->arrive(w, t.first, t.last);
+      endWrite(sc);
     } else {
-      shard_->applyNow(w, t.first, t.last, static_cast<int64_t>(rq.step));
+      shard_->arrive(w, t.first, t.last);  // waits in its slot for the others
     }
     clocks_[w] = std::max<uint64_t>(clocks_[w], rq.step + 1);
     ++report_.pushes;
     cv_.notify_all();
-    maybeCheckpoint();
+    maybeCheckpoint(lock);
   }
 
   void pull(std::unique_lock<std::mutex>& lock, int w, const Request& rq, uint64_t step,
@@ -323,6 +369,8 @@ class Server {
                                step, config_.staleness, minClock());
           });
     }
+    // The reply is sent straight from the values: no update may start until it is out.
+    beginRead(lock, sc);
     const uint64_t slowest = minClock();
     report_.maxLead = std::max<int64_t>(report_.maxLead,
                                         static_cast<int64_t>(step) - static_cast<int64_t>(slowest));
@@ -330,16 +378,64 @@ class Server {
     rp.step = step;
     rp.slowest = slowest;
     rp.version = minVersion(t);
-    const float* src = shard_->values() + t.offset;
-    if (config_.mode == Mode::kSync) {
-      // No update of these pieces can start before this worker pushes again, which it does
-      // after this reply: the values can be sent without a copy.
-      out = src;
-    } else {
-      sc.pull.assign(src, src + t.count);
-      out = sc.pull.data();
-    }
+    out = shard_->values() + t.offset;
     outBytes = t.count * sizeof(float);
+  }
+
+  // ---- Note [Shard access]
+  //
+  // The values and the optimizer state are updated and read outside the server's lock: a push
+  // is applied piece by piece while it arrives (Note [Update from the ring] in ps/shard.h),
+  // and a pull's reply is sent straight from the values, not from a copy. So that a pull never
+  // sends a half-applied update and two updates never interleave, the shard has one writer or
+  // any number of readers at a time, tracked under mu_:
+  // - writer: a push applied as it arrives (from prepare() until complete() moved the
+  //   versions on), or a push completing a step from the slots (inside complete());
+  // - reader: a pull's reply, from complete() until it is sent; a checkpoint needs no writer.
+  // A waiting writer holds back new readers, so a stream of pulls cannot starve the updates.
+  // The holders only wait on their own worker's stream, which that worker is moving (it is in
+  // the exchange), so every hold ends, or the stream fails. A failed update keeps the write
+  // hold: the half-applied shard is never read again (the server stops).
+  // Waits are bounded by the world's timeout like every other wait here.
+
+  void beginWrite(std::unique_lock<std::mutex>& lock) {
+    ++writersWaiting_;
+    try {
+      waitUntil(
+          lock, [&] { return !writer_ && readers_ == 0; },
+          [&] {
+            return fmt::format("an update waited for {} to finish",
+                               writer_ ? "another update" : "pull replies being sent");
+          });
+    } catch (...) {
+      --writersWaiting_;
+      cv_.notify_all();
+      throw;
+    }
+    --writersWaiting_;
+    writer_ = true;
+  }
+
+  void endWrite(Scratch& sc) {
+    writer_ = false;
+    sc.writing = false;
+    cv_.notify_all();
+  }
+
+  void beginRead(std::unique_lock<std::mutex>& lock, Scratch& sc) {
+    waitUntil(
+        lock, [&] { return !writer_ && writersWaiting_ == 0; },
+        [] { return std::string("a pull waited for an update to finish"); });
+    ++readers_;
+    sc.reading = true;
+  }
+
+  void endRead(Scratch& sc) {
+    if (!sc.reading) return;
+    std::lock_guard<std::mutex> lock(mu_);
+    --readers_;
+    sc.reading = false;
+    cv_.notify_all();
   }
 
   // ---- request checks
@@ -469,13 +565,16 @@ class Server {
     return minClock();
   }
 
-  void maybeCheckpoint() {
+  void maybeCheckpoint(std::unique_lock<std::mutex>& lock) {
     if (!series_ || opt_.checkpointEvery <= 0) return;
-    const uint64_t round = checkpointRound();
     const auto every = static_cast<uint64_t>(opt_.checkpointEvery);
-    if (round / every > lastCheckpoint_ / every) {
-      writeCheckpoint(round);
-    }
+    auto due = [&] { return checkpointRound() / every > lastCheckpoint_ / every; };
+    if (!due()) return;
+    // An update being applied elsewhere would be half in the snapshot (Note [Shard access]).
+    waitUntil(
+        lock, [&] { return !writer_; },
+        [] { return std::string("a checkpoint waited for an update to finish"); });
+    if (due()) writeCheckpoint(checkpointRound());
   }
 
   void writeCheckpoint(uint64_t round) {
@@ -580,6 +679,10 @@ class Server {
   std::vector<char> done_;
   std::vector<char> busy_;
   std::vector<std::shared_ptr<comm::Group>> pairs_;
+  // Note [Shard access]
+  bool writer_ = false;
+  int writersWaiting_ = 0;
+  int readers_ = 0;
   std::string failure_;
   ServerReport report_;
 };
