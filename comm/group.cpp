@@ -100,6 +100,10 @@ FrameHeader OpContext::header(uint32_t step, uint64_t bytes) const {
 Transfer OpContext::send(int peer, uint32_t step, const void* data, size_t bytes) const {
   return Transfer::send(peer, header(step, bytes), data);
 }
+Transfer OpContext::sendAsReady(int peer, uint32_t step, const void* data, size_t bytes,
+                                const size_t* ready) const {
+  return Transfer::sendAsReady(peer, header(step, bytes), data, ready);
+}
 Transfer OpContext::recv(int peer, uint32_t step, void* data, size_t bytes) const {
   return Transfer::recv(peer, header(step, bytes), data);
 }

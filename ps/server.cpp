@@ -19,10 +19,16 @@ namespace shoal::ps {
 
 namespace {
 
-// A checkpoint the server could not write: the server's fault, never the worker's it served.
-class CheckpointWriteError : public Error {
+// A failure of the server itself, never of the worker it was serving when it happened.
+class ServerFault : public Error {
  public:
   using Error::Error;
+};
+
+// A checkpoint the server could not write.
+class CheckpointWriteError : public ServerFault {
+ public:
+  using ServerFault::ServerFault;
 };
 
 }  // namespace
@@ -46,14 +52,22 @@ struct Scratch {
   bool reading = false;  // a pull reply sent straight from the values
   Shard* shard = nullptr;
   Shard::Incoming incoming;
+  // Note [Streamed push-pull]: the reply, decided before the push is applied, and its values
+  // going out as they are updated (`ready` bytes of them so far).
+  bool streaming = false;
+  Reply reply;
+  const float* values = nullptr;
+  size_t ready = 0;
 };
 
 // The receive-apply kernel (transport::PieceHandler; context: the worker's Scratch): a piece
-// of a push, straight from the receive ring, applied to the shard.
+// of a push, straight from the receive ring, applied to the shard. A streamed reply may then
+// send the values of this piece (the payload and the values cover the same elements).
 void applyPiece(void* context, const void* data, size_t offset, size_t bytes) {
   auto& sc = *static_cast<Scratch*>(context);
   sc.shard->applyIncoming(sc.incoming, static_cast<const float*>(data), offset / sizeof(float),
                           bytes / sizeof(float));
+  sc.ready = offset + bytes;
 }
 
 // The pieces [first, last) a request covers, and their place in the shard.
@@ -116,8 +130,8 @@ class Server {
         pair->execute(transport::OpCode::kParameterServer, base, call,
                       [&](comm::OpContext& ctx) { bye = handle(ctx, w, scratch); });
       }
-    } catch (const CheckpointWriteError& e) {
-      // The server's own disk failed, not the worker it was serving.
+    } catch (const ServerFault& e) {
+      // The server's own disk (or its own waits) failed, not the worker it was serving.
       fail(w, e.what(), /*serverFault=*/true);
     } catch (const std::exception& e) {
       fail(w, e.what());
@@ -157,11 +171,17 @@ class Server {
       }
     };
     void* dst = nullptr;
+    sc.streaming = false;
     guarded([&] { dst = prepare(w, rq, sc); });
     if (rq.bytes > 0) {
       if (sc.writing) {
         // Note [Update from the ring]: no copy into the slot, no second pass over it.
         sc.batch.assign(1, ctx.recvApply(1, 1, rq.bytes, {&applyPiece, &sc, sizeof(float)}));
+        if (sc.streaming) {
+          sc.ready = 0;
+          sc.batch.push_back(ctx.send(1, 2, &sc.reply, sizeof(Reply)));
+          sc.batch.push_back(ctx.sendAsReady(1, 3, sc.values, sc.reply.bytes, &sc.ready));
+        }
       } else {
         if (!dst) {
           if (rq.bytes > kMaxDrain) {
@@ -173,6 +193,11 @@ class Server {
         sc.batch.assign(1, ctx.recv(1, 1, dst, rq.bytes));
       }
       ctx.run(sc.batch);
+    }
+    if (sc.streaming) {
+      completeStreamed(w, rq, sc);
+      setBusy(w, false);
+      return false;
     }
     Reply rp;
     const void* out = nullptr;
@@ -238,6 +263,7 @@ class Server {
             shard_->beginIncoming(w, t.first, t.last, static_cast<int64_t>(rq.step), sc.incoming);
             sc.shard = shard_.get();
             sc.writing = true;
+            if (kind == RequestKind::kPushPull) maybeStream(w, rq, t, sc);
             return nullptr;
           }
           endWrite(sc);
@@ -380,6 +406,56 @@ class Server {
     rp.version = minVersion(t);
     out = shard_->values() + t.offset;
     outBytes = t.count * sizeof(float);
+  }
+
+  // ---- Note [Streamed push-pull]
+  //
+  // A push-pull whose push is applied as it arrives (Note [Update from the ring]) and whose pull
+  // could then be answered at once (synchronous: the push completes the step; asynchronous;
+  // SSP within the bound) does not wait for the whole payload before replying: the reply
+  // header goes first, decided now, and each piece of the values follows as soon as the same
+  // piece of the push was applied (transport::Transfer::sendAsReady), so the update and the
+  // reply overlap, and so do the worker's copy of the gradients into the ring and its copy of
+  // the values out. The write hold covers the whole exchange, so the values sent are exactly
+  // those after this push, as pull() would send them. The reply's numbers are those pull()
+  // would give right after push(); a worker saying goodbye meanwhile can make `slowest`
+  // one step older than that. A failure of the server after the header went out reaches the
+  // worker with its next request.
+
+  void maybeStream(int w, const Request& rq, const Target& t, Scratch& sc) {
+    if (t.count == 0 || rq.pullBytes != t.count * sizeof(float)) return;  // pull() refuses
+    const uint64_t step = rq.step + 1;
+    const uint64_t slowest = minClock(w, step);
+    if (config_.mode == Mode::kSsp && slowest + static_cast<uint64_t>(config_.staleness) < step) {
+      return;  // the pull must wait for slower workers
+    }
+    sc.reply = Reply{};
+    sc.reply.step = step;
+    sc.reply.slowest = slowest;
+    sc.reply.version = minVersion(t) + 1;  // every piece of t moves on with this push
+    sc.reply.bytes = t.count * sizeof(float);
+    sc.values = shard_->values() + t.offset;
+    sc.streaming = true;
+  }
+
+  void completeStreamed(int w, const Request& rq, Scratch& sc) {
+    std::unique_lock<std::mutex> lock(mu_);
+    throwIfFailed();
+    try {
+      push(lock, w, rq, sc);
+    } catch (const ServerFault&) {
+      throw;
+    } catch (const Error& e) {
+      // The worker already has its reply: what went wrong here is the server's to report.
+      throw ServerFault(
+          fmt::format("parameter server {}: after worker {}'s push-pull of step {}: {}", id_, w,
+                      rq.step, e.what()));
+    }
+    ++report_.pulls;
+    ++report_.streamed;
+    report_.maxLead =
+        std::max<int64_t>(report_.maxLead, static_cast<int64_t>(sc.reply.step) -
+                                               static_cast<int64_t>(sc.reply.slowest));
   }
 
   // ---- Note [Shard access]
@@ -547,11 +623,13 @@ class Server {
   }
 
   // The slowest running worker's clock (steps pushed); finished workers do not hold others.
-  uint64_t minClock() const {
+  // With `pusher`: as it will be once that worker's clock is at least `clock`.
+  uint64_t minClock(int pusher = -1, uint64_t clock = 0) const {
     uint64_t m = UINT64_MAX, all = 0;
     for (int w = 0; w < workers_; ++w) {
-      all = std::max(all, clocks_[w]);
-      if (!done_[w]) m = std::min(m, clocks_[w]);
+      const uint64_t c = w == pusher ? std::max(clocks_[w], clock) : clocks_[w];
+      all = std::max(all, c);
+      if (!done_[w]) m = std::min(m, c);
     }
     return m == UINT64_MAX ? all : m;
   }

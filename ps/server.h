@@ -38,6 +38,7 @@ struct ServerReport {
   uint64_t pulls = 0;
   uint64_t refused = 0;
   uint64_t appliedOnArrival = 0;  // pushes applied as they arrived (Note [Update from the ring])
+  uint64_t streamed = 0;          // push-pulls answered while applied (Note [Streamed push-pull])
   uint64_t resumedFrom = 0;       // the step this run started at
   uint64_t finalStep = 0;         // the slowest worker's step at the end
   int64_t maxLead = 0;            // the furthest any pull ran ahead of the slowest worker

@@ -474,16 +474,23 @@ TEST(PsJob, PushesAppliedAsTheyArriveMatchTheReferenceOptimizerBitForBit) {
         workersSaying(r.output, j.workers, "reference exact over 7123 elements after 8 steps"),
         j.workers)
         << r.output;
-    // The path under test did run: on both servers, for every asynchronous push and for some
-    // synchronous ones (the pushes that complete a step).
-    std::regex line(R"(server (\d+): (\d+) pushes \((\d+) applied on arrival\))");
+    // The paths under test did run, on both servers: every asynchronous push and some
+    // synchronous ones (those that complete a step) applied as they arrived; push-pulls
+    // answered while applied (Note [Streamed push-pull]) wherever that is decided up front.
+    std::regex line(
+        R"(server (\d+): (\d+) pushes \((\d+) applied on arrival\), \d+ pulls \((\d+) streamed\))");
     int servers = 0;
+    const bool async = std::string(j.mode) != "sync";
     for (std::sregex_iterator it(r.output.begin(), r.output.end(), line), end; it != end; ++it) {
       ++servers;
       const int pushes = std::stoi((*it)[2]), direct = std::stoi((*it)[3]);
+      const int streamed = std::stoi((*it)[4]);
       EXPECT_GT(direct, 0) << it->str();
-      if (std::string(j.mode) != "sync") {
+      if (async) {
         EXPECT_EQ(direct, pushes) << it->str();
+      }
+      if (async || j.workers == 1) {
+        EXPECT_GT(streamed, 0) << it->str();
       }
     }
     EXPECT_EQ(servers, 2) << r.output;

@@ -367,12 +367,12 @@ int main(int argc, char** argv) {
       }
       auto r = ps::serve(*w.group, w.roleRank, w.numServers, workers, o);
       std::printf(
-          "server %d: %lu pushes (%lu applied on arrival), %lu pulls, %lu refused, max lead %ld, "
-          "final step %lu\n",
+          "server %d: %lu pushes (%lu applied on arrival), %lu pulls (%lu streamed), %lu refused, "
+          "max lead %ld, final step %lu\n",
           w.roleRank, static_cast<unsigned long>(r.pushes),
           static_cast<unsigned long>(r.appliedOnArrival), static_cast<unsigned long>(r.pulls),
-          static_cast<unsigned long>(r.refused), static_cast<long>(r.maxLead),
-          static_cast<unsigned long>(r.finalStep));
+          static_cast<unsigned long>(r.streamed), static_cast<unsigned long>(r.refused),
+          static_cast<long>(r.maxLead), static_cast<unsigned long>(r.finalStep));
       return 0;
     }
     if (a.scenario == "sums") return sums(*w.group, w.roleRank, workers, a);

@@ -2,6 +2,7 @@
 // handler must see the whole payload exactly once, in order, in whole aligned grains, also when
 // the payload arrives in many pieces (a shared-memory ring much smaller than the payload; TCP's
 // staging) and when it starts at an offset that is not aligned to the grain (the staged path).
+// And its companion sendAsReady: a reply that streams out as the handler produces it.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -127,6 +128,77 @@ TEST_P(RecvApply, EmptyPayloadCallsNothingAndOddSizesAreRefused) {
   });
   EXPECT_NE(errors[1].find("a receive-apply of 10 bytes in grains of 4"), std::string::npos)
       << errors[1];
+}
+
+// A reply streamed out as the request is consumed (sendAsReady gated by the handler), the way a
+// parameter server answers a push-pull. The requester sends everything before it reads the
+// reply, and neither ring can hold the whole payload: the responder must keep consuming while
+// its own send waits for room, or both would wait forever.
+struct Echo {
+  std::vector<uint32_t> out;
+  size_t ready = 0;
+};
+
+void echoPlusOne(void* context, const void* data, size_t offset, size_t n) {
+  auto& e = *static_cast<Echo*>(context);
+  const auto* in = static_cast<const uint32_t*>(data);
+  for (size_t i = 0; i < n / 4; ++i) e.out[offset / 4 + i] = in[i] + 1;
+  e.ready = offset + n;
+}
+
+TEST_P(RecvApply, AReplyStreamsOutAsTheRequestIsConsumed) {
+  auto o = testOptions(GetParam().transport, 60);
+  o.shmRingBytes = GetParam().ringBytes;
+  const size_t count = (3u << 20) / 4 + 1001;
+  std::vector<uint32_t> request(count), reply(count);
+  std::iota(request.begin(), request.end(), 17u);
+  Echo echo;
+  auto errors = runThreadRanks(2, o, [&](comm::Group& g) {
+    transport::FrameHeader base;
+    base.dtype = static_cast<uint8_t>(DataType::kUInt8);
+    for (int round = 0; round < 2; ++round) {
+      g.execute(transport::OpCode::kSendRecv, base, {}, [&](comm::OpContext& ctx) {
+        const size_t bytes = count * 4;
+        if (ctx.rank() == 0) {
+          std::vector<transport::Transfer> b{ctx.send(1, 0, request.data(), bytes)};
+          ctx.run(b);
+          b.assign(1, ctx.recv(1, 1, reply.data(), bytes));
+          ctx.run(b);
+        } else {
+          echo.out.assign(count, 0);
+          echo.ready = 0;
+          std::vector<transport::Transfer> b{
+              ctx.recvApply(0, 0, bytes, PieceHandler{&echoPlusOne, &echo, 4}),
+              ctx.sendAsReady(0, 1, echo.out.data(), bytes, &echo.ready)};
+          ctx.run(b);
+        }
+      });
+    }
+  });
+  for (const auto& e : errors) EXPECT_EQ(e, "");
+  for (size_t i = 0; i < count; ++i) {
+    if (reply[i] != request[i] + 1) {
+      ADD_FAILURE() << "element " << i << ": " << reply[i] << ", expected " << request[i] + 1;
+      break;
+    }
+  }
+}
+
+// A gate that never opens is a send that never completes: the deadline, not a hang.
+TEST_P(RecvApply, AGateThatNeverOpensTimesOut) {
+  auto o = testOptions(GetParam().transport, 1);
+  const size_t never = 0;
+  std::vector<uint8_t> data(64, 1), in(64);
+  auto errors = runThreadRanks(2, o, [&](comm::Group& g) {
+    transport::FrameHeader base;
+    g.execute(transport::OpCode::kSendRecv, base, {}, [&](comm::OpContext& ctx) {
+      std::vector<transport::Transfer> b{ctx.rank() == 0
+                                             ? ctx.sendAsReady(1, 0, data.data(), 64, &never)
+                                             : ctx.recv(0, 0, in.data(), 64)};
+      ctx.run(b);
+    });
+  });
+  EXPECT_NE(errors[0].find("timed out"), std::string::npos) << errors[0];
 }
 
 INSTANTIATE_TEST_SUITE_P(, RecvApply,

@@ -94,16 +94,19 @@ void Endpoint::throwDeparted(int peer, const FrameHeader& expected) {
 bool Endpoint::advanceSend(Transfer& t) {
   Link& link = *links_[t.peer];
   const size_t total = kHeaderBytes + t.header.bytes;
+  // What may go now: all of it, or up to the gate of a send-as-ready.
+  const size_t payload = t.ready ? std::min<size_t>(*t.ready, t.header.bytes) : t.header.bytes;
+  const size_t limit = kHeaderBytes + payload;
   bool progressed = false;
-  while (t.done < total) {
+  while (t.done < limit) {
     iovec iov[2];
     int n = 0;
     if (t.done < kHeaderBytes) {
       iov[n++] = {reinterpret_cast<char*>(&t.header) + t.done, kHeaderBytes - t.done};
-      if (t.header.bytes > 0) iov[n++] = {const_cast<void*>(t.src), t.header.bytes};
+      if (payload > 0) iov[n++] = {const_cast<void*>(t.src), payload};
     } else {
       iov[n++] = {const_cast<char*>(static_cast<const char*>(t.src)) + (t.done - kHeaderBytes),
-                  total - t.done};
+                  limit - t.done};
     }
     size_t w = link.writeSome(iov, n);
     if (w == 0) break;
@@ -192,6 +195,9 @@ bool Endpoint::advanceRecv(Transfer& t) {
     }
     if (r == 0) break;
     progressed = true;
+    // One piece at a time: the other queues (a reply streamed as this payload is applied, see
+    // sendAsReady) get their turn between pieces.
+    if (t.kind == Transfer::Kind::kRecvApply) break;
   }
   return progressed;
 }

@@ -61,6 +61,16 @@ struct Transfer {
     t.src = src;
     return t;
   }
+  // Like send(), but only the first *ready payload bytes may go so far: for a payload produced
+  // while the batch runs (by a receive-apply handler in the same batch, which advances *ready
+  // up to h.bytes; nothing else may change it during run()). A reply can so stream out piece
+  // by piece as the request it answers is consumed. A gate that never opens times out.
+  static Transfer sendAsReady(int peer, const FrameHeader& h, const void* src,
+                              const size_t* ready) {
+    Transfer t = send(peer, h, src);
+    t.ready = ready;
+    return t;
+  }
   static Transfer recv(int peer, const FrameHeader& expected, void* dst) {
     Transfer t;
     t.kind = Kind::kRecv;
@@ -94,7 +104,8 @@ struct Transfer {
   void* dst = nullptr;
   DataType dtype = DataType::kUInt8;
   ReduceOp redop = ReduceOp::kSum;
-  PieceHandler apply;  // receive-apply
+  PieceHandler apply;             // receive-apply
+  const size_t* ready = nullptr;  // sendAsReady
   // Index (in the same batch) of a transfer that must complete before this one starts: a ring
   // forwards segment k as soon as it has been received, while later segments still arrive.
   int after = -1;
