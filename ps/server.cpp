@@ -14,6 +14,7 @@
 #include "ps/partition.h"
 #include "ps/protocol.h"
 #include "ps/shard.h"
+#include "ps/shard_access.h"
 
 namespace shoal::ps {
 
@@ -47,7 +48,7 @@ struct Scratch {
   std::vector<Transfer> batch;
   std::string text;
   std::vector<uint8_t> drain;
-  // What this request holds of the shard (Note [Shard access]).
+  // What this request holds of the shard (Note [Shard access] in ps/shard_access.h).
   bool writing = false;  // a push applied as it arrives, planned in `incoming`
   bool reading = false;  // a pull reply sent straight from the values
   Shard* shard = nullptr;
@@ -147,7 +148,7 @@ class Server {
     }
     setBusy(w, true);
     // However the request ends, a pull's hold on the values ends with it (a push's hold ends
-    // only once its update is complete: Note [Shard access]).
+    // only once its update is complete: Note [Shard access] in ps/shard_access.h).
     struct EndRead {
       Server& server;
       Scratch& sc;
@@ -458,58 +459,44 @@ class Server {
                                                static_cast<int64_t>(sc.reply.slowest));
   }
 
-  // ---- Note [Shard access]
-  //
-  // The values and the optimizer state are updated and read outside the server's lock: a push
-  // is applied piece by piece while it arrives (Note [Update from the ring] in ps/shard.h),
-  // and a pull's reply is sent straight from the values, not from a copy. So that a pull never
-  // sends a half-applied update and two updates never interleave, the shard has one writer or
-  // any number of readers at a time, tracked under mu_:
-  // - writer: a push applied as it arrives (from prepare() until complete() moved the
-  //   versions on), or a push completing a step from the slots (inside complete());
-  // - reader: a pull's reply, from complete() until it is sent; a checkpoint needs no writer.
-  // A waiting writer holds back new readers, so a stream of pulls cannot starve the updates.
-  // The holders only wait on their own worker's stream, which that worker is moving (it is in
-  // the exchange), so every hold ends, or the stream fails. A failed update keeps the write
-  // hold: the half-applied shard is never read again (the server stops).
-  // Waits are bounded by the world's timeout like every other wait here.
+  // ---- holds on the shard (Note [Shard access] in ps/shard_access.h)
 
   void beginWrite(std::unique_lock<std::mutex>& lock) {
-    ++writersWaiting_;
+    access_.queueWriter();
     try {
       waitUntil(
-          lock, [&] { return !writer_ && readers_ == 0; },
+          lock, [&] { return access_.canWrite(); },
           [&] {
-            return fmt::format("an update waited for {} to finish",
-                               writer_ ? "another update" : "pull replies being sent");
+            return fmt::format(
+                "an update waited for {} to finish",
+                access_.writerActive() ? "another update" : "pull replies being sent");
           });
     } catch (...) {
-      --writersWaiting_;
+      access_.withdrawWriter();
       cv_.notify_all();
       throw;
     }
-    --writersWaiting_;
-    writer_ = true;
+    access_.beginWrite();
   }
 
   void endWrite(Scratch& sc) {
-    writer_ = false;
+    access_.endWrite();
     sc.writing = false;
     cv_.notify_all();
   }
 
   void beginRead(std::unique_lock<std::mutex>& lock, Scratch& sc) {
     waitUntil(
-        lock, [&] { return !writer_ && writersWaiting_ == 0; },
+        lock, [&] { return access_.canRead(); },
         [] { return std::string("a pull waited for an update to finish"); });
-    ++readers_;
+    access_.beginRead();
     sc.reading = true;
   }
 
   void endRead(Scratch& sc) {
     if (!sc.reading) return;
     std::lock_guard<std::mutex> lock(mu_);
-    --readers_;
+    access_.endRead();
     sc.reading = false;
     cv_.notify_all();
   }
@@ -648,9 +635,10 @@ class Server {
     const auto every = static_cast<uint64_t>(opt_.checkpointEvery);
     auto due = [&] { return checkpointRound() / every > lastCheckpoint_ / every; };
     if (!due()) return;
-    // An update being applied elsewhere would be half in the snapshot (Note [Shard access]).
+    // An update being applied elsewhere would be half in the snapshot (Note [Shard access] in
+    // ps/shard_access.h).
     waitUntil(
-        lock, [&] { return !writer_; },
+        lock, [&] { return !access_.writerActive(); },
         [] { return std::string("a checkpoint waited for an update to finish"); });
     if (due()) writeCheckpoint(checkpointRound());
   }
@@ -757,10 +745,7 @@ class Server {
   std::vector<char> done_;
   std::vector<char> busy_;
   std::vector<std::shared_ptr<comm::Group>> pairs_;
-  // Note [Shard access]
-  bool writer_ = false;
-  int writersWaiting_ = 0;
-  int readers_ = 0;
+  ShardAccess access_;
   std::string failure_;
   ServerReport report_;
 };

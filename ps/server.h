@@ -12,7 +12,7 @@
 // the world group's timeout; waiting for a worker's next request by ServerOptions::idleTimeout.
 // Threading: one thread per worker. A push is applied to the shard as it arrives, straight from
 // the transport's receive ring, and pull replies are sent straight from the shard's values; one
-// update or any number of replies at a time (Note [Shard access] in server.cpp), so while a
+// update or any number of replies at a time (Note [Shard access] in ps/shard_access.h), so while a
 // push is being received other workers' updates and pulls wait for it (bounded like the rest).
 #pragma once
 
