@@ -7,7 +7,9 @@
       2 workers (+1 server), same model, batch per worker, optimizer and schedule
 Writes bench/results/ps.md and ps.jsonl. Keep the machine otherwise idle while it runs.
 
-usage: python3 bench/run_ps.py [--reps 3] [--epochs 3] [--train-reps 1]"""
+usage: python3 bench/run_ps.py [--reps 3] [--epochs 3] [--train-reps 1]
+--train-reps 0 skips (c) and keeps the training rows of the previous ps.jsonl (the report says
+so); --only-push-pull S,W,MiB[;...] runs only those rows of (b) (the report says so)."""
 import argparse, json, os, platform, statistics, subprocess, tempfile, time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -29,6 +31,7 @@ def main():
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--epochs", type=int, default=3)
     p.add_argument("--train-reps", type=int, default=1)
+    p.add_argument("--only-push-pull", default="")
     p.add_argument("--build", default=os.path.join(ROOT, "build"))
     p.add_argument("--out", default=os.path.join(ROOT, "bench", "results"))
     a = p.parse_args()
@@ -47,6 +50,9 @@ def main():
                 add(dict(r, rep=rep))
         grid = [(1, 1, 4 * MiB), (1, 1, 16 * MiB), (1, 1, 64 * MiB)]
         grid += [(s, w, 4 * MiB) for s in (1, 2, 4) for w in (2, 4, 8)]
+        if a.only_push_pull:
+            grid = [tuple(int(x) for x in g.split(",")) for g in a.only_push_pull.split(";")]
+            grid = [(s, w, m * MiB) for s, w, m in grid]
         for s, w, size in grid:
             out = subprocess.run([f"{b}/shoal", "run", "-q", "-n", str(w), "--servers", str(s), "--",
                                   f"{b}/bench/shoal_ps_bench", "--bytes", str(size)],
@@ -70,6 +76,13 @@ def main():
                 for r in (json.loads(l) for l in open(m.name)):
                     add(dict(r, kind="train", variant=name, rep=rep, job_seconds=wall))
 
+    a.kept_train = False
+    if a.train_reps == 0 and os.path.exists(os.path.join(a.out, "ps.jsonl")):
+        for line in open(os.path.join(a.out, "ps.jsonl")):
+            r = json.loads(line)
+            if r["kind"] == "train":
+                rows.append(r)
+                a.kept_train = True
     os.makedirs(a.out, exist_ok=True)
     with open(os.path.join(a.out, "ps.jsonl"), "w") as f:
         for r in rows:
@@ -114,6 +127,9 @@ def write_report(rows, a, path):
     L.append("")
     L.append(f"## Time to accuracy on Fashion-MNIST ({a.epochs} epochs, 2 workers, batch 64 per "
              "worker, Adam lr 1e-3 with cosine decay)\n")
+    if a.kept_train:
+        L.append("Not rerun this time (`--train-reps 0`): the rows of the previous run, kept from "
+                 "`ps.jsonl`.\n")
     L.append("| variant | test accuracy per epoch (%) | wall time at each epoch (s) | first epoch >= 90.5% at (s) | job wall (s) |")
     L.append("|---|---|---|---:|---:|")
     for name in ("all-reduce DDP", "PS sync", "PS async", "PS SSP s=2"):

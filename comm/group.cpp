@@ -100,6 +100,10 @@ FrameHeader OpContext::header(uint32_t step, uint64_t bytes) const {
 Transfer OpContext::send(int peer, uint32_t step, const void* data, size_t bytes) const {
   return Transfer::send(peer, header(step, bytes), data);
 }
+Transfer OpContext::sendAsReady(int peer, uint32_t step, const void* data, size_t bytes,
+                                const size_t* ready) const {
+  return Transfer::sendAsReady(peer, header(step, bytes), data, ready);
+}
 Transfer OpContext::recv(int peer, uint32_t step, void* data, size_t bytes) const {
   return Transfer::recv(peer, header(step, bytes), data);
 }
@@ -111,6 +115,11 @@ Transfer OpContext::recvReduceFinal(int peer, uint32_t step, void* data, size_t 
   const auto op = static_cast<ReduceOp>(base_.redop);
   return Transfer::recvReduce(peer, header(step, bytes), data, static_cast<DataType>(base_.dtype),
                               op, op == ReduceOp::kAvg ? size() : 1);
+}
+
+Transfer OpContext::recvApply(int peer, uint32_t step, size_t bytes,
+                              transport::PieceHandler handler) const {
+  return Transfer::recvApply(peer, header(step, bytes), handler);
 }
 
 void OpContext::run(std::vector<Transfer>& batch) {

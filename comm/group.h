@@ -99,12 +99,18 @@ class OpContext {
 
   // Builders for batch entries; `step` must be computed identically by sender and receiver.
   transport::Transfer send(int peer, uint32_t step, const void* data, size_t bytes) const;
+  // Only the first *ready bytes may go so far (transport::Transfer::sendAsReady).
+  transport::Transfer sendAsReady(int peer, uint32_t step, const void* data, size_t bytes,
+                                  const size_t* ready) const;
   transport::Transfer recv(int peer, uint32_t step, void* data, size_t bytes) const;
   transport::Transfer recvReduce(int peer, uint32_t step, void* data, size_t bytes) const;
   // The receive-reduce after which the elements it covers hold their reduction over every
   // rank: for kAvg it also divides by size() in the same pass (Note [Average in the last
   // step] in comm/algorithms.h); for other ops it is recvReduce.
   transport::Transfer recvReduceFinal(int peer, uint32_t step, void* data, size_t bytes) const;
+  // The payload goes to `handler` piece by piece as it arrives (transport::PieceHandler).
+  transport::Transfer recvApply(int peer, uint32_t step, size_t bytes,
+                                transport::PieceHandler handler) const;
 
   Group& group() { return group_; }
 

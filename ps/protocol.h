@@ -8,6 +8,12 @@
 // A refused request costs its payload (the server drains it) and nothing else: the pair stays in
 // step and the server keeps serving.
 //
+// The reply may start before the request's payload has all arrived: a push-pull the server can
+// answer up front gets its reply header at once and the values piece by piece as the push is
+// applied (Note [Streamed push-pull] in ps/server.cpp). The server keeps reading the payload
+// while it waits for room to send, so a worker may send the whole payload before it reads
+// anything (submitExchange sends it and receives the reply header in one batch).
+//
 // Compression hook: a future encoding would be a Request/Reply field naming the payload's
 // encoding (the reserved byte), decoded by the server before the shard sees it.
 #pragma once

@@ -14,15 +14,22 @@
 #include "ps/partition.h"
 #include "ps/protocol.h"
 #include "ps/shard.h"
+#include "ps/shard_access.h"
 
 namespace shoal::ps {
 
 namespace {
 
-// A checkpoint the server could not write: the server's fault, never the worker's it served.
-class CheckpointWriteError : public Error {
+// A failure of the server itself, never of the worker it was serving when it happened.
+class ServerFault : public Error {
  public:
   using Error::Error;
+};
+
+// A checkpoint the server could not write.
+class CheckpointWriteError : public ServerFault {
+ public:
+  using ServerFault::ServerFault;
 };
 
 }  // namespace
@@ -36,12 +43,33 @@ constexpr size_t kMaxHello = 16 << 20;
 // mistake but a broken stream (ProtocolError).
 constexpr size_t kMaxDrain = 1ull << 30;
 
-// Per worker thread buffers.
+// Per worker thread buffers, reused from request to request.
 struct Scratch {
+  std::vector<Transfer> batch;
   std::string text;
   std::vector<uint8_t> drain;
-  std::vector<float> pull;
+  // What this request holds of the shard (Note [Shard access] in ps/shard_access.h).
+  bool writing = false;  // a push applied as it arrives, planned in `incoming`
+  bool reading = false;  // a pull reply sent straight from the values
+  Shard* shard = nullptr;
+  Shard::Incoming incoming;
+  // Note [Streamed push-pull]: the reply, decided before the push is applied, and its values
+  // going out as they are updated (`ready` bytes of them so far).
+  bool streaming = false;
+  Reply reply;
+  const float* values = nullptr;
+  size_t ready = 0;
 };
+
+// The receive-apply kernel (transport::PieceHandler; context: the worker's Scratch): a piece
+// of a push, straight from the receive ring, applied to the shard. A streamed reply may then
+// send the values of this piece (the payload and the values cover the same elements).
+void applyPiece(void* context, const void* data, size_t offset, size_t bytes) {
+  auto& sc = *static_cast<Scratch*>(context);
+  sc.shard->applyIncoming(sc.incoming, static_cast<const float*>(data), offset / sizeof(float),
+                          bytes / sizeof(float));
+  sc.ready = offset + bytes;
+}
 
 // The pieces [first, last) a request covers, and their place in the shard.
 struct Target {
@@ -103,8 +131,8 @@ class Server {
         pair->execute(kPsOperation, base, call,
                       [&](comm::OpContext& ctx) { bye = handle(ctx, w, scratch); });
       }
-    } catch (const CheckpointWriteError& e) {
-      // The server's own disk failed, not the worker it was serving.
+    } catch (const ServerFault& e) {
+      // The server's own disk (or its own waits) failed, not the worker it was serving.
       fail(w, e.what(), /*serverFault=*/true);
     } catch (const std::exception& e) {
       fail(w, e.what());
@@ -113,14 +141,19 @@ class Server {
 
   bool handle(comm::OpContext& ctx, int w, Scratch& sc) {
     Request rq;
-    {
-      std::vector<Transfer> b{ctx.recv(1, 0, &rq, sizeof(Request))};
-      ctx.run(b);
-    }
+    sc.batch.assign(1, ctx.recv(1, 0, &rq, sizeof(Request)));
+    ctx.run(sc.batch);
     if (rq.magic != kRequestMagic) {
       SHOAL_THROW(ProtocolError, "worker {} sent request magic {:#x}", w, rq.magic);
     }
     setBusy(w, true);
+    // However the request ends, a pull's hold on the values ends with it (a push's hold ends
+    // only once its update is complete: Note [Shard access] in ps/shard_access.h).
+    struct EndRead {
+      Server& server;
+      Scratch& sc;
+      ~EndRead() { server.endRead(sc); }
+    } endRead{*this, sc};
     Status status = Status::kOk;
     std::string error;
     auto guarded = [&](auto&& fn) {
@@ -139,17 +172,33 @@ class Server {
       }
     };
     void* dst = nullptr;
+    sc.streaming = false;
     guarded([&] { dst = prepare(w, rq, sc); });
     if (rq.bytes > 0) {
-      if (!dst) {
-        if (rq.bytes > kMaxDrain) {
-          SHOAL_THROW(ProtocolError, "worker {} sent a {}-byte payload", w, rq.bytes);
+      if (sc.writing) {
+        // Note [Update from the ring]: no copy into the slot, no second pass over it.
+        sc.batch.assign(1, ctx.recvApply(1, 1, rq.bytes, {&applyPiece, &sc, sizeof(float)}));
+        if (sc.streaming) {
+          sc.ready = 0;
+          sc.batch.push_back(ctx.send(1, 2, &sc.reply, sizeof(Reply)));
+          sc.batch.push_back(ctx.sendAsReady(1, 3, sc.values, sc.reply.bytes, &sc.ready));
         }
-        sc.drain.resize(rq.bytes);
-        dst = sc.drain.data();
+      } else {
+        if (!dst) {
+          if (rq.bytes > kMaxDrain) {
+            SHOAL_THROW(ProtocolError, "worker {} sent a {}-byte payload", w, rq.bytes);
+          }
+          sc.drain.resize(rq.bytes);
+          dst = sc.drain.data();
+        }
+        sc.batch.assign(1, ctx.recv(1, 1, dst, rq.bytes));
       }
-      std::vector<Transfer> b{ctx.recv(1, 1, dst, rq.bytes)};
-      ctx.run(b);
+      ctx.run(sc.batch);
+    }
+    if (sc.streaming) {
+      completeStreamed(w, rq, sc);
+      setBusy(w, false);
+      return false;
     }
     Reply rp;
     const void* out = nullptr;
@@ -169,9 +218,9 @@ class Server {
       outBytes = error.size();
     }
     rp.bytes = outBytes;
-    std::vector<Transfer> b{ctx.send(1, 2, &rp, sizeof(Reply))};
-    if (outBytes > 0) b.push_back(ctx.send(1, 3, out, outBytes));
-    ctx.run(b);
+    sc.batch.assign(1, ctx.send(1, 2, &rp, sizeof(Reply)));
+    if (outBytes > 0) sc.batch.push_back(ctx.send(1, 3, out, outBytes));
+    ctx.run(sc.batch);
     setBusy(w, false);
     return status == Status::kOk && static_cast<RequestKind>(rq.kind) == RequestKind::kBye;
   }
@@ -204,7 +253,22 @@ class Server {
         waitInitialized(lock);
         Target t = target(rq);
         expectBytes(rq.bytes, t.count * sizeof(float), "the push");
-        if (config_.mode == Mode::kSync) waitForStep(lock, w, t, rq.step);
+        const bool sync = config_.mode == Mode::kSync;
+        if (sync) waitForStep(lock, w, t, rq.step);
+        // Note [Update from the ring]: applied as it arrives unless it must wait in its slot
+        // for other workers' contributions to the same step.
+        if (!sync || shard_->completesStep(w, t.first, t.last)) {
+          beginWrite(lock);
+          // Still so after the wait: in synchronous mode nobody else can move these pieces.
+          if (!sync || shard_->completesStep(w, t.first, t.last)) {
+            shard_->beginIncoming(w, t.first, t.last, static_cast<int64_t>(rq.step), sc.incoming);
+            sc.shard = shard_.get();
+            sc.writing = true;
+            if (kind == RequestKind::kPushPull) maybeStream(w, rq, t, sc);
+            return nullptr;
+          }
+          endWrite(sc);
+        }
         return shard_->slot(w) + t.offset;
       }
       case RequestKind::kPull:
@@ -231,10 +295,10 @@ class Server {
         cv_.notify_all();
         return;
       case RequestKind::kPush:
-        push(w, rq);
+        push(lock, w, rq, sc);
         return;
       case RequestKind::kPushPull:
-        push(w, rq);
+        push(lock, w, rq, sc);
         pull(lock, w, rq, rq.step + 1, sc, rp, out, outBytes);
         return;
       case RequestKind::kPull:
@@ -291,19 +355,28 @@ class Server {
     rp.flags = (w == 0 && !initialized_) ? kNeedsInit : 0;
   }
 
-  void push(int w, const Request& rq) {
+  void push(std::unique_lock<std::mutex>& lock, int w, const Request& rq, Scratch& sc) {
     Target t = target(rq);
-    if (config_.mode == Mode::kSync) {
-      if (shard_->arrive(w, t.first, t.last)) {
-        cv_.notify_all();
-      }
+    SHOAL_ASSERT(sc.writing || config_.mode == Mode::kSync, "worker {}: an {} push in its slot", w,
+                 toString(config_.mode));
+    if (sc.writing) {
+      // Applied while it arrived: only the versions move on now.
+      shard_->endIncoming(sc.incoming);
+      endWrite(sc);
+      ++report_.appliedOnArrival;
+    } else if (shard_->completesAnyStep(w, t.first, t.last)) {
+      // From the slot, completing pieces other workers were waiting on (a push that completes
+      // only some of its pieces: keyed pushes mixed with whole ones).
+      beginWrite(lock);
+      shard_->arrive(w, t.first, t.last);
+      endWrite(sc);
     } else {
-      shard_->applyNow(w, t.first, t.last, static_cast<int64_t>(rq.step));
+      shard_->arrive(w, t.first, t.last);  // waits in its slot for the others
     }
     clocks_[w] = std::max<uint64_t>(clocks_[w], rq.step + 1);
     ++report_.pushes;
     cv_.notify_all();
-    maybeCheckpoint();
+    maybeCheckpoint(lock);
   }
 
   void pull(std::unique_lock<std::mutex>& lock, int w, const Request& rq, uint64_t step,
@@ -323,6 +396,8 @@ class Server {
                                step, config_.staleness, minClock());
           });
     }
+    // The reply is sent straight from the values: no update may start until it is out.
+    beginRead(lock, sc);
     const uint64_t slowest = minClock();
     report_.maxLead = std::max<int64_t>(report_.maxLead,
                                         static_cast<int64_t>(step) - static_cast<int64_t>(slowest));
@@ -330,16 +405,100 @@ class Server {
     rp.step = step;
     rp.slowest = slowest;
     rp.version = minVersion(t);
-    const float* src = shard_->values() + t.offset;
-    if (config_.mode == Mode::kSync) {
-      // No update of these pieces can start before this worker pushes again, which it does
-      // after this reply: the values can be sent without a copy.
-      out = src;
-    } else {
-      sc.pull.assign(src, src + t.count);
-      out = sc.pull.data();
-    }
+    out = shard_->values() + t.offset;
     outBytes = t.count * sizeof(float);
+  }
+
+  // ---- Note [Streamed push-pull]
+  //
+  // A push-pull whose push is applied as it arrives (Note [Update from the ring]) and whose pull
+  // could then be answered at once (synchronous: the push completes the step; asynchronous;
+  // SSP within the bound) does not wait for the whole payload before replying: the reply
+  // header goes first, decided now, and each piece of the values follows as soon as the same
+  // piece of the push was applied (transport::Transfer::sendAsReady), so the update and the
+  // reply overlap, and so do the worker's copy of the gradients into the ring and its copy of
+  // the values out. The write hold covers the whole exchange, so the values sent are exactly
+  // those after this push, as pull() would send them. The reply's numbers are those pull()
+  // would give right after push(); a worker saying goodbye meanwhile can make `slowest`
+  // one step older than that. A failure of the server after the header went out reaches the
+  // worker with its next request.
+
+  void maybeStream(int w, const Request& rq, const Target& t, Scratch& sc) {
+    if (t.count == 0 || rq.pullBytes != t.count * sizeof(float)) return;  // pull() refuses
+    const uint64_t step = rq.step + 1;
+    const uint64_t slowest = minClock(w, step);
+    if (config_.mode == Mode::kSsp && slowest + static_cast<uint64_t>(config_.staleness) < step) {
+      return;  // the pull must wait for slower workers
+    }
+    sc.reply = Reply{};
+    sc.reply.step = step;
+    sc.reply.slowest = slowest;
+    sc.reply.version = minVersion(t) + 1;  // every piece of t moves on with this push
+    sc.reply.bytes = t.count * sizeof(float);
+    sc.values = shard_->values() + t.offset;
+    sc.streaming = true;
+  }
+
+  void completeStreamed(int w, const Request& rq, Scratch& sc) {
+    std::unique_lock<std::mutex> lock(mu_);
+    throwIfFailed();
+    try {
+      push(lock, w, rq, sc);
+    } catch (const ServerFault&) {
+      throw;
+    } catch (const Error& e) {
+      // The worker already has its reply: what went wrong here is the server's to report.
+      throw ServerFault(
+          fmt::format("parameter server {}: after worker {}'s push-pull of step {}: {}", id_, w,
+                      rq.step, e.what()));
+    }
+    ++report_.pulls;
+    ++report_.streamed;
+    report_.maxLead =
+        std::max<int64_t>(report_.maxLead, static_cast<int64_t>(sc.reply.step) -
+                                               static_cast<int64_t>(sc.reply.slowest));
+  }
+
+  // ---- holds on the shard (Note [Shard access] in ps/shard_access.h)
+
+  void beginWrite(std::unique_lock<std::mutex>& lock) {
+    access_.queueWriter();
+    try {
+      waitUntil(
+          lock, [&] { return access_.canWrite(); },
+          [&] {
+            return fmt::format(
+                "an update waited for {} to finish",
+                access_.writerActive() ? "another update" : "pull replies being sent");
+          });
+    } catch (...) {
+      access_.withdrawWriter();
+      cv_.notify_all();
+      throw;
+    }
+    access_.beginWrite();
+  }
+
+  void endWrite(Scratch& sc) {
+    access_.endWrite();
+    sc.writing = false;
+    cv_.notify_all();
+  }
+
+  void beginRead(std::unique_lock<std::mutex>& lock, Scratch& sc) {
+    waitUntil(
+        lock, [&] { return access_.canRead(); },
+        [] { return std::string("a pull waited for an update to finish"); });
+    access_.beginRead();
+    sc.reading = true;
+  }
+
+  void endRead(Scratch& sc) {
+    if (!sc.reading) return;
+    std::lock_guard<std::mutex> lock(mu_);
+    access_.endRead();
+    sc.reading = false;
+    cv_.notify_all();
   }
 
   // ---- request checks
@@ -451,11 +610,13 @@ class Server {
   }
 
   // The slowest running worker's clock (steps pushed); finished workers do not hold others.
-  uint64_t minClock() const {
+  // With `pusher`: as it will be once that worker's clock is at least `clock`.
+  uint64_t minClock(int pusher = -1, uint64_t clock = 0) const {
     uint64_t m = UINT64_MAX, all = 0;
     for (int w = 0; w < workers_; ++w) {
-      all = std::max(all, clocks_[w]);
-      if (!done_[w]) m = std::min(m, clocks_[w]);
+      const uint64_t c = w == pusher ? std::max(clocks_[w], clock) : clocks_[w];
+      all = std::max(all, c);
+      if (!done_[w]) m = std::min(m, c);
     }
     return m == UINT64_MAX ? all : m;
   }
@@ -469,13 +630,17 @@ class Server {
     return minClock();
   }
 
-  void maybeCheckpoint() {
+  void maybeCheckpoint(std::unique_lock<std::mutex>& lock) {
     if (!series_ || opt_.checkpointEvery <= 0) return;
-    const uint64_t round = checkpointRound();
     const auto every = static_cast<uint64_t>(opt_.checkpointEvery);
-    if (round / every > lastCheckpoint_ / every) {
-      writeCheckpoint(round);
-    }
+    auto due = [&] { return checkpointRound() / every > lastCheckpoint_ / every; };
+    if (!due()) return;
+    // An update being applied elsewhere would be half in the snapshot (Note [Shard access] in
+    // ps/shard_access.h).
+    waitUntil(
+        lock, [&] { return !access_.writerActive(); },
+        [] { return std::string("a checkpoint waited for an update to finish"); });
+    if (due()) writeCheckpoint(checkpointRound());
   }
 
   void writeCheckpoint(uint64_t round) {
@@ -580,6 +745,7 @@ class Server {
   std::vector<char> done_;
   std::vector<char> busy_;
   std::vector<std::shared_ptr<comm::Group>> pairs_;
+  ShardAccess access_;
   std::string failure_;
   ServerReport report_;
 };

@@ -10,6 +10,10 @@
 // that is merely wrong (shape, dtype, key, step) is refused to that worker only.
 // Timeouts: waiting for other workers (a synchronous step, the staleness bound) is bounded by
 // the world group's timeout; waiting for a worker's next request by ServerOptions::idleTimeout.
+// Threading: one thread per worker. A push is applied to the shard as it arrives, straight from
+// the transport's receive ring, and pull replies are sent straight from the shard's values; one
+// update or any number of replies at a time (Note [Shard access] in ps/shard_access.h), so while a
+// push is being received other workers' updates and pulls wait for it (bounded like the rest).
 #pragma once
 
 #include <chrono>
@@ -37,10 +41,12 @@ struct ServerReport {
   uint64_t pushes = 0;
   uint64_t pulls = 0;
   uint64_t refused = 0;
-  uint64_t resumedFrom = 0;  // the step this run started at
-  uint64_t finalStep = 0;    // the slowest worker's step at the end
-  int64_t maxLead = 0;       // the furthest any pull ran ahead of the slowest worker
-  std::string partition;     // Partition::describe()
+  uint64_t appliedOnArrival = 0;  // pushes applied as they arrived (Note [Update from the ring])
+  uint64_t streamed = 0;          // push-pulls answered while applied (Note [Streamed push-pull])
+  uint64_t resumedFrom = 0;       // the step this run started at
+  uint64_t finalStep = 0;         // the slowest worker's step at the end
+  int64_t maxLead = 0;            // the furthest any pull ran ahead of the slowest worker
+  std::string partition;          // Partition::describe()
   std::string lastCheckpoint;
 };
 

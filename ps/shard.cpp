@@ -87,13 +87,14 @@ Shard::Shard(const Partition& partition, int server, int workers, const Training
   if (config.mode == Mode::kSync && workers > 1) sum_.resize(kChunk);
 }
 
-void Shard::update(PieceState& ps, const float* g, float scale, double lr, size_t at, size_t n) {
-  if (!ps.parameter) {
+void Shard::update(bool parameter, int64_t updateNumber, const float* g, float scale, double lr,
+                   size_t at, size_t n) {
+  if (!parameter) {
     for (size_t i = 0; i < n; ++i) values_[at + i] = g[i] * scale;
     return;
   }
-  applyUpdate(config_.optimizer, lr, static_cast<int64_t>(ps.version) + 1, scale, g,
-              values_.data() + at, state0_.empty() ? nullptr : state0_.data() + at,
+  applyUpdate(config_.optimizer, lr, updateNumber, scale, g, values_.data() + at,
+              state0_.empty() ? nullptr : state0_.data() + at,
               state1_.empty() ? nullptr : state1_.data() + at, n);
 }
 
@@ -139,6 +140,93 @@ void Shard::applyNow(int worker, size_t first, size_t last, int64_t step) {
     const size_t at = localOffset(i);
     update(ps, slots_[worker].data() + at, 1.0f, lr, at, ps.piece.count);
     ++ps.version;
+  }
+}
+
+bool Shard::completesStep(int worker, size_t first, size_t last) const {
+  for (size_t i = first; i < last; ++i) {
+    const PieceState& ps = pieces_[i];
+    if (ps.arrived[worker] || ps.arrivals != workers_ - 1) return false;
+  }
+  return true;
+}
+
+bool Shard::completesAnyStep(int worker, size_t first, size_t last) const {
+  if (config_.mode != Mode::kSync) return false;
+  for (size_t i = first; i < last; ++i) {
+    const PieceState& ps = pieces_[i];
+    if (!ps.arrived[worker] && ps.arrivals == workers_ - 1) return true;
+  }
+  return false;
+}
+
+void Shard::beginIncoming(int worker, size_t first, size_t last, int64_t step, Incoming& in) const {
+  const bool sync = config_.mode == Mode::kSync;
+  SHOAL_ASSERT(!sync || completesStep(worker, first, last),
+               "worker {} does not complete pieces [{}, {})", worker, first, last);
+  const LrSchedule schedule = config_.schedule(workers_);
+  in.worker = worker;
+  in.first = first;
+  in.last = last;
+  in.begin = first < last ? localOffset(first) : 0;
+  in.scale = sync && workers_ > 1 ? 1.0f / static_cast<float>(workers_) : 1.0f;
+  in.sum = sync && workers_ > 1;
+  in.cursor = 0;
+  in.segments.clear();
+  for (size_t i = first; i < last; ++i) {
+    const PieceState& ps = pieces_[i];
+    Incoming::Segment s;
+    s.at = localOffset(i);
+    s.count = ps.piece.count;
+    // As arrive() and applyNow() do: the step of the piece (synchronous) or of the worker.
+    s.lr = schedule.at(sync ? static_cast<int64_t>(ps.version) : step);
+    s.update = static_cast<int64_t>(ps.version) + 1;
+    s.parameter = ps.parameter;
+    SHOAL_ASSERT(i == first || s.at == in.segments.back().at + in.segments.back().count,
+                 "pieces {} and {} are not contiguous", i - 1, i);
+    in.segments.push_back(s);
+  }
+}
+
+void Shard::applyIncoming(Incoming& in, const float* g, size_t offset, size_t n) {
+  size_t at = in.begin + offset;
+  while (n > 0) {
+    while (in.cursor < in.segments.size() &&
+           in.segments[in.cursor].at + in.segments[in.cursor].count <= at) {
+      ++in.cursor;
+    }
+    SHOAL_ASSERT(in.cursor < in.segments.size() && in.segments[in.cursor].at <= at,
+                 "element {} is outside the push", at);
+    const Incoming::Segment& s = in.segments[in.cursor];
+    const size_t m = std::min(n, s.at + s.count - at);
+    if (!in.sum) {
+      update(s.parameter, s.update, g, in.scale, s.lr, at, m);
+    } else {
+      // The reduction arrive() does, with this worker's part read where it arrived.
+      for (size_t c = 0; c < m; c += kChunk) {
+        const size_t k = std::min(kChunk, m - c);
+        auto part = [&](int w) { return w == in.worker ? g + c : slots_[w].data() + at + c; };
+        const float* s0 = part(0);
+        std::copy(s0, s0 + k, sum_.data());
+        for (int w = 1; w < workers_; ++w) {
+          const float* sw = part(w);
+          for (size_t j = 0; j < k; ++j) sum_[j] += sw[j];
+        }
+        update(s.parameter, s.update, sum_.data(), in.scale, s.lr, at + c, k);
+      }
+    }
+    g += m;
+    at += m;
+    n -= m;
+  }
+}
+
+void Shard::endIncoming(const Incoming& in) {
+  for (size_t i = in.first; i < in.last; ++i) {
+    PieceState& ps = pieces_[i];
+    ++ps.version;
+    ps.arrivals = 0;
+    std::fill(ps.arrived.begin(), ps.arrived.end(), 0);
   }
 }
 

@@ -38,6 +38,42 @@ class Shard {
   // worker's step (for the learning-rate schedule).
   void applyNow(int worker, size_t first, size_t last, int64_t step);
 
+  // Note [Update from the ring]: a push applied part by part as it arrives (straight out of
+  // the transport's receive ring, transport::PieceHandler), not first copied into the worker's
+  // slot. The results are bit-identical to arrive() / applyNow() on the whole payload however
+  // the payload is cut: the kernels are elementwise and the sum over workers keeps worker order.
+  //
+  // Synchronous: whether worker w's push completes the current step of every piece in
+  // [first, last) (every other worker's contribution is in its slot): only then can it be
+  // applied as it arrives.
+  bool completesStep(int worker, size_t first, size_t last) const;
+  // Whether arrive(worker, first, last) would complete (and so apply) any piece's step.
+  bool completesAnyStep(int worker, size_t first, size_t last) const;
+  // The plan of one such push, made by beginIncoming() and used by applyIncoming() outside the
+  // server's lock: it holds what the update needs, so the parts touch no bookkeeping.
+  struct Incoming {
+    struct Segment {
+      size_t at = 0, count = 0;  // local elements
+      double lr = 0;
+      int64_t update = 0;  // the 1-based update number (Adam's bias correction)
+      bool parameter = true;
+    };
+    int worker = 0;
+    size_t first = 0, last = 0;
+    size_t begin = 0;  // local offset of the payload's first element
+    float scale = 1.0f;
+    bool sum = false;  // synchronous with several workers: reduce the slots in worker order
+    std::vector<Segment> segments;
+    size_t cursor = 0;
+  };
+  // Plans worker w's push to pieces [first, last) (contiguous). Synchronous: completesStep()
+  // must hold. Asynchronous: `step` is the worker's step (for the schedule). Reuses `in`.
+  void beginIncoming(int worker, size_t first, size_t last, int64_t step, Incoming& in) const;
+  // Applies elements [offset, offset + n) of the payload, `g` (parts in payload order).
+  void applyIncoming(Incoming& in, const float* g, size_t offset, size_t n);
+  // Once every part was applied: the versions (and the synchronous arrivals) move on.
+  void endIncoming(const Incoming& in);
+
   // Serialized values, optimizer state, versions, plus the caller's round and clocks. Pending
   // synchronous contributions are not saved: resuming workers push that step again.
   std::string snapshot(const std::string& header, uint64_t round,
@@ -67,7 +103,11 @@ class Shard {
     int arrivals = 0;
     std::vector<char> arrived;
   };
-  void update(PieceState& ps, const float* g, float scale, double lr, size_t at, size_t n);
+  void update(bool parameter, int64_t updateNumber, const float* g, float scale, double lr,
+              size_t at, size_t n);
+  void update(PieceState& ps, const float* g, float scale, double lr, size_t at, size_t n) {
+    update(ps.parameter, static_cast<int64_t>(ps.version) + 1, g, scale, lr, at, n);
+  }
 
   TrainingConfig config_;
   int workers_;

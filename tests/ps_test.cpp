@@ -7,6 +7,8 @@
 #include <filesystem>
 #include <functional>
 #include <map>
+#include <numeric>
+#include <random>
 #include <regex>
 
 #include "common/sealed_file.h"
@@ -143,6 +145,120 @@ TEST(PsShard, SynchronousStepsAverageInWorkerOrderAndSnapshotsRestore) {
   ps::Shard twoWorkers(p, 0, 2, c);
   EXPECT_THROW(twoWorkers.restore(snap, round, clocks), InvalidArgument);
   EXPECT_THROW(fresh.restore(snap.substr(0, snap.size() - 3), round, clocks), InvalidArgument);
+}
+
+// ---- Note [Update from the ring]: a push applied part by part as it arrives must give the
+// same bits as the slot path (arrive() / applyNow() on the whole payload), for every optimizer,
+// every mode, however the payload is cut. A twin shard fed through the slots is the reference.
+
+struct FusedCase {
+  const char* name;
+  OptimizerOptions optimizer;
+  ps::Mode mode;
+  int workers;
+};
+
+std::vector<float> gradient(size_t n, int worker, int step) {
+  std::vector<float> g(n);
+  for (size_t i = 0; i < n; ++i) {
+    // Irregular values with all kinds of rounding, some negative, some tiny.
+    g[i] = std::sin(0.37f * static_cast<float>(i) + 1.3f * static_cast<float>(worker) +
+                    0.11f * static_cast<float>(step)) *
+           (1.0f + static_cast<float>((i * 7 + static_cast<size_t>(worker)) % 13));
+  }
+  return g;
+}
+
+TEST(PsShard, PushesAppliedAsTheyArriveMatchTheSlotPathBitForBit) {
+  const std::vector<FusedCase> cases{
+      {"sgd sync 1 worker", {OptimizerKind::kSgd, 0.05, 0, 0}, ps::Mode::kSync, 1},
+      {"sgd momentum wd sync 3", {OptimizerKind::kSgd, 0.05, 0.9, 1e-3}, ps::Mode::kSync, 3},
+      {"adam sync 1", {OptimizerKind::kAdam, 1e-3, 0, 0}, ps::Mode::kSync, 1},
+      {"adam wd sync 4", {OptimizerKind::kAdam, 1e-3, 0, 1e-2}, ps::Mode::kSync, 4},
+      {"rmsprop momentum sync 2", {OptimizerKind::kRmsprop, 1e-3, 0.5, 0}, ps::Mode::kSync, 2},
+      {"sgd momentum async 3", {OptimizerKind::kSgd, 0.05, 0.9, 0}, ps::Mode::kAsync, 3},
+      {"adam ssp 2", {OptimizerKind::kAdam, 1e-3, 0, 0}, ps::Mode::kSsp, 2},
+      {"rmsprop async 2", {OptimizerKind::kRmsprop, 1e-3, 0, 1e-3}, ps::Mode::kAsync, 2},
+  };
+  // Two parameter keys (one larger than a reduction chunk) and a state key (values replaced by
+  // the average) on one server: a push covers several pieces, cut anywhere.
+  ps::Partition p(
+      {{"w", {3, 3001}}, {"b", {5}}, {"bn.mean", {17}, DataType::kFloat32, ps::KeyKind::kState}},
+      1);
+  const size_t n = p.elements(0);
+  std::mt19937 rng(7);
+  for (const FusedCase& fc : cases) {
+    SCOPED_TRACE(fc.name);
+    ps::TrainingConfig c;
+    c.mode = fc.mode;
+    c.optimizer = fc.optimizer;
+    c.warmupSteps = 2;  // the rate changes from step to step
+    c.totalSteps = 10;
+    c.linearScaling = true;
+    ps::Shard reference(p, 0, fc.workers, c), fused(p, 0, fc.workers, c);
+    ps::Shard::Incoming in;
+    for (int step = 0; step < 6; ++step) {
+      // A different arrival order each step; the last to arrive is applied as it arrives.
+      std::vector<int> order(static_cast<size_t>(fc.workers));
+      std::iota(order.begin(), order.end(), 0);
+      std::shuffle(order.begin(), order.end(), rng);
+      for (size_t k = 0; k < order.size(); ++k) {
+        const int w = order[k];
+        const auto g = gradient(n, w, step);
+        std::copy(g.begin(), g.end(), reference.slot(w));
+        if (fc.mode == ps::Mode::kSync) {
+          reference.arrive(w, 0, p.pieces(0).size());
+        } else {
+          reference.applyNow(w, 0, p.pieces(0).size(), step);
+        }
+        const bool last = k + 1 == order.size();
+        if (fc.mode == ps::Mode::kSync && !last) {
+          EXPECT_FALSE(fused.completesStep(w, 0, fused.pieceCount()));
+          std::copy(g.begin(), g.end(), fused.slot(w));
+          EXPECT_FALSE(fused.arrive(w, 0, fused.pieceCount()));
+          continue;
+        }
+        ASSERT_TRUE(fc.mode != ps::Mode::kSync || fused.completesStep(w, 0, fused.pieceCount()));
+        // The slot holds garbage: the fused path must not read it.
+        std::fill(fused.slot(w), fused.slot(w) + n, std::nanf(""));
+        fused.beginIncoming(w, 0, fused.pieceCount(), step, in);
+        for (size_t at = 0; at < n;) {
+          const size_t part = std::min<size_t>(n - at, 1 + rng() % 5000);
+          fused.applyIncoming(in, g.data() + at, at, part);
+          at += part;
+        }
+        fused.endIncoming(in);
+      }
+      for (size_t i = 0; i < fused.pieceCount(); ++i) {
+        EXPECT_EQ(fused.version(i), reference.version(i));
+      }
+      ASSERT_EQ(std::memcmp(fused.values(), reference.values(), n * sizeof(float)), 0)
+          << "step " << step;
+    }
+    // The optimizer state too (it shapes every later step): compare the snapshots.
+    const std::vector<uint64_t> clocks(static_cast<size_t>(fc.workers), 6);
+    EXPECT_TRUE(fused.snapshot("h", 6, clocks) == reference.snapshot("h", 6, clocks));
+  }
+}
+
+// One key pushed alone: the plan covers one piece at its offset in the shard.
+TEST(PsShard, AKeyedPushAppliedAsItArrivesLandsAtItsPiece) {
+  ps::Partition p({{"a", {10}}, {"b", {6}}}, 1);
+  ps::TrainingConfig c;
+  c.optimizer = {OptimizerKind::kSgd, 1.0, 0, 0};
+  ps::Shard shard(p, 0, 1, c);
+  ps::Shard::Incoming in;
+  ASSERT_TRUE(shard.completesStep(0, 1, 2));
+  shard.beginIncoming(0, 1, 2, 0, in);
+  const float g[6] = {1, 2, 3, 4, 5, 6};
+  shard.applyIncoming(in, g, 0, 4);
+  shard.applyIncoming(in, g + 4, 4, 2);
+  shard.endIncoming(in);
+  EXPECT_EQ(shard.version(0), 0u);
+  EXPECT_EQ(shard.version(1), 1u);
+  EXPECT_EQ(shard.values()[9], 0.0f);
+  EXPECT_EQ(shard.values()[10], -1.0f);
+  EXPECT_EQ(shard.values()[15], -6.0f);
 }
 
 // ---- decoders that read lengths from a file or the wire (a crafted 2^60 must not allocate)
@@ -326,6 +442,59 @@ TEST(PsJob, AWrongShapeOrDtypeIsRefusedAndTheServerKeepsServing) {
             std::string::npos)
       << r.output;
   EXPECT_NE(r.output.find("got float64 [4, 5]"), std::string::npos) << r.output;
+}
+
+// Note [Update from the ring], end to end: servers apply every push as it arrives (the
+// last worker's of a synchronous step, every asynchronous one) and must hold, bit for bit, what
+// the reference kernels compute. A 4 KiB shared-memory ring cuts every payload into many pieces
+// starting anywhere in the ring; TCP cuts them differently.
+TEST(PsJob, PushesAppliedAsTheyArriveMatchTheReferenceOptimizerBitForBit) {
+  struct Job {
+    int workers;
+    const char* mode;
+    const char* optimizer;
+    const char* transport;
+  };
+  const std::vector<Job> jobs{
+      {1, "sync", "sgd", "shm"},      {3, "sync", "momentum", "shm"}, {2, "sync", "adam", "shm"},
+      {2, "sync", "rmsprop", "tcp"},  {3, "async", "adam", "shm"},    {2, "ssp", "momentum", "shm"},
+      {2, "async", "rmsprop", "tcp"}, {3, "sync", "adam", "tcp"},
+  };
+  for (const Job& j : jobs) {
+    const std::string what =
+        fmt::format("{} workers, {}, {}, {}", j.workers, j.mode, j.optimizer, j.transport);
+    SCOPED_TRACE(what);
+    TempDir dir;
+    auto r =
+        psJob({"-n", std::to_string(j.workers), "--servers", "2", "-x", "SHOAL_SHM_RING_BYTES=4096",
+               "-x", fmt::format("SHOAL_TRANSPORT={}", j.transport)},
+              {"reference", "--mode", j.mode, "--optimizer", j.optimizer, "--steps", "8"}, dir);
+    ASSERT_EQ(r.code, 0) << r.output;
+    EXPECT_EQ(
+        workersSaying(r.output, j.workers, "reference exact over 7123 elements after 8 steps"),
+        j.workers)
+        << r.output;
+    // The paths under test did run, on both servers: every asynchronous push and some
+    // synchronous ones (those that complete a step) applied as they arrived; push-pulls
+    // answered while applied (Note [Streamed push-pull]) wherever that is decided up front.
+    std::regex line(
+        R"(server (\d+): (\d+) pushes \((\d+) applied on arrival\), \d+ pulls \((\d+) streamed\))");
+    int servers = 0;
+    const bool async = std::string(j.mode) != "sync";
+    for (std::sregex_iterator it(r.output.begin(), r.output.end(), line), end; it != end; ++it) {
+      ++servers;
+      const int pushes = std::stoi((*it)[2]), direct = std::stoi((*it)[3]);
+      const int streamed = std::stoi((*it)[4]);
+      EXPECT_GT(direct, 0) << it->str();
+      if (async) {
+        EXPECT_EQ(direct, pushes) << it->str();
+      }
+      if (async || j.workers == 1) {
+        EXPECT_GT(streamed, 0) << it->str();
+      }
+    }
+    EXPECT_EQ(servers, 2) << r.output;
+  }
 }
 
 std::string finalDigest(const std::string& output) {

@@ -9,6 +9,12 @@
 //                                          each worker: "lead max L (staleness S)"
 //   ps_worker reject                       worker 1 pushes a wrong shape and a wrong dtype,
 //                                          which must be refused, then all train on: "reject ok"
+//   ps_worker reference --mode M --optimizer O [--steps N]
+//                                          known gradients, whole or key by key; every worker
+//                                          computes what the servers must hold with the
+//                                          reference kernels (ps/server_optimizer.h) and compares
+//                                          what it pulls bit for bit (asynchronous: the workers
+//                                          push in turn): "reference exact over K elements"
 //   ps_worker train --dir D [--steps N] [--kill-server-at K] [--resume]
 //                                          deterministic synchronous training with shard
 //                                          checkpoints every 5 steps; worker 0 SIGKILLs server 1
@@ -28,6 +34,7 @@
 #include "common/error.h"
 #include "ps/client.h"
 #include "ps/server.h"
+#include "ps/server_optimizer.h"
 #include "run/init.h"
 #include "tests/process_util.h"
 
@@ -39,6 +46,7 @@ struct Args {
   std::string scenario;
   std::string dir;
   std::string mode = "sync";
+  std::string optimizer = "sgd";
   int staleness = 0;
   int pushes = 2000;
   int steps = 30;
@@ -59,6 +67,8 @@ Args parse(int argc, char** argv) {
       a.dir = next();
     else if (f == "--mode")
       a.mode = next();
+    else if (f == "--optimizer")
+      a.optimizer = next();
     else if (f == "--staleness")
       a.staleness = std::stoi(next());
     else if (f == "--pushes")
@@ -191,6 +201,112 @@ int reject(comm::Group& world, int me, int workers, const Args& a) {
   return 0;
 }
 
+// The gradient worker w pushes at step t: irregular values, so rounding shows. One copy of
+// the code (not inlined) for the pushing worker and the reference alike: inlined copies could
+// contract the arithmetic differently (FMA) and differ in the last bit.
+[[gnu::noinline]] void knownGradient(int w, int t, std::vector<float>& g) {
+  for (size_t i = 0; i < g.size(); ++i) {
+    g[i] = std::sin(0.013f * static_cast<float>(i) + 0.7f * static_cast<float>(w) +
+                    0.31f * static_cast<float>(t)) *
+           (1.0f + static_cast<float>((i + static_cast<size_t>(w)) % 7));
+  }
+}
+
+int reference(comm::Group& world, int me, int workers, const Args& a) {
+  std::vector<ps::KeySpec> keys{{"w", {301, 7}}, {"b", {13}}, {"e", {5003}}};
+  ps::TrainingConfig config;
+  config.mode = ps::parseMode(a.mode);
+  config.staleness = 1;
+  config.optimizer.kind = parseOptimizer(a.optimizer == "momentum" ? "sgd" : a.optimizer);
+  config.optimizer.lr = config.optimizer.kind == OptimizerKind::kSgd ? 0.05 : 1e-3;
+  config.optimizer.momentum = a.optimizer == "momentum" || a.optimizer == "rmsprop" ? 0.9 : 0;
+  config.optimizer.weightDecay = a.optimizer == "momentum" || a.optimizer == "adam" ? 1e-3 : 0;
+  config.warmupSteps = 2;
+  config.totalSteps = a.steps + 2;
+  config.linearScaling = true;
+  ps::Client c(world, me, workers, world.size() - workers, keys, config);
+  const bool sync = config.mode == ps::Mode::kSync;
+  const size_t n = c.partition().totalElements();
+  std::vector<float> values(n, 0.0f), grads(n);
+  // What the servers must hold, computed here with the servers' own kernels.
+  std::vector<float> expected(n, 0.0f), s0(n, 0.0f), s1(n, 0.0f), g(n), other(n);
+  const int slots = ps::optimizerStateSlots(config.optimizer);
+  const LrSchedule schedule = config.schedule(workers);
+  int64_t updates = 0;
+  auto apply = [&](const float* grad, float scale, double lr) {
+    ++updates;
+    ps::applyUpdate(config.optimizer, lr, updates, scale, grad, expected.data(),
+                    slots >= 1 ? s0.data() : nullptr, slots >= 2 ? s1.data() : nullptr, n);
+  };
+  start(c, values);
+  auto peers = world.connect("ps-test-workers", me, workers);
+  auto check = [&](int t) {
+    if (std::memcmp(values.data(), expected.data(), n * sizeof(float)) == 0) return true;
+    for (size_t i = 0; i < n; ++i) {
+      if (std::memcmp(&values[i], &expected[i], sizeof(float)) != 0) {
+        std::printf("WRONG after step %d at %zu: %.9g, expected %.9g\n", t, i, values[i],
+                    expected[i]);
+        break;
+      }
+    }
+    return false;
+  };
+  for (int t = 0; t < a.steps; ++t) {
+    knownGradient(me, t, grads);
+    // Odd steps key by key (one piece per request), even steps the whole model at once.
+    auto pushKeys = [&] {
+      size_t at = 0;
+      std::vector<std::shared_ptr<comm::Work>> works;
+      for (const auto& k : keys) {
+        works.push_back(c.pushKey(k.name, grads.data() + at, DataType::kFloat32, k.shape, t));
+        at += k.numel();
+      }
+      for (auto& w : works) w->wait();
+    };
+    auto push = [&] {
+      if (t % 2 == 0) return c.pushPull(grads.data(), values.data(), t)->wait();
+      pushKeys();
+      c.pull(values.data(), t + 1)->wait();
+    };
+    if (sync) {
+      if (t % 2 == 0) {
+        push();  // all at once: whoever arrives last
+      } else {
+        // In turn: the last worker's pushes always complete the step, so they are applied as
+        // they arrive, deterministically.
+        for (int turn = 0; turn < workers; ++turn) {
+          if (turn == me) pushKeys();
+          comm::barrier(*peers);
+        }
+        c.pull(values.data(), t + 1)->wait();
+      }
+      // The average in worker order, as the servers reduce it.
+      knownGradient(0, t, g);
+      for (int w = 1; w < workers; ++w) {
+        knownGradient(w, t, other);
+        for (size_t i = 0; i < n; ++i) g[i] += other[i];
+      }
+      apply(g.data(), 1.0f / static_cast<float>(workers), schedule.at(t));
+      if (!check(t)) return 1;
+    } else {
+      // In turn, so the order of the updates is known.
+      for (int turn = 0; turn < workers; ++turn) {
+        if (turn == me) push();
+        comm::barrier(*peers);
+        knownGradient(turn, t, g);
+        apply(g.data(), 1.0f, schedule.at(t));
+        if (turn == me && !check(t)) return 1;  // what it pulled right after its own push
+      }
+    }
+  }
+  comm::barrier(*peers);
+  c.pull(values.data(), a.steps)->wait();
+  c.finish();
+  if (!check(a.steps)) return 1;
+  std::printf("reference exact over %zu elements after %d steps\n", n, a.steps);
+  return 0;
+}
+
 uint64_t digest(const std::vector<float>& v) {
   uint64_t h = 1469598103934665603ull;
   const auto* p = reinterpret_cast<const uint8_t*>(v.data());
@@ -250,16 +366,20 @@ int main(int argc, char** argv) {
         o.resume = a.resume;
       }
       auto r = ps::serve(*w.group, w.roleRank, w.numServers, workers, o);
-      std::printf("server %d: %lu pushes, %lu pulls, %lu refused, max lead %ld, final step %lu\n",
-                  w.roleRank, static_cast<unsigned long>(r.pushes),
-                  static_cast<unsigned long>(r.pulls), static_cast<unsigned long>(r.refused),
-                  static_cast<long>(r.maxLead), static_cast<unsigned long>(r.finalStep));
+      std::printf(
+          "server %d: %lu pushes (%lu applied on arrival), %lu pulls (%lu streamed), %lu refused, "
+          "max lead %ld, final step %lu\n",
+          w.roleRank, static_cast<unsigned long>(r.pushes),
+          static_cast<unsigned long>(r.appliedOnArrival), static_cast<unsigned long>(r.pulls),
+          static_cast<unsigned long>(r.streamed), static_cast<unsigned long>(r.refused),
+          static_cast<long>(r.maxLead), static_cast<unsigned long>(r.finalStep));
       return 0;
     }
     if (a.scenario == "sums") return sums(*w.group, w.roleRank, workers, a);
     if (a.scenario == "staleness") return staleness(*w.group, w.roleRank, workers, a);
     if (a.scenario == "reject") return reject(*w.group, w.roleRank, workers, a);
     if (a.scenario == "train") return train(*w.group, w.roleRank, workers, a);
+    if (a.scenario == "reference") return reference(*w.group, w.roleRank, workers, a);
     SHOAL_THROW(InvalidArgument, "unknown scenario '{}'", a.scenario);
   } catch (const std::exception& e) {
     std::printf("ERROR %s: %s\n", test::typeName(e), e.what());

@@ -18,6 +18,7 @@ namespace shoal::transport {
 namespace {
 constexpr size_t kHeaderBytes = sizeof(FrameHeader);
 constexpr size_t kStagingBytes = 256 << 10;
+constexpr size_t kPieceBytes = 256 << 10;    // the most one zero-copy piece hands on at once
 constexpr uint32_t kWakeToken = UINT32_MAX;  // epoll data of wakeFd_
 }  // namespace
 
@@ -93,16 +94,19 @@ void Endpoint::throwDeparted(int peer, const FrameHeader& expected) {
 bool Endpoint::advanceSend(Transfer& t) {
   Link& link = *links_[t.peer];
   const size_t total = kHeaderBytes + t.header.bytes;
+  // What may go now: all of it, or up to the gate of a send-as-ready.
+  const size_t payload = t.ready ? std::min<size_t>(*t.ready, t.header.bytes) : t.header.bytes;
+  const size_t limit = kHeaderBytes + payload;
   bool progressed = false;
-  while (t.done < total) {
+  while (t.done < limit) {
     iovec iov[2];
     int n = 0;
     if (t.done < kHeaderBytes) {
       iov[n++] = {reinterpret_cast<char*>(&t.header) + t.done, kHeaderBytes - t.done};
-      if (t.header.bytes > 0) iov[n++] = {const_cast<void*>(t.src), t.header.bytes};
+      if (payload > 0) iov[n++] = {const_cast<void*>(t.src), payload};
     } else {
       iov[n++] = {const_cast<char*>(static_cast<const char*>(t.src)) + (t.done - kHeaderBytes),
-                  total - t.done};
+                  limit - t.done};
     }
     size_t w = link.writeSome(iov, n);
     if (w == 0) break;
@@ -113,18 +117,18 @@ bool Endpoint::advanceSend(Transfer& t) {
   return progressed;
 }
 
-size_t Endpoint::recvReduceSome(Transfer& t, Link& link) {
-  const size_t esize = elementSize(t.dtype);
+template <typename Consume>
+size_t Endpoint::recvPiecesSome(Transfer& t, Link& link, size_t esize, const Consume& consume) {
   const size_t remaining = t.header.bytes - t.done;
-  auto* dst = static_cast<uint8_t*>(t.dst);
   if (t.carry == 0) {
-    // Zero-copy: reduce straight out of the shared ring.
+    // Zero-copy: consume straight out of the shared ring. At most a slice at a time, so that the
+    // sender gets the space back while the rest of a large payload still arrives.
     auto [p, avail] = link.peek();
-    size_t whole = std::min(avail, remaining) / esize * esize;
+    size_t whole = std::min({avail, remaining, kPieceBytes}) / esize * esize;
     // Frames lie back to back in the ring, so a payload may start at any 4-byte boundary; the
     // kernels read elements in place only when they are aligned (else through the staging).
     if (whole > 0 && reinterpret_cast<uintptr_t>(p) % esize == 0) {
-      reduceInto(dst + t.done, p, whole / esize, t.dtype, t.redop, t.divisor);
+      consume(p, t.done, whole);
       link.consume(whole);
       t.done += whole;
       return whole;
@@ -134,10 +138,10 @@ size_t Endpoint::recvReduceSome(Transfer& t, Link& link) {
   if (stage.empty()) stage.resize(kStagingBytes);
   size_t r = link.readSome(stage.data() + t.carry, std::min(remaining, kStagingBytes - t.carry));
   if (r == 0) return 0;
-  const size_t reducedUpTo = t.done - t.carry;
+  const size_t consumedUpTo = t.done - t.carry;
   size_t staged = t.carry + r;
   size_t whole = staged / esize * esize;
-  reduceInto(dst + reducedUpTo, stage.data(), whole / esize, t.dtype, t.redop, t.divisor);
+  if (whole > 0) consume(stage.data(), consumedUpTo, whole);
   t.carry = staged - whole;
   if (t.carry) std::memmove(stage.data(), stage.data() + whole, t.carry);
   t.done += r;
@@ -166,12 +170,34 @@ bool Endpoint::advanceRecv(Transfer& t) {
   }
   auto* dst = static_cast<uint8_t*>(t.dst);
   while (t.done < t.header.bytes) {
-    size_t r = t.kind == Transfer::Kind::kRecvReduce
-                   ? recvReduceSome(t, link)
-                   : link.readSome(dst + t.done, t.header.bytes - t.done);
+    size_t r = 0;
+    switch (t.kind) {
+      case Transfer::Kind::kRecv:
+        r = link.readSome(dst + t.done, t.header.bytes - t.done);
+        t.done += r;
+        break;
+      case Transfer::Kind::kRecvReduce: {
+        const size_t esize = elementSize(t.dtype);
+        r = recvPiecesSome(t, link, esize, [&](const uint8_t* src, size_t at, size_t n) {
+          reduceInto(dst + at, src, n / esize, t.dtype, t.redop, t.divisor);
+        });
+        break;
+      }
+      case Transfer::Kind::kRecvApply: {
+        const PieceHandler& h = t.apply;
+        r = recvPiecesSome(t, link, h.grain, [&](const uint8_t* src, size_t at, size_t n) {
+          h.fn(h.context, src, at, n);
+        });
+        break;
+      }
+      case Transfer::Kind::kSend:
+        break;
+    }
     if (r == 0) break;
-    if (t.kind == Transfer::Kind::kRecv) t.done += r;
     progressed = true;
+    // One piece at a time: the other queues (a reply streamed as this payload is applied, see
+    // sendAsReady) get their turn between pieces.
+    if (t.kind == Transfer::Kind::kRecvApply) break;
   }
   return progressed;
 }
@@ -310,6 +336,12 @@ bool Endpoint::progress(Transfer* ts, size_t n, const Deadline& deadline,
     Transfer& t = ts[i];
     SHOAL_ASSERT(t.peer >= 0 && t.peer < size_ && t.peer != rank_, "rank {}: transfer to peer {}",
                  rank_, t.peer);
+    if (t.kind == Transfer::Kind::kRecvApply) {
+      const size_t g = t.apply.grain;
+      SHOAL_CHECK(t.apply.fn && g > 0 && g <= kMaxPieceGrain && (g & (g - 1)) == 0 &&
+                      t.header.bytes % g == 0,
+                  "rank {}: a receive-apply of {} bytes in grains of {}", rank_, t.header.bytes, g);
+    }
     if (departed_[t.peer]) throwDeparted(t.peer, t.header);
     bool send = t.kind == Transfer::Kind::kSend;
     size_t q = 0;

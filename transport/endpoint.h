@@ -30,8 +30,28 @@
 
 namespace shoal::transport {
 
+// What a receive-apply (Transfer::recvApply) hands its payload to, piece by piece as it arrives:
+// an update kernel, a decoder. Kept to a function pointer and a context so that the transport
+// stays generic (the layers above implement it) and a Transfer stays cheap to copy.
+//
+// Contract of fn(context, data, offset, bytes):
+// - Called on the thread inside Endpoint::run(), in payload order, with consecutive pieces:
+//   `data` holds the `bytes` bytes that start at byte `offset` of the payload. Every piece is a
+//   whole number of `grain` bytes (never 0) and `data` is aligned to `grain`.
+// - `data` is valid only during the call: on shared memory it points into the ring, which the
+//   sender refills as soon as the call returns (zero-copy). Copy what must outlive the call.
+// - Must not call into the Endpoint. An exception propagates out of run() like any failure
+//   there (the payload is then partly consumed and the endpoint must be aborted).
+struct PieceHandler {
+  using Fn = void (*)(void* context, const void* data, size_t offset, size_t bytes);
+  Fn fn = nullptr;
+  void* context = nullptr;
+  size_t grain = 1;  // a power of two, at most kMaxPieceGrain; the payload is a multiple of it
+};
+inline constexpr size_t kMaxPieceGrain = 16;
+
 struct Transfer {
-  enum class Kind : uint8_t { kSend, kRecv, kRecvReduce };
+  enum class Kind : uint8_t { kSend, kRecv, kRecvReduce, kRecvApply };
 
   static Transfer send(int peer, const FrameHeader& h, const void* src) {
     Transfer t;
@@ -39,6 +59,16 @@ struct Transfer {
     t.peer = peer;
     t.header = h;
     t.src = src;
+    return t;
+  }
+  // Like send(), but only the first *ready payload bytes may go so far: for a payload produced
+  // while the batch runs (by a receive-apply handler in the same batch, which advances *ready
+  // up to h.bytes; nothing else may change it during run()). A reply can so stream out piece
+  // by piece as the request it answers is consumed. A gate that never opens times out.
+  static Transfer sendAsReady(int peer, const FrameHeader& h, const void* src,
+                              const size_t* ready) {
+    Transfer t = send(peer, h, src);
+    t.ready = ready;
     return t;
   }
   static Transfer recv(int peer, const FrameHeader& expected, void* dst) {
@@ -62,6 +92,14 @@ struct Transfer {
     t.divisor = divisor;
     return t;
   }
+  // Hands the incoming payload to `handler` as it arrives (see PieceHandler), instead of landing
+  // it in a buffer: the receive-reduce path with a kernel of the caller's.
+  static Transfer recvApply(int peer, const FrameHeader& expected, PieceHandler handler) {
+    Transfer t = recv(peer, expected, nullptr);
+    t.kind = Kind::kRecvApply;
+    t.apply = handler;
+    return t;
+  }
 
   Kind kind = Kind::kSend;
   int peer = -1;
@@ -71,6 +109,8 @@ struct Transfer {
   DataType dtype = DataType::kUInt8;
   ReduceOp redop = ReduceOp::kSum;
   int divisor = 1;  // receive-reduce: each reduced element divided by it (see recvReduce)
+  PieceHandler apply;             // receive-apply
+  const size_t* ready = nullptr;  // sendAsReady
   // Index (in the same batch) of a transfer that must complete before this one starts: a ring
   // forwards segment k as soon as it has been received, while later segments still arrive.
   int after = -1;
@@ -84,7 +124,7 @@ struct Transfer {
   // Progress, owned by the Endpoint.
   size_t done = 0;  // send: header+payload bytes written; receive: payload bytes read
   size_t headerDone = 0;
-  size_t carry = 0;  // receive-reduce: bytes staged but not yet reduced
+  size_t carry = 0;  // receive-reduce / receive-apply: bytes staged but not yet consumed
   FrameHeader got{};
 };
 
@@ -145,7 +185,11 @@ class Endpoint {
                 const std::function<void()>& onSlow, const std::function<bool()>& stopEarly);
   bool advanceSend(Transfer& t);
   bool advanceRecv(Transfer& t);
-  size_t recvReduceSome(Transfer& t, Link& link);
+  // Receive-reduce and receive-apply: moves what has arrived of t's payload to `consume`
+  // (src, payload offset, bytes: whole elements of `esize`), zero-copy out of a shared ring when
+  // it can. Returns the payload bytes taken from the link.
+  template <typename Consume>
+  size_t recvPiecesSome(Transfer& t, Link& link, size_t esize, const Consume& consume);
   [[noreturn]] void readAbortFrame(int peer, const FrameHeader& h);
   void checkSocket(int peer);
   void sendControl(int peer, FrameHeader h, const std::string& text) noexcept;
