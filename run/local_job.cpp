@@ -33,6 +33,7 @@ LocalJob::LocalJob(LocalJobOptions options) : options_(std::move(options)) {
   if (options_.shoalVariables) {
     store::TcpStoreServerOptions so;
     so.secret = secret;  // the ranks get it as SHOAL_SECRET
+    // encrypt stays auto: on loopback it allows both, so the ranks' SHOAL_ENCRYPT decides.
     store_ = std::make_unique<store::TcpStoreServer>("127.0.0.1", 0, so);
   }
 
