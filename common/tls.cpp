@@ -25,6 +25,7 @@ constexpr size_t kIdentityBytes = sizeof(kIdentity) - 1;
 // TLS_AES_128_GCM_SHA256
 constexpr unsigned char kSuiteId[] = {0x13, 0x01};
 constexpr const char* kSuiteName = "TLS_AES_128_GCM_SHA256";
+constexpr size_t kReadAhead = 256 << 10;
 
 // OpenSSL's own socket BIO writes with write(2), which raises SIGPIPE on a closed connection;
 // this one uses send(MSG_NOSIGNAL), so the library never needs a process-wide signal setting.
@@ -148,6 +149,11 @@ Session::Session(int fd, Role role, const std::string& psk, std::string what)
   // Partial writes: one record per SSL_write (Note [TLS write retry]); moving buffers: a retry
   // may come from a buffer that was reallocated (the store server's output string).
   SSL_CTX_set_mode(m.ctx, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
+  // Read ahead into a large buffer: one recv(2) takes many records instead of two calls per
+  // record (header, then body). Records read ahead are processed by the next read(); a read()
+  // that returns nothing has asked the socket and found it empty (Note [Buffered bytes]).
+  SSL_CTX_set_read_ahead(m.ctx, 1);
+  SSL_CTX_set_default_read_buffer_len(m.ctx, kReadAhead);
   // A client verifies any certificate against an empty trust store, so only a PSK handshake
   // can succeed.
   if (role == Role::kClient) SSL_CTX_set_verify(m.ctx, SSL_VERIFY_PEER, nullptr);
@@ -207,6 +213,7 @@ Session::Status Session::handshakeStep() {
     if (!SSL_session_reused(impl_->ssl)) {
       SHOAL_THROW(ProtocolError, "{}: TLS handshake completed without the job's key", what_);
     }
+    unannounced_ = true;  // the peer's first records may have been read ahead with its Finished
     return Status::kOk;
   }
   Result r;
@@ -246,16 +253,26 @@ Session::Result Session::read(void* dst, size_t n) {
   ERR_clear_error();
   errno = 0;
   const int rc = SSL_read(impl_->ssl, dst, static_cast<int>(std::min<size_t>(n, INT_MAX)));
-  if (rc > 0) return {static_cast<size_t>(rc), Status::kOk};
-  return finish(rc);
+  return readResult(rc);
 }
 
 Session::Result Session::peek(void* dst, size_t n) {
   ERR_clear_error();
   errno = 0;
   const int rc = SSL_peek(impl_->ssl, dst, static_cast<int>(std::min<size_t>(n, INT_MAX)));
-  if (rc > 0) return {static_cast<size_t>(rc), Status::kOk};
-  return finish(rc);
+  return readResult(rc);
+}
+
+Session::Result Session::readResult(int rc) {
+  if (rc > 0) {
+    unannounced_ = true;
+    return {static_cast<size_t>(rc), Status::kOk};
+  }
+  Result r = finish(rc);
+  // Wanting to read means OpenSSL asked the socket and found it empty: what it holds now is at
+  // most part of a record, and the rest will make the socket readable.
+  if (r.status == Status::kWantRead || r.status == Status::kWantWrite) unannounced_ = false;
+  return r;
 }
 
 Session::Result Session::write(const void* src, size_t n) {
@@ -278,8 +295,8 @@ Session::Result Session::write(const void* src, size_t n) {
   return r;
 }
 
-size_t Session::buffered() const {
-  return static_cast<size_t>(SSL_pending(impl_->ssl));
+bool Session::buffered() const {
+  return SSL_pending(impl_->ssl) > 0 || (unannounced_ && SSL_has_pending(impl_->ssl));
 }
 
 void Session::writeAll(const void* src, size_t n, const Deadline& deadline) {

@@ -13,6 +13,12 @@
 // closes it after destroying the Session) and installs no signal handler: it writes with
 // MSG_NOSIGNAL like every other socket write in Shoal.
 //
+// Note [Read ahead]: reads take up to 256 KiB from the socket at once (many records per
+// recv(2)), so after a read or a handshake OpenSSL may hold records that the socket will never
+// announce again. buffered() says so until a read() finds nothing more (kWantRead: OpenSSL then
+// asked the socket, found it empty, and holds at most part of a record). A caller that sleeps
+// on the socket's readiness must read first while buffered() is true.
+//
 // Non-blocking calls return a Result; kWantRead / kWantWrite say which readiness of the socket
 // to wait for before calling again. Note [TLS write retry]: a write() that returns kWantWrite
 // has already taken its bytes into a TLS record it could not send in full; the caller must call
@@ -63,8 +69,8 @@ class Session {
   Result write(const void* src, size_t n);
   // Whether a write() is waiting to be repeated (Note [TLS write retry]).
   bool writePending() const { return pendingWrite_ > 0; }
-  // Decrypted bytes held for the next read(): the socket does not announce them.
-  size_t buffered() const;
+  // Whether the next read() may return bytes the socket will not announce (Note [Read ahead]).
+  bool buffered() const;
   // Why the last call returned kClosed ("closed by peer", "Connection reset by peer").
   const std::string& closeReason() const { return closeReason_; }
 
@@ -77,6 +83,7 @@ class Session {
 
  private:
   Result finish(int rc);
+  Result readResult(int rc);
   void wait(Status status, const Deadline& deadline, const char* doing);
 
   struct Impl;
@@ -85,6 +92,7 @@ class Session {
   std::string what_;
   std::string failure_;  // OpenSSL's reason for the last failure
   size_t pendingWrite_ = 0;
+  bool unannounced_ = false;  // Note [Read ahead]
   std::string closeReason_;
 };
 

@@ -373,7 +373,7 @@ void TcpStoreServer::serve() {
       owners.push_back(&c);
       if (!c.parked) wake = std::min(wake, c.deadline);
       // Decrypted bytes the socket will not announce again: come back at once for them.
-      if (read && c.tls && c.tls->buffered() > 0) wake = now;
+      if (read && c.tls && c.tls->buffered()) wake = now;
     }
     int timeoutMs = -1;
     if (wake != Clock::time_point::max()) {
@@ -421,7 +421,7 @@ void TcpStoreServer::serve() {
     for (size_t i = 0; i < owners.size(); ++i) {
       Client& c = *owners[i];
       const short re = fds[i + 2].revents;
-      const bool tlsBuffered = c.tls && c.phase == Phase::kReady && c.tls->buffered() > 0;
+      const bool tlsBuffered = c.tls && c.phase == Phase::kReady && c.tls->buffered();
       if ((re & (POLLIN | POLLHUP | POLLERR)) || tlsBuffered) {
         const size_t want = room(c);
         const size_t before = c.in.size();

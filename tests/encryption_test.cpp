@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
+#include <poll.h>
 #include <sys/socket.h>
 
 #include <cstring>
@@ -163,6 +164,35 @@ TEST(TlsSession, TheSameKeyCarriesBytesBothWays) {
   c.readAll(back.data(), n, Deadline(30s));
   EXPECT_EQ(server.get(), "");
   EXPECT_EQ(back, sent);
+}
+
+TEST(TlsSession, RecordsReadAheadAreAnnouncedUntilReadOut) {
+  // Note [Read ahead]: a reader that sleeps on the socket only when buffered() is false must
+  // get every byte; were a record held inside OpenSSL unannounced, the wait would time out.
+  Pair p;
+  const std::string psk = encryption::derivePsk("s", "test");
+  std::promise<void> readerDone;
+  auto server = serveOn(p.b.get(), psk, [&](tls::Session& s) {
+    for (char c : {'a', 'b', 'c'}) s.writeAll(std::string(100, c).data(), 100, Deadline(10s));
+    readerDone.get_future().wait();  // keep the connection open: no end-of-file to wake on
+  });
+  tls::Session c(p.a.get(), tls::Session::Role::kClient, psk, "client");
+  c.handshake(Deadline(10s));
+  std::string got;
+  while (got.size() < 300) {
+    if (!c.buffered()) {
+      ASSERT_TRUE(pollFor(p.a.get(), POLLIN, Deadline(5s)))
+          << "bytes held unannounced after " << got.size();
+    }
+    char b;
+    auto r = c.read(&b, 1);  // one byte at a time: records stay partly read
+    ASSERT_NE(r.status, tls::Session::Status::kClosed);
+    if (r.status == tls::Session::Status::kOk) got += b;
+  }
+  readerDone.set_value();
+  EXPECT_EQ(server.get(), "");
+  EXPECT_EQ(got, std::string(100, 'a') + std::string(100, 'b') + std::string(100, 'c'));
+  EXPECT_FALSE(c.buffered());
 }
 
 TEST(TlsSession, AnotherKeyFailsBothEndsAtOnce) {

@@ -9,9 +9,9 @@
 //   retry] in common/tls.h): the Endpoint retries the same transfer from the same offset, so
 //   the retry offers the same bytes. Control frames are not written while such a record waits
 //   (writeControl returns false), since they would land in the middle of a data frame.
-// - Reads return one record's bytes at a time; a record read in part stays decrypted inside
-//   OpenSSL and the socket does not announce it: hasBuffered() tells the Endpoint (Note
-//   [Buffered bytes] in transport/endpoint.cpp).
+// - Reads return one record's bytes at a time, and OpenSSL reads ahead (Note [Read ahead] in
+//   common/tls.h): records it holds are not announced by the socket; hasBuffered() tells the
+//   Endpoint (Note [Buffered bytes] in transport/endpoint.cpp).
 // - Control frames (abort, goodbye) travel inside the records, like data.
 //
 // Threading: as every Link, one thread at a time; shutdown() of the socket from another thread
@@ -41,7 +41,7 @@ class TlsLink : public Link {
   bool writeControl(const iovec* iov, int iovcnt) noexcept override;
   long peekControl(void* dst, size_t n) override;
   void readControl(void* dst, size_t n, const Deadline& deadline, const std::string& what) override;
-  bool hasBuffered() const override { return session_->buffered() > 0; }
+  bool hasBuffered() const override { return session_->buffered(); }
 
  private:
   [[noreturn]] void throwLost(bool sending);
