@@ -282,6 +282,12 @@ Session::Result Session::write(const void* src, size_t n) {
     SHOAL_ASSERT(n >= pendingWrite_, "{}: TLS write retried with {} of {} bytes", what_, n,
                  pendingWrite_);
     n = pendingWrite_;
+  } else if (++recordsThisKey_ >= rekeyEvery_) {
+    // Sent ahead of this record by the SSL_write below (and so retried with it).
+    if (SSL_key_update(impl_->ssl, SSL_KEY_UPDATE_NOT_REQUESTED) != 1) {
+      SHOAL_THROW(ProtocolError, "{}: TLS key update failed: {}", what_, sslReason());
+    }
+    recordsThisKey_ = 0;
   }
   ERR_clear_error();
   errno = 0;

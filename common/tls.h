@@ -29,6 +29,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -38,6 +39,10 @@ namespace shoal::tls {
 
 // The largest plaintext of one TLS record; write() takes at most this per call.
 inline constexpr size_t kMaxRecord = 16384;
+// A sender moves to a new key (TLS 1.3 KeyUpdate) after this many records (16 GiB of full
+// records), well inside the 2^24.5 records RFC 8446 allows one AES-GCM key; a training job's
+// link can carry far more than that.
+inline constexpr uint64_t kRecordsPerKey = uint64_t{1} << 20;
 
 class Session {
  public:
@@ -67,6 +72,8 @@ class Session {
   Result peek(void* dst, size_t n);
   // Non-blocking; n <= kMaxRecord (one record). See Note [TLS write retry].
   Result write(const void* src, size_t n);
+  // For tests: a KeyUpdate every `records` records instead of kRecordsPerKey.
+  void rekeyEvery(uint64_t records) { rekeyEvery_ = records; }
   // Whether a write() is waiting to be repeated (Note [TLS write retry]).
   bool writePending() const { return pendingWrite_ > 0; }
   // Whether the next read() may return bytes the socket will not announce (Note [Read ahead]).
@@ -92,6 +99,8 @@ class Session {
   std::string what_;
   std::string failure_;  // OpenSSL's reason for the last failure
   size_t pendingWrite_ = 0;
+  uint64_t rekeyEvery_ = kRecordsPerKey;
+  uint64_t recordsThisKey_ = 0;
   bool unannounced_ = false;  // Note [Read ahead]
   std::string closeReason_;
 };

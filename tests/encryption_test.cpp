@@ -166,6 +166,34 @@ TEST(TlsSession, TheSameKeyCarriesBytesBothWays) {
   EXPECT_EQ(back, sent);
 }
 
+TEST(TlsSession, KeysAreUpdatedAlongTheWay) {
+  // A KeyUpdate every 3 records, 2 MiB each way (one direction, then the other: a Session is
+  // used by one thread at a time): the receivers follow every change of key.
+  Pair p;
+  const std::string psk = encryption::derivePsk("s", "test");
+  const size_t n = 2 << 20;
+  std::vector<uint8_t> a(n), b(n);
+  for (size_t i = 0; i < n; ++i) {
+    a[i] = static_cast<uint8_t>(i * 13);
+    b[i] = static_cast<uint8_t>(i);
+  }
+  auto server = serveOn(p.b.get(), psk, [&](tls::Session& s) {
+    s.rekeyEvery(3);
+    std::vector<uint8_t> got(n);
+    s.readAll(got.data(), n, Deadline(30s));
+    SHOAL_CHECK(got == a, "the server received other bytes");
+    s.writeAll(b.data(), n, Deadline(30s));
+  });
+  tls::Session c(p.a.get(), tls::Session::Role::kClient, psk, "client");
+  c.handshake(Deadline(10s));
+  c.rekeyEvery(3);
+  c.writeAll(a.data(), n, Deadline(30s));
+  std::vector<uint8_t> got(n);
+  c.readAll(got.data(), n, Deadline(30s));
+  EXPECT_EQ(server.get(), "");
+  EXPECT_EQ(got, b);
+}
+
 TEST(TlsSession, RecordsReadAheadAreAnnouncedUntilReadOut) {
   // Note [Read ahead]: a reader that sleeps on the socket only when buffered() is false must
   // get every byte; were a record held inside OpenSSL unannounced, the wait would time out.
