@@ -26,6 +26,7 @@
 #include "tests/matrix.h"
 #include "tests/process_util.h"
 #include "tests/thread_ranks.h"
+#include "transport/tcp/link_security.h"
 
 namespace shoal::test {
 namespace {
@@ -388,6 +389,43 @@ TEST(EncryptedLinks, OneSideEncryptingAndTheOtherNotFailsAtOnceNamingThePeer) {
   Duration took{};
   EXPECT_EQ(mismatchedRanks(EncryptMode::kOn, EncryptMode::kAuto, &took),
             std::vector<std::string>(2));
+}
+
+TEST(EncryptedLinks, AnotherKeyFailsTheLinkAtOnceNamingThePeer) {
+  // The HMAC handshake keeps a wrong secret from getting this far in a job; should two ends
+  // still derive different keys, the link fails in its TLS handshake, on both ends at once.
+  Pair p;
+  const std::string right = "right secret", wrong = "wrong secret";
+  const auto start = Clock::now();
+  auto acceptor = std::async(std::launch::async, [&]() -> std::string {
+    try {
+      transport::tcp::LinkSecurity s{EncryptMode::kOn, &right, 7, false, true};
+      transport::tcp::secureTcpLink({0, 1}, std::move(p.b), s, Deadline(20s));
+    } catch (const std::exception& e) {
+      return e.what();
+    }
+    return "";
+  });
+  std::string connectorError;
+  try {
+    transport::tcp::LinkSecurity s{EncryptMode::kOn, &wrong, 7, true, true};
+    auto link = transport::tcp::secureTcpLink({1, 0}, std::move(p.a), s, Deadline(20s));
+    // TLS 1.3: the connector may finish before the acceptor's refusal arrives; its first read
+    // then gets the alert (or the end of the connection).
+    char b;
+    const Deadline d(20s);
+    while (link->readSome(&b, 1) == 0 && pollFor(link->socketFd(), POLLIN, d)) {
+    }
+  } catch (const std::exception& e) {
+    connectorError = e.what();
+  }
+  const std::string acceptorError = acceptor.get();
+  EXPECT_LT(Clock::now() - start, 5s) << "the 20 s deadline should not be what ended it";
+  EXPECT_NE(acceptorError.find("rank 0 ← peer 1"), std::string::npos) << acceptorError;
+  EXPECT_NE(connectorError.find("rank 1"), std::string::npos) << connectorError;
+  EXPECT_NE(connectorError.find("peer 0"), std::string::npos) << connectorError;
+  EXPECT_EQ(acceptorError.find('\n'), std::string::npos) << acceptorError;
+  EXPECT_EQ(connectorError.find('\n'), std::string::npos) << connectorError;
 }
 
 // ---- the store over TLS
