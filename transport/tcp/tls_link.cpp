@@ -66,13 +66,9 @@ size_t TlsLink::writeSome(const iovec* iov, int iovcnt) {
       }
       src = staging_.data();
     }
-    tls::Session::Result r;
-    try {
-      r = session_->write(src, len);
-    } catch (const ProtocolError& e) {
-      throw ConnectionLost(fmt::format("rank {} → peer {}: {}", ctx_.rank, ctx_.peer, e.what()),
-                           ctx_.peer);
-    }
+    // A TLS failure is a ProtocolError naming this link (bytes that fail authentication are a
+    // bad frame, not a peer that went away).
+    const tls::Session::Result r = session_->write(src, len);
     if (r.status == Status::kClosed) {
       if (written > 0) return written;  // the next call reports it
       throwLost(true);
@@ -94,13 +90,7 @@ size_t TlsLink::writeSome(const iovec* iov, int iovcnt) {
 }
 
 size_t TlsLink::readSome(void* dst, size_t n) {
-  tls::Session::Result r;
-  try {
-    r = session_->read(dst, n);
-  } catch (const ProtocolError& e) {
-    throw ConnectionLost(fmt::format("rank {} ← peer {}: {}", ctx_.rank, ctx_.peer, e.what()),
-                         ctx_.peer);
-  }
+  const tls::Session::Result r = session_->read(dst, n);
   if (r.status == Status::kOk) return r.bytes;
   if (r.status == Status::kClosed) throwLost(false);
   return 0;  // want read (or, rarely, want write: the socket's next edge wakes the Endpoint)
@@ -131,25 +121,14 @@ bool TlsLink::writeControl(const iovec* iov, int iovcnt) noexcept {
 }
 
 long TlsLink::peekControl(void* dst, size_t n) {
-  tls::Session::Result r;
-  try {
-    r = session_->peek(dst, n);
-  } catch (const ProtocolError& e) {
-    throw ConnectionLost(fmt::format("rank {} ← peer {}: {}", ctx_.rank, ctx_.peer, e.what()),
-                         ctx_.peer);
-  }
+  const tls::Session::Result r = session_->peek(dst, n);
   if (r.status == Status::kOk) return static_cast<long>(r.bytes);
   if (r.status == Status::kClosed) return -1;
   return 0;
 }
 
-void TlsLink::readControl(void* dst, size_t n, const Deadline& deadline, const std::string& what) {
-  try {
-    session_->readAll(dst, n, deadline);
-  } catch (const Error& e) {
-    // The session names the link; say what was being read.
-    SHOAL_THROW(PeerError, "{}: {}", what, e.what());
-  }
+void TlsLink::readControl(void* dst, size_t n, const Deadline& deadline, const std::string&) {
+  session_->readAll(dst, n, deadline);  // its errors name the link already
 }
 
 }  // namespace shoal::transport::tcp

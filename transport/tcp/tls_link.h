@@ -13,6 +13,8 @@
 //   common/tls.h): records it holds are not announced by the socket; hasBuffered() tells the
 //   Endpoint (Note [Buffered bytes] in transport/endpoint.cpp).
 // - Control frames (abort, goodbye) travel inside the records, like data.
+// - A record that fails authentication (tampered with, or garbage) is a ProtocolError naming
+//   the link; the end of the connection is a ConnectionLost, as for TcpLink.
 //
 // Threading: as every Link, one thread at a time; shutdown() of the socket from another thread
 // (Endpoint::interrupt) only makes the owner's next call fail.
