@@ -222,6 +222,13 @@ void Endpoint::checkSocket(int peer) {
 }
 
 void Endpoint::pollSockets(int timeoutMs, const std::vector<char>& recvPending) {
+  // Note [Buffered bytes]: a TLS link may hold records that its socket no longer announces
+  // (read ahead with earlier ones, or peeked at by checkSocket). Nobody reads such a link now (a
+  // pending receive drains it before the loop sleeps, see progress()), so look at its front
+  // before sleeping: an abort or goodbye frame there must not wait for the next packet.
+  for (int p = 0; p < size_; ++p) {
+    if (links_[p] && !recvPending[p] && !departed_[p] && links_[p]->hasBuffered()) checkSocket(p);
+  }
   epoll_event events[64];
   int k = ::epoll_wait(epoll_.get(), events, 64, timeoutMs);
   if (k < 0) {
@@ -239,13 +246,6 @@ void Endpoint::pollSockets(int timeoutMs, const std::vector<char>& recvPending) 
     // A TCP link being read is checked by the read itself; every other socket is looked at
     // here, so a peer that died or aborted is noticed even while we wait on someone else.
     if (links_[peer]->kind() == LinkKind::kShm || !recvPending[peer]) checkSocket(peer);
-  }
-  // Note [Buffered bytes]: a TLS link may hold a decrypted record that its socket no longer
-  // announces (checkSocket peeked at it, or a read took part of it). Nobody reads that link now
-  // (a pending receive drains it before the loop sleeps, see progress()), so look at its front
-  // here: an abort or goodbye frame there must not wait for the next packet to be noticed.
-  for (int p = 0; p < size_; ++p) {
-    if (links_[p] && !recvPending[p] && !departed_[p] && links_[p]->hasBuffered()) checkSocket(p);
   }
 }
 
