@@ -1,4 +1,5 @@
-// Shoal's point-to-point (comm::send / comm::recv) between two local ranks over one transport:
+// Shoal's point-to-point (comm::send / comm::recv) between two local ranks over one transport
+// (--encrypt on: TCP links in TLS, checked, labelled "tcp+tls"):
 // ping-pong latency, one-way bandwidth, both ways at once. Started plainly it launches itself
 // as 2 local processes; each rank runs the shared loop (bench/bench_common.h: calibrated
 // repetitions, every message checked). Exits non-zero if any message arrived wrong.
@@ -7,6 +8,7 @@
 #include <sstream>
 
 #include "bench/bench_common.h"
+#include "bench/shoal_links.h"
 #include "comm/collectives.h"
 #include "run/init.h"
 #include "run/local_job.h"
@@ -35,7 +37,10 @@ int main(int argc, char** argv) {
   std::string exchange = SHOAL_BENCH_HAVE_ISEND ? "isend" : "serial";
   size_t latencyMax = 4096, bandwidthMin = 64u << 10, bandwidthMax = 64u << 20;
   double timeoutSeconds = 60;
+  std::string encrypt = "off";
   app.add_option("--transport", transport)->check(CLI::IsMember({"shm", "tcp"}));
+  app.add_option("--encrypt", encrypt, "TLS on the TCP links (SHOAL_ENCRYPT; needs tcp)")
+      ->check(CLI::IsMember({"off", "on"}));
   app.add_option("--modes", modes, "comma-separated: pingpong, oneway, bothways");
   app.add_option("--exchange", exchange,
                  "how bothways posts its transfers (Note [Both ways at once])")
@@ -54,6 +59,11 @@ int main(int argc, char** argv) {
   app.add_option("--timeout", timeoutSeconds, "seconds, per operation")
       ->check(CLI::Range(1.0, 3600.0));
   CLI11_PARSE(app, argc, argv);
+  if (encrypt == "on" && transport != "tcp") {
+    std::fprintf(stderr,
+                 "--encrypt on: needs --transport tcp (shared memory is never encrypted)\n");
+    return 2;
+  }
   if (exchange == "isend" && !SHOAL_BENCH_HAVE_ISEND) {
     std::fprintf(
         stderr,
@@ -65,6 +75,8 @@ int main(int argc, char** argv) {
     return run::runSelfLocally(2,
                                {"--transport",
                                 transport,
+                                "--encrypt",
+                                encrypt,
                                 "--modes",
                                 modes,
                                 "--exchange",
@@ -83,11 +95,17 @@ int main(int argc, char** argv) {
                                 std::to_string(bandwidthMax),
                                 "--timeout",
                                 std::to_string(timeoutSeconds)},
-                               {{"SHOAL_TRANSPORT", transport}}, std::chrono::minutes(30));
+                               {{"SHOAL_TRANSPORT", transport}, {"SHOAL_ENCRYPT", encrypt}},
+                               std::chrono::minutes(30));
   }
 
   auto world = init().group;
   comm::Group& g = *world;
+  if (!bench::linksAre(g, encrypt == "on"      ? transport::LinkKind::kTls
+                          : transport == "tcp" ? transport::LinkKind::kTcp
+                                               : transport::LinkKind::kShm)) {
+    return 1;
+  }
   const int peer = 1 - g.rank();
   const comm::CallOptions call{.timeout = std::chrono::duration_cast<Duration>(
                                    std::chrono::duration<double>(timeoutSeconds))};
@@ -128,7 +146,7 @@ int main(int argc, char** argv) {
   while (std::getline(list, name, ',')) {
     bench::P2pMode mode;
     std::vector<size_t> sizes;
-    std::string variant = transport;
+    std::string variant = transport + (encrypt == "on" ? "+tls" : "");
     if (name == "pingpong") {
       mode = bench::P2pMode::kPingPong;
       for (size_t b = 8; b <= latencyMax; b *= 8) sizes.push_back(b);

@@ -114,7 +114,7 @@ def main():
                     help="OpenMPI coll/tuned algorithms forced as extra variants (with hugetlb): "
                     + ", ".join(MPI_ALGORITHMS))
     ap.add_argument("--encrypt", action="store_true",
-                    help="add Shoal tcp+tls variants (SHOAL_ENCRYPT=1); only once the engine has it")
+                    help="add Shoal tcp+tls variants (TCP links in TLS, SHOAL_ENCRYPT=1)")
     ap.add_argument("--before", default=os.path.join(HERE, "results", "allreduce.before.jsonl"),
                     help="previous results to compare with ('' for none)")
     ap.add_argument("--smoke", action="store_true",
@@ -136,14 +136,14 @@ def main():
 
     rows = run([os.path.join(b, "shoal_memcpy_bench")])
     for n in [int(x) for x in a.ranks.split(",")]:
-        transports = [("shm", {}), ("tcp", {})] + ([("tcp+tls", {"SHOAL_ENCRYPT": "1"})]
+        # The benchmark labels tcp+tls rows itself, after checking its links are TLS.
+        transports = [("shm", []), ("tcp", [])] + ([("tcp", ["--encrypt", "on"])]
                                                    if a.encrypt else [])
-        for label, env in transports:
+        for transport, extra in transports:
             got = run([os.path.join(b, "shoal_allreduce_bench"), "-n", str(n), "--transport",
-                       label.split("+")[0]] + common, env)
+                       transport] + extra + common)
             for r in got:
-                r["variant"] = label + r["variant"][len(label.split("+")[0]):]
-                r["setting"] = "defaults" + (", SHOAL_ENCRYPT=1" if env else "")
+                r["setting"] = "defaults" + (", SHOAL_ENCRYPT=1" if extra else "")
             rows += got
         for variant, setting, kw in mpi_configs(mpi_algorithms):
             pre, env = mpirun(n, **kw)

@@ -38,8 +38,8 @@ def configs(b, common, exchange, encrypt):
                     [shoal, "--transport", transport, "--exchange", exchange] + common, {}))
     if encrypt:
         out.append(("shoal", "tcp+tls", "SHOAL_ENCRYPT=1",
-                    [shoal, "--transport", "tcp", "--exchange", exchange] + common,
-                    {"SHOAL_ENCRYPT": "1"}))
+                    [shoal, "--transport", "tcp", "--encrypt", "on", "--exchange", exchange]
+                    + common, {}))
     for label, setting, kw in (
             ("vader", "--mca btl self,vader (shared memory, CMA single copy)", {"btl": "self,vader"}),
             ("vader+hugetlb", f"--mca btl self,vader, GLIBC_TUNABLES={HUGETLB}",
@@ -62,8 +62,7 @@ def main():
                     help="how Shoal posts both-ways transfers (p2p_shoal_bench.cpp, Note [Both "
                     "ways at once])")
     ap.add_argument("--encrypt", action="store_true",
-                    help="add a Shoal tcp+tls configuration (SHOAL_ENCRYPT=1); only once the "
-                    "engine has it")
+                    help="add a Shoal tcp+tls configuration (TCP links in TLS, SHOAL_ENCRYPT=1)")
     ap.add_argument("--smoke", action="store_true",
                     help="tiny settings (1 run, 2 reps, 10 ms, up to 1 MiB) into a temporary --out")
     ap.add_argument("--out", default=None, help="results directory (default bench/results)")

@@ -1,4 +1,5 @@
-// Shoal's all-reduce, each algorithm, over one transport. Started plainly it launches itself
+// Shoal's all-reduce, each algorithm, over one transport (--encrypt on: TCP links in TLS, checked,
+// labelled "tcp+tls"). Started plainly it launches itself
 // as --ranks local processes (like the demo); each rank runs the shared measurement loop
 // (bench/bench_common.h: calibrated repetitions, every result verified). Exits non-zero if any
 // rank's result was wrong.
@@ -7,6 +8,7 @@
 #include <sstream>
 
 #include "bench/bench_common.h"
+#include "bench/shoal_links.h"
 #include "comm/collectives.h"
 #include "run/init.h"
 #include "run/local_job.h"
@@ -19,9 +21,12 @@ int main(int argc, char** argv) {
   bench::MeasureOptions m;
   std::string transport = "shm", algorithms = "auto,ring,recursive_doubling,rabenseifner,driver";
   std::string op = "sum";
+  std::string encrypt = "off";
   size_t maxBytes = 256u << 20;
   app.add_option("-n,--ranks", ranks)->check(CLI::Range(1, 64));
   app.add_option("--transport", transport)->check(CLI::IsMember({"shm", "tcp"}));
+  app.add_option("--encrypt", encrypt, "TLS on the TCP links (SHOAL_ENCRYPT; needs tcp)")
+      ->check(CLI::IsMember({"off", "on"}));
   app.add_option("--algorithms", algorithms, "comma-separated");
   app.add_option("--op", op, "sum, or avg (ReduceOp::kAvg: the sum divided by the world size)")
       ->check(CLI::IsMember({"sum", "avg"}));
@@ -32,17 +37,29 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0.0, 60.0));
   app.add_option("--max-bytes", maxBytes)->check(CLI::Range(size_t{4096}, size_t{1} << 32));
   CLI11_PARSE(app, argc, argv);
+  if (encrypt == "on" && transport != "tcp") {
+    std::fprintf(stderr,
+                 "--encrypt on: needs --transport tcp (shared memory is never encrypted)\n");
+    return 2;
+  }
 
   if (!std::getenv("SHOAL_RANK")) {
     return run::runSelfLocally(
         ranks,
-        {"--transport", transport, "--algorithms", algorithms, "--op", op, "--reps",
+        {"--transport", transport, "--encrypt", encrypt, "--algorithms", algorithms, "--op", op,
+         "--reps",
          std::to_string(m.reps), "--min-seconds", std::to_string(m.minSeconds), "--corrupt-rank",
          std::to_string(m.corruptRank), "--max-bytes", std::to_string(maxBytes)},
-        {{"SHOAL_TRANSPORT", transport}}, std::chrono::minutes(30));
+        {{"SHOAL_TRANSPORT", transport}, {"SHOAL_ENCRYPT", encrypt}}, std::chrono::minutes(30));
   }
 
   auto world = init().group;
+  const std::string label = transport + (encrypt == "on" ? "+tls" : "");
+  if (!bench::linksAre(*world, encrypt == "on"      ? transport::LinkKind::kTls
+                               : transport == "tcp" ? transport::LinkKind::kTcp
+                                                    : transport::LinkKind::kShm)) {
+    return 1;
+  }
   bench::Collective c;
   c.average = op == "avg";
   const ReduceOp redop = c.average ? ReduceOp::kAvg : ReduceOp::kSum;
@@ -58,7 +75,7 @@ int main(int argc, char** argv) {
     c.allreduce = [&, algo](float* d, size_t count) {
       comm::allreduce(*world, d, count, DataType::kFloat32, redop, {.algorithm = algo});
     };
-    if (!bench::runAllreduceSizes("shoal", transport + "/" + name, world->rank(), world->size(), c,
+    if (!bench::runAllreduceSizes("shoal", label + "/" + name, world->rank(), world->size(), c,
                                   bench::defaultSizes(maxBytes), m)) {
       return 1;
     }

@@ -59,6 +59,7 @@ GroupOptions GroupOptions::from(const EnvConfig& env) {
   GroupOptions o;
   o.timeout = seconds(env.timeoutSeconds);
   o.transport = env.transport;
+  o.encrypt = env.encrypt;
   try {
     o.allreduce = parseAllreduceAlgorithm(env.allreduceAlgorithm);
   } catch (const InvalidArgument& e) {
@@ -167,6 +168,7 @@ Group::Group(std::shared_ptr<store::Store> root, std::string prefix, int rank, i
   b.store = store_;
   b.secret = secret_;
   b.transport = options_.transport;
+  b.encrypt = options_.encrypt;
   b.listenAddress = options_.listenAddress;
   b.shmRingBytes = options_.shmRingBytes;
   b.timeout = options_.timeout;

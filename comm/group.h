@@ -54,6 +54,8 @@ AllreduceAlgorithm parseAllreduceAlgorithm(std::string_view name);
 struct GroupOptions {
   Duration timeout = std::chrono::seconds(60);
   TransportKind transport = TransportKind::kAuto;
+  // SHOAL_ENCRYPT: TLS on TCP links (common/encryption.h). auto: links to peers on other hosts.
+  EncryptMode encrypt = EncryptMode::kAuto;
   AllreduceAlgorithm allreduce = AllreduceAlgorithm::kAuto;
   std::string listenAddress = "127.0.0.1";
   size_t shmRingBytes = 4u << 20;

@@ -117,15 +117,26 @@ EnvConfig readEnvConfig(const EnvReader& env) {
         static_cast<size_t>(parseInteger("SHOAL_SHM_RING_BYTES", *v, 4096, int64_t{1} << 32));
   }
   if (auto v = get(env, "SHOAL_LOG_LEVEL")) c.logLevel = parseLogLevel(*v);
+  c.encrypt = readEncryptMode(env);
   return c;
+}
+
+EncryptMode readEncryptMode(const EnvReader& env) {
+  auto v = get(env, "SHOAL_ENCRYPT");
+  if (!v) return EncryptMode::kAuto;
+  try {
+    return parseEncryptMode(*v);
+  } catch (const InvalidArgument& e) {
+    SHOAL_THROW(InvalidArgument, "SHOAL_ENCRYPT={}", e.what());
+  }
 }
 
 std::string describe(const EnvConfig& c) {
   return fmt::format(
       "backend={} timeout={}s transport={} allreduce_algorithm={} addr={} shm_ring_bytes={} "
-      "secret={}",
+      "encrypt={} secret={}",
       c.backend, c.timeoutSeconds, toString(c.transport), c.allreduceAlgorithm,
-      c.listenAddress.value_or("auto"), c.shmRingBytes,
+      c.listenAddress.value_or("auto"), c.shmRingBytes, toString(c.encrypt),
       c.secret ? "SHOAL_SECRET" : (c.secretFile ? "SHOAL_SECRET_FILE" : "generated"));
 }
 

@@ -12,6 +12,7 @@
 //   SHOAL_BACKEND              native | mpi                                         native
 //   SHOAL_SHM_RING_BYTES       an integer in [4096, 4294967296]                     4194304
 //   SHOAL_LOG_LEVEL            error | warn | info | debug                          warn
+//   SHOAL_ENCRYPT              0 | off | 1 | on | auto (common/encryption.h)         auto
 //
 // A variable that is set is checked, whatever its value: an empty value is an error (not
 // "unset"), and so are trailing garbage, NaN, infinities and out-of-range numbers. Each error is
@@ -24,6 +25,7 @@
 #include <string>
 #include <string_view>
 
+#include "common/encryption.h"
 #include "common/log.h"
 
 namespace shoal {
@@ -42,6 +44,8 @@ struct EnvConfig {
   std::string backend = "native";       // SHOAL_BACKEND = native | mpi
   size_t shmRingBytes = 4u << 20;       // SHOAL_SHM_RING_BYTES, per direction per pair
   LogLevel logLevel = LogLevel::kWarn;  // SHOAL_LOG_LEVEL = error | warn | info | debug
+  // SHOAL_ENCRYPT: TLS on TCP links and store connections; auto encrypts what crosses hosts.
+  EncryptMode encrypt = EncryptMode::kAuto;
 };
 
 inline constexpr double kMinTimeoutSeconds = 0.001;
@@ -59,6 +63,10 @@ EnvReader processEnvReader();
 // InvalidArgument naming the variable and what it accepts; nothing is silently defaulted.
 EnvConfig readEnvConfig();
 EnvConfig readEnvConfig(const EnvReader& env);
+
+// SHOAL_ENCRYPT alone (auto when unset), checked like readEnvConfig checks it: for the launcher,
+// which hosts the store but runs no rank and so reads no other variable of this table.
+EncryptMode readEncryptMode(const EnvReader& env);
 
 // One line describing the resolved values (the secret shown only as set / not set).
 std::string describe(const EnvConfig& config);

@@ -130,9 +130,6 @@ std::optional<std::string> firstExternalIPv4() {
   return out;
 }
 
-namespace {
-
-// Waits for `events` on fd; false when the deadline passed.
 bool pollFor(int fd, short events, const Deadline& deadline) {
   for (;;) {
     pollfd p{fd, events, 0};
@@ -143,7 +140,25 @@ bool pollFor(int fd, short events, const Deadline& deadline) {
   }
 }
 
-}  // namespace
+bool isLoopbackConnection(int fd) {
+  auto loopback = [](const sockaddr_storage& a) {
+    if (a.ss_family == AF_INET) {
+      const auto& in = reinterpret_cast<const sockaddr_in&>(a);
+      return (ntohl(in.sin_addr.s_addr) >> 24) == 127;
+    }
+    if (a.ss_family == AF_INET6) {
+      return IN6_IS_ADDR_LOOPBACK(&reinterpret_cast<const sockaddr_in6&>(a).sin6_addr) != 0;
+    }
+    return a.ss_family == AF_UNIX;
+  };
+  sockaddr_storage local{}, peer{};
+  socklen_t localLen = sizeof(local), peerLen = sizeof(peer);
+  if (::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &localLen) != 0 ||
+      ::getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &peerLen) != 0) {
+    return false;
+  }
+  return loopback(local) && loopback(peer);
+}
 
 Fd listenTcp(const std::string& host, int port, int* boundPort, int backlog) {
   Fd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));

@@ -64,6 +64,14 @@ Fd connectTcp(const HostPort& addr, const Deadline& deadline, const std::string&
 // Accepts one connection or throws TimeoutError.
 Fd acceptTcp(int listenFd, const Deadline& deadline, const std::string& what);
 
+// Whether both ends of a connected socket are loopback addresses (127.0.0.0/8, ::1) or it is a
+// Unix socket: traffic that never leaves this host's kernel. False when either address cannot be
+// read (the safe answer for a caller deciding whether to encrypt).
+bool isLoopbackConnection(int fd);
+
+// Waits for `events` (poll(2) flags) on fd; false when the deadline passed first.
+bool pollFor(int fd, short events, const Deadline& deadline);
+
 void setNonBlocking(int fd);
 void setNoDelay(int fd);
 

@@ -30,11 +30,12 @@ std::string advertisedAddress(const run::Rendezvous& r, const std::string& store
 // only when the job has no secret: see store/tcp_store.h).
 std::shared_ptr<store::TcpStore> hostStore(const run::Rendezvous& r, const std::string& host,
                                            int port, int* boundPort, Duration timeout,
-                                           const std::string& secret) {
+                                           const std::string& secret, EncryptMode encrypt) {
   std::unique_ptr<store::TcpStoreServer> server;
   try {
     store::TcpStoreServerOptions so;
     so.secret = secret;
+    so.encrypt = encrypt;
     server = std::make_unique<store::TcpStoreServer>(host, port, so);
   } catch (const SystemError& e) {
     SHOAL_THROW(SystemError,
@@ -49,7 +50,8 @@ std::shared_ptr<store::TcpStore> hostStore(const run::Rendezvous& r, const std::
                  server->port());
   // Connect where the clients do: the server may not be on loopback.
   const std::string local = host == "0.0.0.0" ? "127.0.0.1" : host;
-  auto store = std::make_shared<store::TcpStore>(HostPort{local, server->port()}, timeout, secret);
+  auto store =
+      std::make_shared<store::TcpStore>(HostPort{local, server->port()}, timeout, secret, encrypt);
   store->keepServer(std::move(server));
   return store;
 }
@@ -127,7 +129,8 @@ World init() {
       if (!options.secret && !options.secretFile) options.secret = transport::generateSecret();
       const std::string host = run::storeListenAddress(r, env.listenAddress);
       int port = 0;
-      store = hostStore(r, host, r.storePort, &port, options.timeout, storeSecret(options));
+      store = hostStore(r, host, r.storePort, &port, options.timeout, storeSecret(options),
+                        options.encrypt);
       message =
           fmt::format("{}:{}\n{}", host, port, env.secret || env.secretFile ? "" : *options.secret);
     }
@@ -137,15 +140,17 @@ World init() {
     HostPort hp = parseHostPort(message.substr(0, newline));
     storeHost = hp.host;
     if (newline + 1 < message.size()) options.secret = message.substr(newline + 1);
-    if (!store)
-      store = std::make_shared<store::TcpStore>(hp, options.timeout, storeSecret(options));
+    if (!store) {
+      store = std::make_shared<store::TcpStore>(hp, options.timeout, storeSecret(options),
+                                                options.encrypt);
+    }
   } else if (r.hostsStore) {
     int port = 0;
     store = hostStore(r, run::storeListenAddress(r, env.listenAddress), r.storePort, &port,
-                      options.timeout, storeSecret(options));
+                      options.timeout, storeSecret(options), options.encrypt);
   } else {
     store = std::make_shared<store::TcpStore>(HostPort{storeHost, r.storePort}, options.timeout,
-                                              storeSecret(options));
+                                              storeSecret(options), options.encrypt);
   }
   if (!env.listenAddress) options.listenAddress = advertisedAddress(r, storeHost);
   w.group = comm::Group::create(store, r.rank, r.size, options);

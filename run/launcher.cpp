@@ -193,7 +193,9 @@ class Job {
       secret_ = transport::generateSecret();  // ranks get it as SHOAL_SECRET (ssh: on stdin)
       store::TcpStoreServerOptions so;
       so.secret = secret_;
-      store_ = std::make_unique<store::TcpStoreServer>(remote ? "0.0.0.0" : "127.0.0.1", o_.port, so);
+      so.encrypt = o_.encrypt;
+      store_ =
+          std::make_unique<store::TcpStoreServer>(remote ? "0.0.0.0" : "127.0.0.1", o_.port, so);
     } catch (const SystemError& e) {
       SHOAL_THROW(InvalidArgument, "--port {}: the port is busy or cannot be bound ({})", o_.port,
                   e.what());

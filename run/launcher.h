@@ -24,6 +24,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/encryption.h"
 #include "run/hosts.h"
 
 namespace shoal::run {
@@ -43,6 +44,9 @@ struct LaunchOptions {
   double graceSeconds = 5;   // SIGTERM, then SIGKILL after this long
   std::string sshCommand = "ssh -o BatchMode=yes";
   bool verbose = true;  // "shoal run: ..." progress lines on stderr
+  // SHOAL_ENCRYPT for the store the launcher hosts (the ranks read their own): the same value
+  // the ranks get, so the two ends of each store connection agree (common/encryption.h).
+  EncryptMode encrypt = EncryptMode::kAuto;
 };
 
 // Runs the job to the end. Returns 0 when every rank exited 0; else the first failed rank's exit

@@ -33,12 +33,16 @@ LocalJob::LocalJob(LocalJobOptions options) : options_(std::move(options)) {
   if (options_.shoalVariables) {
     store::TcpStoreServerOptions so;
     so.secret = secret;  // the ranks get it as SHOAL_SECRET
+    // encrypt stays auto: on loopback it allows both, so the ranks' SHOAL_ENCRYPT decides.
     store_ = std::make_unique<store::TcpStoreServer>("127.0.0.1", 0, so);
   }
 
-  // The job's own variables replace whatever the caller's environment had.
-  std::vector<std::string> baseEnv =
-      environmentWithout({"SHOAL_RANK", "SHOAL_WORLD_SIZE", "SHOAL_STORE_ADDR", "SHOAL_SECRET"});
+  // The job's own variables, and those the caller set for it, replace whatever the caller's
+  // environment had (a duplicate would leave the choice to the rank's getenv).
+  std::vector<std::string> replaced{"SHOAL_RANK", "SHOAL_WORLD_SIZE", "SHOAL_STORE_ADDR",
+                                    "SHOAL_SECRET"};
+  for (auto& [k, v] : options_.env) replaced.push_back(k);
+  std::vector<std::string> baseEnv = environmentWithout(replaced);
   for (auto& [k, v] : options_.env) baseEnv.push_back(k + "=" + v);
 
   exits_.resize(static_cast<size_t>(options_.ranks));

@@ -97,6 +97,13 @@ int main(int argc, char** argv) {
         SHOAL_THROW(InvalidArgument, "-x {}: not set in this environment", v);
       }
     }
+    // The store's SHOAL_ENCRYPT: what the ranks will get (-x first, then this environment).
+    o.encrypt = readEncryptMode([&](const std::string& name) -> std::optional<std::string> {
+      for (auto it = o.env.rbegin(); it != o.env.rend(); ++it) {
+        if (it->first == name) return it->second;
+      }
+      return processEnvReader()(name);
+    });
     o.command = run->remaining();
     o.command.insert(o.command.end(), command.begin(), command.end());
     return run::launch(o);

@@ -12,8 +12,12 @@
 
 namespace shoal::store {
 
-TcpStore::TcpStore(HostPort address, Duration connectTimeout, std::string secret)
-    : address_(std::move(address)), connectTimeout_(connectTimeout), secret_(std::move(secret)) {}
+TcpStore::TcpStore(HostPort address, Duration connectTimeout, std::string secret,
+                   EncryptMode encrypt)
+    : address_(std::move(address)),
+      connectTimeout_(connectTimeout),
+      secret_(std::move(secret)),
+      encrypt_(encrypt) {}
 
 namespace {
 
@@ -26,45 +30,83 @@ bool stillOpen(int fd) {
 
 }  // namespace
 
+// Connects, authenticates and agrees on encryption. A refusal that stays true on retry (a wrong
+// secret, conflicting encryption settings, a failed TLS handshake) is a StoreError.
+TcpStore::Connection TcpStore::open(const Deadline& deadline, const std::string& what) {
+  Connection c;
+  c.fd = connectTcp(address_, deadline, what);
+  const bool crossesHosts = !isLoopbackConnection(c.fd.get());
+  try {
+    const auto status =
+        auth::connect(c.fd.get(), secret_, auth::Channel::kStore, 0, -1, -1, deadline, what);
+    if (status == auth::GreetingStatus::kOpen) {
+      // An unauthenticated store has no key: clear, unless this client insists.
+      if (encrypt_ == EncryptMode::kOn) {
+        SHOAL_THROW(StoreError,
+                    "{}: SHOAL_ENCRYPT=on, but the store has no job secret to key TLS with (set "
+                    "SHOAL_SECRET)",
+                    what);
+      }
+      return c;
+    }
+    if (encryption::negotiate(c.fd.get(), encrypt_, crossesHosts, deadline, what)) {
+      c.tls = std::make_unique<tls::Session>(c.fd.get(), tls::Session::Role::kClient,
+                                             encryption::derivePsk(secret_, "store"), what);
+      c.tls->handshake(deadline);
+    }
+  } catch (const ProtocolError& e) {
+    // Not retried: a wrong secret or a conflicting setting stays so.
+    SHOAL_THROW(StoreError, "{}", e.what());
+  }
+  return c;
+}
+
 std::vector<std::string> TcpStore::request(uint8_t cmd, const std::vector<std::string>& fields,
                                            const Deadline& deadline, bool idempotent) {
   const std::string what = fmt::format("store {}", address_.str());
   const std::string frame = wire::encode(cmd, fields);
-  Fd conn_;
+  Connection conn_;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     const auto now = Clock::now();
     while (!idle_.empty() && !conn_.valid()) {
       Pooled p = std::move(idle_.back());
       idle_.pop_back();
-      if (now - p.since < kMaxPooledIdle && stillOpen(p.fd.get())) conn_ = std::move(p.fd);
+      // (An encrypted connection is as quiet: the server sends no session tickets.)
+      if (now - p.since < kMaxPooledIdle && stillOpen(p.conn.fd.get())) conn_ = std::move(p.conn);
     }
   }
+  auto sendAll = [&](const void* data, size_t n) {
+    if (conn_.tls) {
+      conn_.tls->writeAll(data, n, deadline);
+    } else {
+      writeAll(conn_.fd.get(), data, n, deadline, what);
+    }
+  };
+  auto receiveAll = [&](void* data, size_t n) {
+    if (conn_.tls) {
+      conn_.tls->readAll(data, n, deadline);
+    } else {
+      readAll(conn_.fd.get(), data, n, deadline, what);
+    }
+  };
   std::string lastError;
   while (!deadline.expired()) {
     bool sent = false;
     bool connected = conn_.valid();
     try {
-      if (!connected) {
-        conn_ = connectTcp(address_, deadline, what);
-        try {
-          auth::connect(conn_.get(), secret_, auth::Channel::kStore, 0, -1, -1, deadline, what);
-        } catch (const ProtocolError& e) {
-          // Not retried: a wrong secret stays wrong.
-          SHOAL_THROW(StoreError, "{}", e.what());
-        }
-      }
+      if (!connected) conn_ = open(deadline, what);
       connected = true;
-      writeAll(conn_.get(), frame.data(), frame.size(), deadline, what);
+      sendAll(frame.data(), frame.size());
       sent = true;
       uint32_t len = 0;
-      readAll(conn_.get(), &len, 4, deadline, what);
+      receiveAll(&len, 4);
       if (len < 5 || len > wire::kMaxFrame) {
         SHOAL_THROW(ProtocolError, "{}: reply length {} is invalid", what, len);
       }
       std::string buf(4 + len, '\0');
       std::memcpy(buf.data(), &len, 4);
-      readAll(conn_.get(), buf.data() + 4, len, deadline, what);
+      receiveAll(buf.data() + 4, len);
       auto reply = wire::tryDecode(buf);
       if (!reply) SHOAL_THROW(ProtocolError, "{}: truncated reply", what);
       if (reply->code != wire::kOk) {

@@ -9,6 +9,7 @@
 #include <list>
 #include <map>
 
+#include "common/encryption.h"
 #include "common/error.h"
 #include "common/hmac_auth.h"
 #include "common/log.h"
@@ -22,13 +23,23 @@ namespace {
 
 using auth::GreetingStatus;
 
+// Where a connection is in its life: the HMAC hello, the encryption offer, the TLS handshake,
+// then requests. Until kReady nothing in `in` is read as a request.
+enum class Phase { kHello, kOffer, kTls, kReady };
+
 struct Client {
   Fd fd;
   std::string in;
   std::string out;
-  // Until the hello is checked, nothing in `in` is read as a request.
-  bool authenticated = false;
+  Phase phase = Phase::kHello;
   auth::Greeting greeting{};
+  // Encrypted connections, from the TLS handshake on (phase kTls, kReady).
+  std::unique_ptr<tls::Session> tls;
+  // The last TLS call needs the socket writable before it can go on.
+  bool tlsWantsWrite = false;
+  // Not both ends on loopback: auto encrypts it.
+  bool crossesHosts = true;
+  bool authenticated() const { return phase == Phase::kReady; }
   // Close once `out` is flushed (after a refusal).
   bool closing = false;
   // Bytes of an over-limit frame still to discard unread.
@@ -218,9 +229,26 @@ class Server {
   int parked_ = 0;
 };
 
-// Reads what the socket has, up to `room` bytes. Returns false when the peer closed or failed.
+// Reads what the connection has (decrypted when it is encrypted), up to `room` bytes. Returns
+// false when the peer closed or failed (a TLS error included: the client is dropped).
 bool receive(Client& c, size_t room) {
   char buf[64 * 1024];
+  while (c.tls && room > 0) {
+    tls::Session::Result r;
+    try {
+      r = c.tls->read(buf, std::min(room, sizeof(buf)));
+    } catch (const Error& e) {
+      SHOAL_LOG_WARN("store server: dropping a client: {}", e.what());
+      return false;
+    }
+    if (r.status == tls::Session::Status::kClosed) return false;
+    if (r.status != tls::Session::Status::kOk) {
+      c.tlsWantsWrite = r.status == tls::Session::Status::kWantWrite;
+      return true;
+    }
+    c.in.append(buf, r.bytes);
+    room -= r.bytes;
+  }
   while (room > 0) {
     ssize_t r = ::recv(c.fd.get(), buf, std::min(room, sizeof(buf)), 0);
     if (r > 0) {
@@ -235,6 +263,35 @@ bool receive(Client& c, size_t room) {
   return true;
 }
 
+// Sends what the connection can take of `out`. Returns false when the peer is gone.
+bool flush(Client& c) {
+  if (c.out.empty()) return true;
+  if (!c.tls) {
+    ssize_t w = ::send(c.fd.get(), c.out.data(), c.out.size(), MSG_NOSIGNAL);
+    if (w > 0) c.out.erase(0, static_cast<size_t>(w));
+    return w >= 0 || errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR;
+  }
+  c.tlsWantsWrite = false;
+  while (!c.out.empty()) {
+    // `out` keeps its front until it is reported written: a retry offers the same bytes
+    // (Note [TLS write retry] in common/tls.h).
+    tls::Session::Result r;
+    try {
+      r = c.tls->write(c.out.data(), std::min(c.out.size(), tls::kMaxRecord));
+    } catch (const Error& e) {
+      SHOAL_LOG_WARN("store server: dropping a client: {}", e.what());
+      return false;
+    }
+    if (r.status == tls::Session::Status::kClosed) return false;
+    if (r.status != tls::Session::Status::kOk) {
+      c.tlsWantsWrite = r.status == tls::Session::Status::kWantWrite;
+      return true;
+    }
+    c.out.erase(0, r.bytes);
+  }
+  return true;
+}
+
 }  // namespace
 
 TcpStoreServer::TcpStoreServer(const std::string& host, int port, TcpStoreServerOptions options)
@@ -244,6 +301,12 @@ TcpStoreServer::TcpStoreServer(const std::string& host, int port, TcpStoreServer
       o.maxConnections <= 0 || o.maxParked <= 0 || o.handshakeTimeout <= Duration(0) ||
       o.idleTimeout <= Duration(0)) {
     SHOAL_THROW(InvalidArgument, "store server on {}:{}: every limit must be positive", host, port);
+  }
+  if (o.encrypt == EncryptMode::kOn && o.secret.empty()) {
+    SHOAL_THROW(InvalidArgument,
+                "store server on {}:{}: SHOAL_ENCRYPT=on needs a job secret to key TLS with (set "
+                "SHOAL_SECRET)",
+                host, port);
   }
   listen_ = listenTcp(host, port, &port_);
   int fds[2];
@@ -273,7 +336,25 @@ void TcpStoreServer::serve() {
   auto drop = [&](Client& c, const std::string& why) {
     SHOAL_LOG_WARN("store server: dropping a client: {}", why);
     server.forget(c);
+    c.tls.reset();
     c.fd.reset();
+  };
+  const size_t inBound = size_t{server.maxFrame()} + 4;
+  // How many bytes to read from a client now. Before requests, exactly what the handshake still
+  // needs: the bytes after them belong to TLS when the connection is encrypted.
+  auto room = [&](const Client& c) -> size_t {
+    if (c.closing) return 0;
+    switch (c.phase) {
+      case Phase::kHello:
+        return sizeof(auth::Hello) - std::min(c.in.size(), sizeof(auth::Hello));
+      case Phase::kOffer:
+        return sizeof(encryption::Offer) - std::min(c.in.size(), sizeof(encryption::Offer));
+      case Phase::kTls:
+        return 0;  // the session reads for itself
+      case Phase::kReady:
+        return c.out.size() < server.maxFrame() ? inBound - std::min(c.in.size(), inBound) : 0;
+    }
+    return 0;
   };
   for (;;) {
     const Clock::time_point now = Clock::now();
@@ -285,12 +366,14 @@ void TcpStoreServer::serve() {
     Clock::time_point wake = accepting ? Clock::time_point::max() : acceptPausedUntil;
     for (auto& c : clients) {
       // Stop reading a client whose input or output is at its bound (flow control).
-      const size_t inBound = size_t{server.maxFrame()} + 4;
-      const bool read = c.in.size() < inBound && c.out.size() < server.maxFrame();
-      const short ev = static_cast<short>((read ? POLLIN : 0) | (c.out.empty() ? 0 : POLLOUT));
+      const bool read = room(c) > 0 || (c.phase == Phase::kTls && c.tls);
+      const bool write = !c.out.empty() || c.tlsWantsWrite;
+      const short ev = static_cast<short>((read ? POLLIN : 0) | (write ? POLLOUT : 0));
       fds.push_back({c.fd.get(), ev, 0});
       owners.push_back(&c);
       if (!c.parked) wake = std::min(wake, c.deadline);
+      // Decrypted bytes the socket will not announce again: come back at once for them.
+      if (read && c.tls && c.tls->buffered()) wake = now;
     }
     int timeoutMs = -1;
     if (wake != Clock::time_point::max()) {
@@ -323,12 +406,13 @@ void TcpStoreServer::serve() {
         }
         setNoDelay(conn.get());
         Client c;
+        c.crossesHosts = !isLoopbackConnection(conn.get());
         c.fd = std::move(conn);
-        c.authenticated = o.secret.empty();
-        c.greeting = auth::makeGreeting(c.authenticated ? GreetingStatus::kOpen
-                                                        : GreetingStatus::kChallenge);
+        c.phase = o.secret.empty() ? Phase::kReady : Phase::kHello;
+        c.greeting = auth::makeGreeting(c.authenticated() ? GreetingStatus::kOpen
+                                                          : GreetingStatus::kChallenge);
         c.out.assign(reinterpret_cast<const char*>(&c.greeting), sizeof(c.greeting));
-        c.deadline = Clock::now() + (c.authenticated ? o.idleTimeout : o.handshakeTimeout);
+        c.deadline = Clock::now() + (c.authenticated() ? o.idleTimeout : o.handshakeTimeout);
         clients.push_back(std::move(c));
       }
     }
@@ -337,18 +421,25 @@ void TcpStoreServer::serve() {
     for (size_t i = 0; i < owners.size(); ++i) {
       Client& c = *owners[i];
       const short re = fds[i + 2].revents;
-      if (re & (POLLIN | POLLHUP | POLLERR)) {
+      const bool tlsBuffered = c.tls && c.phase == Phase::kReady && c.tls->buffered();
+      if ((re & (POLLIN | POLLHUP | POLLERR)) || tlsBuffered) {
+        const size_t want = room(c);
         const size_t before = c.in.size();
-        const size_t inBound = size_t{server.maxFrame()} + 4;
-        const bool alive = receive(c, inBound - std::min(c.in.size(), inBound));
-        if (c.in.size() != before && c.authenticated) c.deadline = after + o.idleTimeout;
+        bool alive = true;
+        if (want > 0) {
+          alive = receive(c, want);
+        } else if (c.phase != Phase::kTls && (re & (POLLHUP | POLLERR))) {
+          alive = false;  // not reading it, and it is gone
+        }
+        if (c.in.size() != before && c.authenticated()) c.deadline = after + o.idleTimeout;
         if (!alive) {
           server.forget(c);
+          c.tls.reset();
           c.fd.reset();
           continue;
         }
       }
-      if (!c.authenticated && !c.closing && c.in.size() >= sizeof(auth::Hello)) {
+      if (c.phase == Phase::kHello && !c.closing && c.in.size() >= sizeof(auth::Hello)) {
         auth::Hello hello;
         std::memcpy(&hello, c.in.data(), sizeof(hello));
         c.in.erase(0, sizeof(hello));
@@ -357,15 +448,35 @@ void TcpStoreServer::serve() {
             auth::checkHello(o.secret, c.greeting, hello, auth::Channel::kStore, &why);
         c.out.append(reinterpret_cast<const char*>(&v), sizeof(v));
         if (v.code == static_cast<uint32_t>(auth::VerdictCode::kAccepted)) {
-          c.authenticated = true;
-          c.deadline = after + o.idleTimeout;
+          // Then both ends offer (common/encryption.h), still within the handshake deadline.
+          const auto offer = encryption::makeOffer(o.encrypt, c.crossesHosts);
+          c.out.append(reinterpret_cast<const char*>(&offer), sizeof(offer));
+          c.phase = Phase::kOffer;
         } else {
           SHOAL_LOG_WARN("store server: refused a client: {}", why);
           c.closing = true;
           c.in.clear();
         }
       }
-      if (c.authenticated && !c.closing) {
+      if (c.phase == Phase::kOffer && !c.closing && c.in.size() >= sizeof(encryption::Offer)) {
+        encryption::Offer theirs;
+        std::memcpy(&theirs, c.in.data(), sizeof(theirs));
+        c.in.erase(0, sizeof(theirs));
+        std::string why;
+        const auto encrypt =
+            encryption::decide(encryption::makeOffer(o.encrypt, c.crossesHosts), theirs, &why);
+        if (!encrypt) {
+          // The client read our offer and reports the same conflict on its side.
+          SHOAL_LOG_WARN("store server: refused a client: {}", why);
+          c.closing = true;
+        } else if (*encrypt) {
+          c.phase = Phase::kTls;  // once our clear bytes are out (below)
+        } else {
+          c.phase = Phase::kReady;
+          c.deadline = after + o.idleTimeout;
+        }
+      }
+      if (c.authenticated() && !c.closing) {
         try {
           const size_t before = c.out.size();
           server.drain(c);
@@ -377,13 +488,30 @@ void TcpStoreServer::serve() {
           continue;
         }
       }
-      if (!c.out.empty()) {
-        ssize_t w = ::send(c.fd.get(), c.out.data(), c.out.size(), MSG_NOSIGNAL);
-        if (w > 0) {
-          c.out.erase(0, static_cast<size_t>(w));
-        } else if (w < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
-          server.forget(c);
-          c.fd.reset();
+      if (!flush(c)) {
+        server.forget(c);
+        c.tls.reset();
+        c.fd.reset();
+        continue;
+      }
+      if (c.phase == Phase::kTls && c.out.empty()) {
+        // Our greeting, verdict and offer went out in clear; from here on only TLS records.
+        // Non-blocking steps, one per wake-up: a slow client costs its slot until the handshake
+        // deadline, never the others' time.
+        try {
+          if (!c.tls) {
+            c.tls = std::make_unique<tls::Session>(c.fd.get(), tls::Session::Role::kServer,
+                                                   encryption::derivePsk(o.secret, "store"),
+                                                   "store server ← client");
+          }
+          const auto st = c.tls->handshakeStep();
+          c.tlsWantsWrite = st == tls::Session::Status::kWantWrite;
+          if (st == tls::Session::Status::kOk) {
+            c.phase = Phase::kReady;
+            c.deadline = after + o.idleTimeout;
+          }
+        } catch (const Error& e) {
+          drop(c, e.what());
           continue;
         }
       }
@@ -392,7 +520,7 @@ void TcpStoreServer::serve() {
         continue;
       }
       if (!c.parked && after >= c.deadline) {
-        drop(c, c.authenticated ? "idle for too long" : "no handshake in time");
+        drop(c, c.authenticated() ? "idle for too long" : "no handshake in time");
       }
     }
     // Clients accepted this round were not polled yet; their greeting goes out next round.

@@ -66,7 +66,7 @@ TEST(ConfigEnv, TimeoutsThatWouldOverflowADeadlineAreRefused) {
 TEST(ConfigEnv, AnEmptyValueIsAnErrorNotUnset) {
   for (const char* name : {"SHOAL_TIMEOUT", "SHOAL_TRANSPORT", "SHOAL_ALLREDUCE_ALGORITHM",
                            "SHOAL_SECRET", "SHOAL_SECRET_FILE", "SHOAL_ADDR", "SHOAL_BACKEND",
-                           "SHOAL_SHM_RING_BYTES", "SHOAL_LOG_LEVEL"}) {
+                           "SHOAL_SHM_RING_BYTES", "SHOAL_LOG_LEVEL", "SHOAL_ENCRYPT"}) {
     const std::string what = errorOf([&] { readEnvConfig(mapEnv({{name, ""}})); });
     EXPECT_EQ(what, fmt::format("{} is set but empty: give it a value or unset it", name));
   }
@@ -76,7 +76,7 @@ TEST(ConfigEnv, EveryVariableRefusesNonsenseNamingItself) {
   const std::map<std::string, std::string> bad{
       {"SHOAL_TRANSPORT", "carrier-pigeon"}, {"SHOAL_BACKEND", "gloo"},
       {"SHOAL_SHM_RING_BYTES", "4096x"},     {"SHOAL_SHM_RING_BYTES", "1024"},
-      {"SHOAL_LOG_LEVEL", "loud"},
+      {"SHOAL_LOG_LEVEL", "loud"},           {"SHOAL_ENCRYPT", "sometimes"},
   };
   for (const auto& [name, value] : bad) {
     const std::string what = errorOf([&] { readEnvConfig(mapEnv({{name, value}})); });

@@ -87,9 +87,12 @@ TEST_P(FaultInjection, EverySurvivorFailsNamingTheVictimBeforeTheDeadline) {
   constexpr double timeout = 4.0;
   const auto shmBefore = shmEntries();
   TempDir dir;
-  run::LocalJob j(
-      job(n, {"loop", c.collective}, dir,
-          {{"SHOAL_TIMEOUT", fmt::format("{}", timeout)}, {"SHOAL_TRANSPORT", c.transport}}));
+  // "tls": TCP links in TLS (abort frames travel inside the records).
+  const bool tls = c.transport == "tls";
+  run::LocalJob j(job(n, {"loop", c.collective}, dir,
+                      {{"SHOAL_TIMEOUT", fmt::format("{}", timeout)},
+                       {"SHOAL_TRANSPORT", tls ? "tcp" : c.transport},
+                       {"SHOAL_ENCRYPT", tls ? "1" : "auto"}}));
   // Wait until every rank is inside the loop.
   Deadline ready(60s);
   for (int r = 0; r < n; ++r) {
@@ -145,6 +148,10 @@ std::vector<FaultCase> faultCases() {
   cases.push_back({"allreduce_recursive_doubling", SIGKILL, "tcp", 0});
   cases.push_back({"broadcast", SIGKILL, "shm", 0});
   cases.push_back({"allgather", SIGSTOP, "tcp", 0});
+  cases.push_back({"allreduce_ring", SIGKILL, "tls"});
+  cases.push_back({"allreduce_ring", SIGSTOP, "tls"});
+  cases.push_back({"alltoall", SIGKILL, "tls", 0});
+  cases.push_back({"sendrecv", SIGKILL, "tls"});
   return cases;
 }
 

@@ -12,6 +12,7 @@
 #include <future>
 #include <thread>
 
+#include "common/encryption.h"
 #include "common/error.h"
 #include "common/hmac_auth.h"
 #include "common/socket.h"
@@ -236,6 +237,8 @@ TEST(TcpStoreLimits, OversizeValueIsRefusedWithoutBufferingIt) {
   // place the value could pile up is the server.
   Fd raw = connectTcp(HostPort{"127.0.0.1", server.port()}, Deadline(2s), "test");
   auth::connect(raw.get(), "s3cret", auth::Channel::kStore, 0, -1, -1, Deadline(5s), "test");
+  // Loopback: both ends merely allow encryption, so the connection stays in clear.
+  ASSERT_FALSE(encryption::negotiate(raw.get(), EncryptMode::kAuto, false, Deadline(5s), "test"));
   const uint32_t valueBytes = 32u << 20;
   std::string head = wire::encode(wire::kSet, {"big", ""});
   uint32_t len = 0;

@@ -6,6 +6,9 @@
 //                                            "CAUSE <rank>" (the rank it started at); exit 3
 //   shoal_test_worker mismatch               the last rank all-reduces 100 floats, others 77
 //   shoal_test_worker wrong-secret           rank 1 joins with another secret
+//   shoal_test_worker marker                 all-reduce and send (rank 0 → 1) 1 MiB of floats whose
+//                                            bytes spell kMarker, check the results, print
+//                                            "marker done over <link>" (the capture test)
 // Errors are printed as "ERROR <Type>: <message>".
 #include <unistd.h>
 
@@ -25,6 +28,41 @@ using namespace shoal;
 using shoal::test::typeName;
 
 namespace {
+
+// 16 bytes whose 4-byte groups are ordinary float32 values (12.95, 2.07e11, 1.41e10, 8.4e8): a
+// sum of two of them is exact, and a packet capture finds the text wherever they travel in
+// clear. tests/multihost/capture_test.sh looks for it.
+constexpr char kMarker[] = "SHOALMARKERPLAIN";
+
+int markerScenario(comm::Group& g) {
+  const size_t count = (1 << 20) / sizeof(float);
+  std::vector<float> pattern(count);
+  for (size_t i = 0; i < count; i += 4) std::memcpy(&pattern[i], kMarker, 16);
+  std::vector<float> a = pattern;
+  comm::allreduce(g, a.data(), count, DataType::kFloat32, ReduceOp::kSum);
+  for (size_t i = 0; i < count; ++i) {
+    if (a[i] != pattern[i] * static_cast<float>(g.size())) {
+      std::printf("WRONG all-reduce result at %zu: %g\n", i, a[i]);
+      return 1;
+    }
+  }
+  if (g.size() > 1 && g.rank() < 2) {
+    std::vector<float> in(count);
+    if (g.rank() == 0) comm::send(g, pattern.data(), count, DataType::kFloat32, 1);
+    if (g.rank() == 1) {
+      comm::recv(g, in.data(), count, DataType::kFloat32, 0);
+      if (std::memcmp(in.data(), pattern.data(), count * sizeof(float)) != 0) {
+        std::printf("WRONG bytes received from rank 0\n");
+        return 1;
+      }
+    }
+  }
+  comm::barrier(g);
+  std::printf("marker done over %s\n",
+              g.size() > 1 ? std::string(toString(g.linkKind((g.rank() + 1) % g.size()))).c_str()
+                           : "nothing");
+  return 0;
+}
 
 void loopOnce(comm::Group& g, const std::string& what, std::vector<float>& a,
               std::vector<float>& b) {
@@ -70,8 +108,8 @@ void loopOnce(comm::Group& g, const std::string& what, std::vector<float>& a,
 int main(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
   if (argc < 2) {
-    std::fprintf(stderr,
-                 "usage: shoal_test_worker matrix|loop <collective>|mismatch|wrong-secret\n");
+    std::fprintf(
+        stderr, "usage: shoal_test_worker matrix|loop <collective>|mismatch|wrong-secret|marker\n");
     return 2;
   }
   const std::string scenario = argv[1];
@@ -118,6 +156,7 @@ int main(int argc, char** argv) {
       comm::barrier(*world);
       return 0;
     }
+    if (scenario == "marker") return markerScenario(*world);
     std::fprintf(stderr, "unknown scenario %s\n", scenario.c_str());
     return 2;
   } catch (const InvalidArgument& e) {

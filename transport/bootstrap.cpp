@@ -15,7 +15,7 @@
 #include "transport/auth.h"
 #include "transport/shm/doorbell.h"
 #include "transport/shm/shm_link.h"
-#include "transport/tcp/tcp_link.h"
+#include "transport/tcp/link_security.h"
 
 namespace shoal::transport {
 
@@ -119,7 +119,10 @@ std::unique_ptr<Endpoint> bootstrapEndpoint(const BootstrapOptions& o) {
                       std::shared_ptr<shm::Segment> peerBell) {
     LinkContext ctx{rank, p};
     if (!seg) {
-      links[p] = std::make_unique<tcp::TcpLink>(ctx, std::move(sock));
+      // Encryption is agreed (and TLS set up) here, on the authenticated socket.
+      tcp::LinkSecurity security{o.encrypt, &o.secret, o.groupId, p < rank,
+                                 peers[p].host != self.host};
+      links[p] = tcp::secureTcpLink(ctx, std::move(sock), security, deadline);
       return;
     }
     links[p] = std::make_unique<shm::ShmLink>(ctx, std::move(sock), std::move(seg), cap,

@@ -7,8 +7,12 @@
 // `handshakeTimeout`: one that sends nothing, garbage, a wrong proof or a hello for another
 // group or rank is closed and logged, and never delays the real peers (at most 256 handshakes
 // are in progress at once; further connections wait in the listen backlog).
-// Other errors: ProtocolError for a malformed address record in the store or a peer that
-// cannot prove the secret, InvalidArgument when shm is forced across hosts.
+// Every TCP link then agrees with its peer on encryption and, when they encrypt, runs its TLS
+// handshake within `timeout` (transport/tcp/link_security.h; `encrypt` says when, see
+// common/encryption.h); shared-memory links are never encrypted.
+// Other errors: ProtocolError for a malformed address record in the store, a peer that cannot
+// prove the secret, a peer whose encryption setting conflicts with this rank's (naming both) or
+// a failed TLS handshake; InvalidArgument when shm is forced across hosts.
 #pragma once
 
 #include <memory>
@@ -27,6 +31,7 @@ struct BootstrapOptions {
   std::shared_ptr<store::Store> store;  // already scoped to this group
   std::string secret;
   TransportKind transport = TransportKind::kAuto;
+  EncryptMode encrypt = EncryptMode::kAuto;  // TLS on TCP links (common/encryption.h)
   std::string listenAddress = "127.0.0.1";
   size_t shmRingBytes = 4u << 20;
   Duration timeout = std::chrono::seconds(60);

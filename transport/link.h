@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <utility>
 
+#include "common/deadline.h"
 #include "common/error.h"
 #include "transport/frame.h"
 
@@ -28,7 +29,9 @@ class ConnectionLost : public PeerError {
   int peer_;
 };
 
-enum class LinkKind : uint8_t { kTcp, kShm };
+// kTls: TCP carrying TLS records (transport/tcp/tls_link.h). Everything that holds for a TCP
+// link's stream (control frames travel in it, between data frames) holds for a TLS link too.
+enum class LinkKind : uint8_t { kTcp, kShm, kTls };
 std::string_view toString(LinkKind kind);
 
 class Link {
@@ -57,6 +60,23 @@ class Link {
 
   // Stops both directions; a peer reading sees end-of-file after what was already sent.
   virtual void shutdown() = 0;
+
+  // The control stream: abort and goodbye frames, and the look at a peer that is not being read
+  // (is it gone? did it abort?). It is the socket for TCP (between data frames) and shared
+  // memory (beside the rings); a TLS link overrides all four to go through its records.
+  //
+  // Best effort, never blocks, never throws: writes the whole of `iov` or nothing that the peer
+  // could misread. Returns whether it was written.
+  virtual bool writeControl(const iovec* iov, int iovcnt) noexcept;
+  // Up to n bytes at the front of the stream without consuming them: the count, 0 when nothing
+  // has arrived, -1 at the end of the stream. Throws ConnectionLost when the connection failed.
+  virtual long peekControl(void* dst, size_t n);
+  // Consumes n bytes, waiting up to the deadline (PeerError / TimeoutError naming `what`).
+  virtual void readControl(void* dst, size_t n, const Deadline& deadline, const std::string& what);
+  // Bytes the link holds that its socket will no longer announce as readable (a TLS link's
+  // decrypted record). The Endpoint never sleeps on a link that has them: see Note [Buffered
+  // bytes] in transport/endpoint.cpp.
+  virtual bool hasBuffered() const { return false; }
 
   const LinkContext& context() const { return ctx_; }
 
