@@ -40,7 +40,7 @@ class Bytes {
     return v;
   }
   [[noreturn]] static void refuse(const char* what, uint64_t at) {
-    SHOAL_THROW(InvalidArgument, "not a valid archive: {} at byte {} lies outside the file", what,
+    SHOAL_THROW(InvalidArgument, "not a readable archive: {} at byte {} lies outside the file", what,
                 at);
   }
 
@@ -57,7 +57,7 @@ struct Directory {
 
 Directory findDirectory(const Bytes& b) {
   if (b.size() < kEndBytes) {
-    SHOAL_THROW(InvalidArgument, "not a valid archive: {} bytes is too short for a zip file",
+    SHOAL_THROW(InvalidArgument, "not a readable archive: {} bytes is too short for a zip file",
                 b.size());
   }
   // The end record is the last one; only a comment (at most 64 KiB) may follow it.
@@ -69,7 +69,7 @@ Directory findDirectory(const Bytes& b) {
         at + kEndBytes + b.get(at + 20, 2, "comment length") == b.size()) {
       break;
     }
-    if (at == lowest) SHOAL_THROW(InvalidArgument, "not a valid archive: no zip end record");
+    if (at == lowest) SHOAL_THROW(InvalidArgument, "not a readable archive: no zip end record");
   }
   Directory d;
   d.end = at;
@@ -77,19 +77,19 @@ Directory findDirectory(const Bytes& b) {
   d.bytes = b.get(at + 12, 4, "directory size");
   d.offset = b.get(at + 16, 4, "directory offset");
   if (b.get(at + 4, 2, "disk number") != 0 || b.get(at + 6, 2, "directory disk") != 0) {
-    SHOAL_THROW(InvalidArgument, "not a valid archive: multi-disk zip");
+    SHOAL_THROW(InvalidArgument, "not a readable archive: multi-disk zip");
   }
   const bool zip64 = d.entries == 0xffff || d.bytes == 0xffffffff || d.offset == 0xffffffff;
   if (zip64 || (at >= kEnd64LocatorBytes &&
                 b.get(at - kEnd64LocatorBytes, 4, "zip64 locator") == kEnd64Locator)) {
     if (at < kEnd64LocatorBytes ||
         b.get(at - kEnd64LocatorBytes, 4, "zip64 locator") != kEnd64Locator) {
-      SHOAL_THROW(InvalidArgument, "not a valid archive: zip64 sizes without a zip64 locator");
+      SHOAL_THROW(InvalidArgument, "not a readable archive: zip64 sizes without a zip64 locator");
     }
     const uint64_t end64 = b.get(at - kEnd64LocatorBytes + 8, 8, "zip64 end offset");
     if (end64 > at - kEnd64LocatorBytes || !b.fits(end64, kEnd64Bytes) ||
         end64 + kEnd64Bytes > at - kEnd64LocatorBytes || b.get(end64, 4, "zip64 end") != kEnd64) {
-      SHOAL_THROW(InvalidArgument, "not a valid archive: bad zip64 end record");
+      SHOAL_THROW(InvalidArgument, "not a readable archive: bad zip64 end record");
     }
     d.end = end64;
     d.entries = b.get(end64 + 32, 8, "zip64 entry count");
@@ -98,11 +98,11 @@ Directory findDirectory(const Bytes& b) {
   }
   if (d.offset > d.end || d.bytes > d.end - d.offset) {
     SHOAL_THROW(InvalidArgument,
-                "not a valid archive: directory of {} bytes at {} overlaps its end record at {}",
+                "not a readable archive: directory of {} bytes at {} overlaps its end record at {}",
                 d.bytes, d.offset, d.end);
   }
   if (d.entries > d.bytes / kCentralHeaderBytes) {
-    SHOAL_THROW(InvalidArgument, "not a valid archive: {} entries cannot fit a {}-byte directory",
+    SHOAL_THROW(InvalidArgument, "not a readable archive: {} entries cannot fit a {}-byte directory",
                 d.entries, d.bytes);
   }
   return d;
@@ -116,13 +116,13 @@ void readZip64Extra(const Bytes& b, uint64_t extra, uint64_t extraLen, uint64_t&
   while (at + 4 <= extra + extraLen) {
     const uint64_t id = b.get(at, 2, "extra field id"), len = b.get(at + 2, 2, "extra field size");
     if (at + 4 + len > extra + extraLen) {
-      SHOAL_THROW(InvalidArgument, "not a valid archive: extra field overruns its entry");
+      SHOAL_THROW(InvalidArgument, "not a readable archive: extra field overruns its entry");
     }
     if (id == 0x0001) {
       uint64_t p = at + 4, left = len;
       for (uint64_t* field : {&uncompressed, &compressed, &local}) {
         if (*field != 0xffffffff) continue;
-        if (left < 8) SHOAL_THROW(InvalidArgument, "not a valid archive: short zip64 field");
+        if (left < 8) SHOAL_THROW(InvalidArgument, "not a readable archive: short zip64 field");
         *field = b.get(p, 8, "zip64 size");
         p += 8;
         left -= 8;
@@ -143,7 +143,7 @@ void checkPickleLengths(std::string_view name, const Bytes& b, uint64_t begin, u
   auto need = [&](uint64_t n, const char* what) {
     if (n > end - at) {
       SHOAL_THROW(InvalidArgument,
-                  "not a valid archive: {} claims {} bytes of {} with {} left in the record", name,
+                  "not a readable archive: {} claims {} bytes of {} with {} left in the record", name,
                   n, what, end - at);
     }
   };
@@ -265,7 +265,7 @@ void checkPickleLengths(std::string_view name, const Bytes& b, uint64_t begin, u
         at += 8;
         continue;
       default:
-        SHOAL_THROW(InvalidArgument, "not a valid archive: {} has unknown pickle opcode 0x{:02x}",
+        SHOAL_THROW(InvalidArgument, "not a readable archive: {} has unknown pickle opcode 0x{:02x}",
                     name, op);
     }
     need(n, "an argument");
@@ -283,7 +283,7 @@ void checkArchiveBounds(std::string_view archive) {
   for (uint64_t i = 0; i < d.entries; ++i) {
     if (at + kCentralHeaderBytes > d.offset + d.bytes ||
         b.get(at, 4, "directory entry") != kCentralHeader) {
-      SHOAL_THROW(InvalidArgument, "not a valid archive: directory entry {} is malformed", i);
+      SHOAL_THROW(InvalidArgument, "not a readable archive: directory entry {} is malformed", i);
     }
     const uint64_t method = b.get(at + 10, 2, "method");
     uint64_t compressed = b.get(at + 20, 4, "compressed size");
@@ -294,42 +294,42 @@ void checkArchiveBounds(std::string_view archive) {
     uint64_t local = b.get(at + 42, 4, "entry offset");
     const uint64_t next = at + kCentralHeaderBytes + nameLen + extraLen + commentLen;
     if (next > d.offset + d.bytes) {
-      SHOAL_THROW(InvalidArgument, "not a valid archive: directory entry {} overruns it", i);
+      SHOAL_THROW(InvalidArgument, "not a readable archive: directory entry {} overruns it", i);
     }
     readZip64Extra(b, at + kCentralHeaderBytes + nameLen, extraLen, uncompressed, compressed,
                    local);
     // The entry's data, behind its local header, must lie before the directory.
     if (local > d.offset || d.offset - local < kLocalHeaderBytes ||
         b.get(local, 4, "entry header") != kLocalHeader) {
-      SHOAL_THROW(InvalidArgument, "not a valid archive: entry {} has no header at byte {}", i,
+      SHOAL_THROW(InvalidArgument, "not a readable archive: entry {} has no header at byte {}", i,
                   local);
     }
     const uint64_t data = local + kLocalHeaderBytes + b.get(local + 26, 2, "name length") +
                           b.get(local + 28, 2, "extra length");
     if (data > d.offset || compressed > d.offset - data) {
       SHOAL_THROW(InvalidArgument,
-                  "not a valid archive: entry {} claims {} bytes at byte {}, past the data ({} "
+                  "not a readable archive: entry {} claims {} bytes at byte {}, past the data ({} "
                   "bytes)",
                   i, compressed, data, d.offset);
     }
     if (method == 0 ? uncompressed != compressed
                     : method != 8 || uncompressed / kMaxDeflateRatio > compressed) {
       SHOAL_THROW(InvalidArgument,
-                  "not a valid archive: entry {} claims {} bytes from {} stored (method {})", i,
+                  "not a readable archive: entry {} claims {} bytes from {} stored (method {})", i,
                   uncompressed, compressed, method);
     }
     const std::string_view name =
         archive.substr(static_cast<size_t>(at + kCentralHeaderBytes), static_cast<size_t>(nameLen));
     if (name.size() >= 4 && name.substr(name.size() - 4) == ".pkl") {
       if (method != 0) {
-        SHOAL_THROW(InvalidArgument, "not a valid archive: {} is compressed (libtorch stores it)",
+        SHOAL_THROW(InvalidArgument, "not a readable archive: {} is compressed (libtorch stores it)",
                     name);
       }
       checkPickleLengths(name, b, data, compressed);  // Note [Pickle lengths]
     }
     total += uncompressed;
     if (total / kMaxDeflateRatio > b.size()) {
-      SHOAL_THROW(InvalidArgument, "not a valid archive: entries claim {} bytes in all", total);
+      SHOAL_THROW(InvalidArgument, "not a readable archive: entries claim {} bytes in all", total);
     }
     at = next;
   }
