@@ -150,16 +150,16 @@ def write_report(rows, speeds, loads, elapsed, a, path):
               "- Small messages (up to 4 KiB): one record, 22 bytes more and an AES-GCM pass of "
               "well under a microsecond. What the table shows there is the machine's scheduling "
               "noise (the ranks wait for each other's wake-ups), in either direction.",
-              "- 64 KiB to 1 MiB, the worst case: clear loopback TCP moves these at memory-copy "
-              "speed (the kernel copies 1 MiB in well under 100 us), while over TLS each rank's "
+              "- 64 KiB to 1 MiB, the worst case: clear loopback TCP is little more than two "
+              "kernel copies per byte, at its best in this range, while over TLS each rank's "
               "one progress thread encrypts what it sends and decrypts what it receives, one after "
               "the other: two AES-GCM passes and one more copy (out of OpenSSL's record buffer) "
               "per byte, at one core's rate from the table above. That is the all-reduce's "
               "recursive-doubling and Rabenseifner range, and both-ways point-to-point.",
-              "- 4 MiB and more: clear TCP itself slows down (socket buffers, caches), so the "
-              "relative cost of TLS shrinks in the all-reduce; one way it stays about the ratio "
-              "of the copy to copy + AES. Both ways costs more, since one thread does the "
-              "crypto of both directions.",
+              "- 4 MiB and more: the work per byte is the same as at 1 MiB, so the ratio follows "
+              "how fast clear TCP runs here, which itself drops at these sizes (socket buffers, "
+              "caches) and with the machine's load. Both ways costs more than one way: one "
+              "thread does the crypto of both directions.",
               "- Here everything shares 2 cores (both ranks, the kernel's loopback TCP, other "
               "builds). Across real hosts each side has its own cores and a NIC of 1-3 GB/s "
               "(10-25 Gb/s) is usually slower than one core's AES-GCM, so encryption costs "

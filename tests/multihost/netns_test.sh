@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Multi-host test on one machine: two "hosts", each a network namespace (own network stack, own
 # hostname) joined to this one by veth pairs on a bridge. `shoal run` starts 2 ranks on each
-# through netns-ssh (ssh's stand-in) and the job all-reduces across them over TCP; shared
-# memory is used only between the two ranks of the same host. Then a rank on one host is
+# through netns-ssh (ssh's stand-in) and the job all-reduces across them over TCP, in TLS (the
+# default, SHOAL_ENCRYPT=auto, encrypts what crosses hosts; capture_test.sh checks the bytes);
+# shared memory is used only between the two ranks of the same host. Then a rank on one host is
 # killed mid-collective: the launcher must stop the job, fail, and leave no process behind.
 #
 # Needs root (network namespaces). Cleans up on every exit path.
@@ -71,10 +72,10 @@ rc=$?
 set -e
 cat "$work/out"
 [ "$rc" = 0 ] || fail "the job exited $rc"
-grep -q "^\[0\] rank 0 of 4 on host-a (local 0 of 2), started by shoal run; links 1:shm 2:tcp 3:tcp$" "$work/out" ||
-  fail "rank 0 should be on host-a, reach rank 1 over shm and ranks 2, 3 over tcp"
-grep -q "^\[3\] rank 3 of 4 on host-b (local 1 of 2), started by shoal run; links 0:tcp 1:tcp 2:shm$" "$work/out" ||
-  fail "rank 3 should be on host-b, reach rank 2 over shm and ranks 0, 1 over tcp"
+grep -q "^\[0\] rank 0 of 4 on host-a (local 0 of 2), started by shoal run; links 1:shm 2:tls 3:tls$" "$work/out" ||
+  fail "rank 0 should be on host-a, reach rank 1 over shm and ranks 2, 3 over tls"
+grep -q "^\[3\] rank 3 of 4 on host-b (local 1 of 2), started by shoal run; links 0:tls 1:tls 2:shm$" "$work/out" ||
+  fail "rank 3 should be on host-b, reach rank 2 over shm and ranks 0, 1 over tls"
 [ "$(grep -c 'result verified on every rank' "$work/out")" = 3 ] || fail "three verified all-reduces expected"
 [ -s "$work/logs/rank3.log" ] || fail "--output-dir should hold rank3.log"
 if grep -q "$(printf '%s' "SHOAL_SECRET=")" "$work/out"; then fail "the secret was printed"; fi
