@@ -1,4 +1,4 @@
-// Frame headers as a receiver sees them (transport/frame.h): 48 header bytes from the peer,
+// Frame headers as a receiver sees them (transport/frame.h; described as comm/op_code.h names them): 48 header bytes from the peer,
 // then, for an abort frame, its text. Every header is described (error messages print
 // arbitrary peer headers), data frames are checked against the frame this rank expects, abort
 // frames are turned into the error they carry.
@@ -8,6 +8,7 @@
 // peer's text.
 #include <cstring>
 
+#include "comm/op_code.h"
 #include "fuzz/fuzz_util.h"
 #include "transport/frame.h"
 
@@ -43,7 +44,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const LinkContext ctx{1, 3};
   const FrameHeader e = expectedFrame();
 
-  fuzz::expectTypedErrors(kTarget, [&] { (void)describe(got); });
+  fuzz::expectTypedErrors(kTarget, [&] {
+    (void)describeFrame(got);
+    (void)comm::describeOp(got);
+  });
 
   if (got.kind == static_cast<uint8_t>(FrameKind::kAbort)) {
     // The endpoint reads at most kMaxAbortText bytes of text (a longer claim is refused before
