@@ -41,9 +41,18 @@ def main():
     p.add_argument("--max-bytes", type=int, default=64 << 20)
     p.add_argument("--min-seconds", type=float, default=0.05)
     p.add_argument("--out", default=os.path.join(ROOT, "bench", "results"))
+    p.add_argument("--report-only", action="store_true",
+                   help="rewrite the .md from the .jsonl of an earlier run")
     a = p.parse_args()
-    builds = [("after", binary(a.build))] + ([("before", binary(a.before))] if a.before else [])
     ranks = [int(n) for n in a.ranks.split(",")]
+    if a.report_only:
+        with open(os.path.join(a.out, "allreduce_avg.jsonl")) as f:
+            rows = [json.loads(l) for l in f if l.strip()]
+        builds = [(b, None) for b in ("after", "before") if any(r["build"] == b for r in rows)]
+        a.reps = 1 + max(r["rep"] for r in rows)
+        report(rows, a, builds, ranks, os.path.join(a.out, "allreduce_avg.md"))
+        return
+    builds = [("after", binary(a.build))] + ([("before", binary(a.before))] if a.before else [])
     rows = []
     for rep in range(a.reps):
         for n in ranks:
@@ -82,6 +91,18 @@ def report(rows, a, builds, ranks, path):
          "division is part of the last reduction step (Note [Average in the last step] in "
          "`comm/algorithms.h`)."]
     names = [b for b, _ in builds]
+    # Where the pass over memory shows: buffers of 1 MiB and more.
+    L += ["", "## Summary: avg / sum from 1 MiB up (median over algorithms and sizes)", ""]
+    for n in ranks:
+        parts = []
+        for b in names:
+            q = [us(b, "avg", n, v, s) / us(b, "sum", n, v, s)
+                 for v in sorted({r["variant"] for r in rows if r["n"] == n})
+                 for s in sorted({r["bytes"] for r in rows if r["n"] == n})
+                 if s >= (1 << 20) and us(b, "sum", n, v, s) and us(b, "avg", n, v, s)]
+            if q:
+                parts.append(f"{b} {statistics.median(q):.2f} (range {min(q):.2f} - {max(q):.2f})")
+        L.append(f"- n = {n}: " + "; ".join(parts))
     for n in ranks:
         L += ["", f"## n = {n}", "",
               "| algorithm | bytes | " + " | ".join(f"{b} sum us | {b} avg us | {b} avg / sum"
