@@ -79,15 +79,26 @@ count() { grep -caF -- "$1" "$work/capture" || true; }
 run_job() {  # $1: SHOAL_ENCRYPT value, or "default" for unset; $2: the link kind expected
   local setting="$1" link="$2"
   echo "== SHOAL_ENCRYPT=$setting"
-  "$capture" "vc1$tag" "$work/capture" >"$work/capture.out" 2>&1 &
+  # The capture has started when it prints "ready": read its output through a FIFO until that
+  # line (10 s per line as the upper bound; end-of-file if it died), then drain the rest.
+  rm -f "$work/capture.fifo"
+  mkfifo "$work/capture.fifo"
+  "$capture" "vc1$tag" "$work/capture" >"$work/capture.fifo" 2>&1 &
   cap_pid=$!
-  # Started when it says so; checked until then with 10 s as the upper bound.
-  for _ in $(seq 1 100); do
-    grep -q '^ready$' "$work/capture.out" 2>/dev/null && break
-    kill -0 "$cap_pid" 2>/dev/null || break
-    sleep 0.1
+  exec 4<"$work/capture.fifo"
+  : >"$work/capture.out"
+  local line started=0
+  while IFS= read -r -t 10 -u 4 line; do
+    echo "$line" >>"$work/capture.out"
+    if [ "$line" = ready ]; then
+      started=1
+      break
+    fi
   done
-  grep -q '^ready$' "$work/capture.out" || { cat "$work/capture.out" >&2; fail "the capture did not start"; }
+  cat <&4 >>"$work/capture.out" &
+  drain_pid=$!
+  exec 4<&-
+  [ "$started" = 1 ] || { cat "$work/capture.out" >&2; fail "the capture did not start"; }
   set +e
   if [ "$setting" = default ]; then
     env -u SHOAL_ENCRYPT timeout 120 "$shoal" run --hosts "$prefix.11:1,$prefix.12:1" \
@@ -101,6 +112,7 @@ run_job() {  # $1: SHOAL_ENCRYPT value, or "default" for unset; $2: the link kin
   wait "$cap_pid"
   cap_rc=$?
   cap_pid=""
+  wait "$drain_pid"  # its output, to the end
   set -e
   cat "$work/out"
   cat "$work/capture.out"
