@@ -17,6 +17,7 @@
 #include <optional>
 
 #include "comm/collectives.h"
+#include "common/error.h"
 #include "run/init.h"
 #include "train/allocator.h"
 #include "train/ddp.h"

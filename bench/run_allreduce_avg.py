@@ -89,7 +89,7 @@ def report(rows, a, builds, ranks, path):
          "avg / sum: the time of an average over the time of a sum, same build, same size. "
          "Before, kAvg ran the sum and then a separate pass dividing the whole buffer; after, the "
          "division is part of the last reduction step (Note [Average in the last step] in "
-         "`comm/algorithms.h`)."]
+         "`comm/native/algorithms.h`)."]
     names = [b for b, _ in builds]
     # Where the pass over memory shows: buffers of 1 MiB and more.
     L += ["", "## Summary: avg / sum from 1 MiB up (median over algorithms and sizes)", ""]

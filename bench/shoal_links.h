@@ -6,15 +6,16 @@
 #include <string>
 
 #include "comm/group.h"
+#include "comm/native/native_engine.h"
 
 namespace shoal::bench {
 
 // Whether every link of this rank is of `kind`; says which is not on stderr otherwise.
 inline bool linksAre(comm::Group& g, transport::LinkKind kind) {
   for (int p = 0; p < g.size(); ++p) {
-    if (p == g.rank() || g.linkKind(p) == kind) continue;
+    if (p == g.rank() || comm::nativeEngine(g).linkKind(p) == kind) continue;
     std::fprintf(stderr, "rank %d: the link to rank %d is %s, the benchmark expected %s\n",
-                 g.rank(), p, std::string(toString(g.linkKind(p))).c_str(),
+                 g.rank(), p, std::string(toString(comm::nativeEngine(g).linkKind(p))).c_str(),
                  std::string(toString(kind)).c_str());
     return false;
   }

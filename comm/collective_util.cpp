@@ -4,15 +4,6 @@
 
 namespace shoal::comm::detail {
 
-transport::FrameHeader baseHeader(size_t count, DataType type, ReduceOp op, int root) {
-  transport::FrameHeader h;
-  h.count = count;
-  h.dtype = static_cast<uint8_t>(type);
-  h.redop = static_cast<uint8_t>(op);
-  h.root = static_cast<uint32_t>(root);
-  return h;
-}
-
 void checkBuffer(const Group& g, const void* p, size_t count, DataType type, const char* what) {
   if (!validDataType(static_cast<uint8_t>(type))) {
     SHOAL_THROW(InvalidArgument, "rank {}: {}: invalid data type {}", g.rank(), what,
@@ -38,24 +29,6 @@ void checkReduceOp(ReduceOp op) {
   if (!validReduceOp(static_cast<uint8_t>(op))) {
     SHOAL_THROW(InvalidArgument, "invalid reduce op {}", static_cast<int>(op));
   }
-}
-
-std::shared_ptr<Work> dispatch(Group& g, bool async, transport::OpCode op,
-                               const transport::FrameHeader& base, const CallOptions& call,
-                               Buffers buffers, std::function<void(OpContext&)> body) {
-  if (g.backend()) {
-    BackendOp b{.op = op,
-                .send = buffers.send,
-                .recv = buffers.recv,
-                .count = base.count,
-                .type = static_cast<DataType>(base.dtype),
-                .redop = static_cast<ReduceOp>(base.redop),
-                .root = static_cast<int>(base.root)};
-    return g.runOnBackend(async, b, call);
-  }
-  if (async) return g.submit(op, base, call, std::move(body));
-  g.execute(op, base, call, std::move(body));
-  return nullptr;
 }
 
 }  // namespace shoal::comm::detail

@@ -76,7 +76,8 @@ std::shared_ptr<Work> barrierAsync(Group& g, const CallOptions& call = {});
 //   to b with tag t is the k-th receive on b from a with tag t, and count and type must agree
 //   (MismatchError on both sides). Different tags, and the two directions, are independent.
 //   Tags are >= 0 (the blocking and *Async forms use tag 0).
-// - Progress: each (peer, tag) has a channel of its own (comm/p2p_channel.h), connected on first
+// - Progress: each (peer, tag) has a channel of its own (comm/native/p2p_channel.h), connected on
+// first
 //   use, so point-to-point never waits behind the group's collectives, and sends and receives in
 //   flight move together: two ranks may send each other large messages at the same time, or a
 //   ring of ranks each send to the next before receiving, without deadlock.

@@ -1,5 +1,5 @@
-// Point-to-point entry points: argument checks, then the (peer, tag) channel
-// (comm/p2p_channel.h), or the backend's send / recv for a backend group.
+// Point-to-point entry points: argument checks, then the group's engine (the native engine's
+// (peer, tag) channels: comm/native/p2p_channel.h; MPI's send / recv in issue order).
 #include "comm/collective_util.h"
 #include "comm/collectives.h"
 
@@ -16,27 +16,24 @@ void checkOp(const Group& g, const void* data, size_t count, DataType type, int 
   }
   if (tag < 0)
     SHOAL_THROW(InvalidArgument, "rank {}: {}: tag {} must be >= 0", g.rank(), what, tag);
-  if (g.backend() && tag != 0) {
+  if (tag != 0 && !g.engine().supportsTags()) {
     SHOAL_THROW(InvalidArgument,
-                "rank {}: {}: tag {}: the {} backend runs point-to-point with tag 0 only", g.rank(),
-                what, tag, g.backendName());
+                "rank {}: {}: tag {}: the {} engine runs point-to-point with tag 0 only", g.rank(),
+                what, tag, g.engineName());
   }
 }
 
 std::shared_ptr<Work> post(Group& g, bool isSend, void* data, size_t count, DataType type, int peer,
                            int tag, const CallOptions& call) {
-  if (g.backend()) {
-    BackendOp b{.op = op::kSendRecv,
-                .send = isSend ? data : nullptr,
-                .recv = isSend ? nullptr : data,
-                .count = count,
-                .type = type,
-                .root = peer,
-                .isSend = isSend};
-    return g.runOnBackend(true, b, call);
-  }
-  return g.p2pChannel(peer, tag).post(isSend, data, count, type,
-                                      call.timeout.value_or(g.options().timeout));
+  return g.post({.op = op::kSendRecv,
+                 .send = isSend ? data : nullptr,
+                 .recv = isSend ? nullptr : data,
+                 .count = count,
+                 .type = type,
+                 .root = peer,
+                 .isSend = isSend,
+                 .tag = tag},
+                call);
 }
 
 }  // namespace

@@ -18,7 +18,7 @@ class Error : public std::runtime_error {
   // For failures of a group operation: the rank of that group where the failure started (the
   // rank that died, stopped answering, or failed locally first), or -1 when not known. Every
   // rank that fails because of the same root cause reports the same origin (see
-  // Note [Root cause] in comm/group.cpp).
+  // Note [Root cause] in comm/native/native_engine.cpp).
   int origin() const { return origin_; }
   void setOrigin(int rank) { origin_ = rank; }
 

@@ -4,7 +4,7 @@
 // for every operation and rounded once per result, so a reduction of n buffers rounds n-1 times
 // (never accumulates in 16 bits through a wider chain). kAvg reduces as kSum; the division by the
 // world size is folded into the step that completes each element's sum (the `divisor` of
-// reduceInto / reduceTo: Note [Average in the last step] in comm/algorithms.h), so no algorithm
+// reduceInto / reduceTo: Note [Average in the last step] in comm/native/algorithms.h), so no algorithm
 // makes a separate pass over the result. scaleAverage remains for a backend that cannot fold it
 // (MPI).
 #pragma once

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "comm/collectives.h"
+#include "comm/native/native_engine.h"
 #include "run/init.h"
 
 using namespace shoal;
@@ -18,11 +19,12 @@ using namespace shoal;
 namespace {
 
 std::string linksOf(comm::Group& g) {
-  if (g.backend()) return std::string(g.backendName());
+  if (g.engineName() != "native") return std::string(g.engineName());
   std::string s;
   for (int p = 0; p < g.size(); ++p) {
     if (p == g.rank()) continue;
-    s += fmt::format("{}{}:{}", s.empty() ? "" : " ", p, toString(g.linkKind(p)));
+    s += fmt::format("{}{}:{}", s.empty() ? "" : " ", p,
+                     toString(comm::nativeEngine(g).linkKind(p)));
   }
   return s.empty() ? "none" : s;
 }

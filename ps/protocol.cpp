@@ -1,5 +1,6 @@
 #include "ps/protocol.h"
 
+#include "comm/native/native_engine.h"
 #include "common/error.h"
 
 namespace shoal::ps {
@@ -63,41 +64,39 @@ std::shared_ptr<comm::Work> submitExchange(comm::Group& pair, int server, int wo
   call.timeout = timeout;
   transport::FrameHeader base;
   base.dtype = static_cast<uint8_t>(DataType::kUInt8);
-  auto inner =
-      pair.submit(kPsOperation, base, call, [x](comm::OpContext& ctx) {
-        std::vector<Transfer> batch{ctx.send(0, 0, &x->request, sizeof(Request))};
-        if (x->request.bytes > 0) batch.push_back(ctx.send(0, 1, x->payload, x->request.bytes));
-        batch.push_back(ctx.recv(0, 2, &x->reply, sizeof(Reply)));
-        ctx.run(batch);
-        const Reply& r = x->reply;
-        if (r.magic != kReplyMagic) SHOAL_THROW(ProtocolError, "reply magic {:#x}", r.magic);
-        const auto status = static_cast<Status>(r.status);
-        std::string text;
-        if (r.bytes > 0) {
-          void* dst = nullptr;
-          if (status == Status::kOk && x->into) {
-            if (r.bytes != x->request.pullBytes) {
-              SHOAL_THROW(ProtocolError, "the server sent {} bytes of values, expected {}", r.bytes,
-                          x->request.pullBytes);
-            }
-            dst = x->into;
-          } else {
-            if (r.bytes > kMaxErrorText)
-              SHOAL_THROW(ProtocolError, "a {}-byte reply text", r.bytes);
-            text.resize(r.bytes);
-            dst = text.data();
-          }
-          std::vector<Transfer> values{ctx.recv(0, 3, dst, r.bytes)};
-          ctx.run(values);
+  auto inner = comm::submit(pair, kPsOperation, base, call, [x](comm::OpContext& ctx) {
+    std::vector<Transfer> batch{ctx.send(0, 0, &x->request, sizeof(Request))};
+    if (x->request.bytes > 0) batch.push_back(ctx.send(0, 1, x->payload, x->request.bytes));
+    batch.push_back(ctx.recv(0, 2, &x->reply, sizeof(Reply)));
+    ctx.run(batch);
+    const Reply& r = x->reply;
+    if (r.magic != kReplyMagic) SHOAL_THROW(ProtocolError, "reply magic {:#x}", r.magic);
+    const auto status = static_cast<Status>(r.status);
+    std::string text;
+    if (r.bytes > 0) {
+      void* dst = nullptr;
+      if (status == Status::kOk && x->into) {
+        if (r.bytes != x->request.pullBytes) {
+          SHOAL_THROW(ProtocolError, "the server sent {} bytes of values, expected {}", r.bytes,
+                      x->request.pullBytes);
         }
-        if (r.status > static_cast<uint32_t>(Status::kFailed)) {
-          SHOAL_THROW(ProtocolError, "reply status {}", r.status);
-        }
-        // A refusal is a complete, well-formed exchange: the pair stays in step, so it must not
-        // fail the operation (any failure inside one aborts the group). The caller's Work
-        // fails with it below, once the operation has completed.
-        x->text = std::move(text);
-      });
+        dst = x->into;
+      } else {
+        if (r.bytes > kMaxErrorText) SHOAL_THROW(ProtocolError, "a {}-byte reply text", r.bytes);
+        text.resize(r.bytes);
+        dst = text.data();
+      }
+      std::vector<Transfer> values{ctx.recv(0, 3, dst, r.bytes)};
+      ctx.run(values);
+    }
+    if (r.status > static_cast<uint32_t>(Status::kFailed)) {
+      SHOAL_THROW(ProtocolError, "reply status {}", r.status);
+    }
+    // A refusal is a complete, well-formed exchange: the pair stays in step, so it must not
+    // fail the operation (any failure inside one aborts the group). The caller's Work
+    // fails with it below, once the operation has completed.
+    x->text = std::move(text);
+  });
   auto outer = std::make_shared<comm::Work>();
   inner->onDone([outer, x, server, worker](std::exception_ptr e) {
     if (!e) {

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "comm/collectives.h"
+#include "comm/native/native_engine.h"
 #include "common/error.h"
 #include "common/sealed_file.h"
 #include "ps/partition.h"
@@ -128,7 +129,7 @@ class Server {
       base.dtype = static_cast<uint8_t>(DataType::kUInt8);
       bool bye = false;
       while (!bye) {
-        pair->execute(kPsOperation, base, call,
+        comm::execute(*pair, kPsOperation, base, call,
                       [&](comm::OpContext& ctx) { bye = handle(ctx, w, scratch); });
       }
     } catch (const ServerFault& e) {

@@ -1,6 +1,6 @@
 #include "run/init.h"
 
-#include "comm/mpi/mpi_backend.h"
+#include "comm/mpi/mpi_engine.h"
 #include "common/error.h"
 #include "common/log.h"
 #include "common/socket.h"
@@ -100,16 +100,16 @@ World init() {
                       ? std::string("started plainly")
                       : fmt::format("started by {}", toString(r.launcher)));
     }
-    auto backend = comm::mpi::worldBackend();
-    if (r.launcher != Launcher::kNone && (backend->rank() != r.rank || backend->size() != r.size)) {
+    auto engine = comm::mpi::worldEngine();
+    if (r.launcher != Launcher::kNone && (engine->rank() != r.rank || engine->size() != r.size)) {
       SHOAL_THROW(InvalidArgument,
                   "SHOAL_BACKEND=mpi: MPI says rank {} of {}, {} says rank {} of {} (start the "
                   "job with mpirun)",
-                  backend->rank(), backend->size(), toString(r.launcher), r.rank, r.size);
+                  engine->rank(), engine->size(), toString(r.launcher), r.rank, r.size);
     }
-    w.rank = backend->rank();
-    w.size = backend->size();
-    w.group = comm::Group::create(std::move(backend), options);
+    w.rank = engine->rank();
+    w.size = engine->size();
+    w.group = comm::Group::create(std::move(engine), options);
     return w;
   }
 

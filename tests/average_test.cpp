@@ -1,5 +1,5 @@
 // ReduceOp::kAvg divides inside each algorithm's last reduction (Note [Average in the last step]
-// in comm/algorithms.h). These tests hold it to what the separate pass gave: the same
+// in comm/native/algorithms.h). These tests hold it to what the separate pass gave: the same
 // algorithm's sum followed by scaleAverage, bit for bit for float32, float64 and the integer
 // types (uint8 wrapping included, negative integers truncating), within one unit in the last
 // place for float16 / bfloat16; every rank ends with the same bytes. Every all-reduce algorithm,

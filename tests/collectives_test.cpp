@@ -3,6 +3,7 @@
 
 #include <mutex>
 
+#include "comm/native/native_engine.h"
 #include "tests/matrix.h"
 #include "tests/thread_ranks.h"
 
@@ -24,9 +25,9 @@ TEST_P(CollectiveMatrix, EveryCollectiveAlgorithmTypeAndOp) {
   std::vector<std::string> failures;
   auto errors = runThreadRanks(n, testOptions(transport), [&](comm::Group& g) {
     if (n > 1) {
-      EXPECT_EQ(g.linkKind((g.rank() + 1) % n), transport == TransportKind::kShm
-                                                    ? transport::LinkKind::kShm
-                                                    : transport::LinkKind::kTcp);
+      EXPECT_EQ(
+          comm::nativeEngine(g).linkKind((g.rank() + 1) % n),
+          transport == TransportKind::kShm ? transport::LinkKind::kShm : transport::LinkKind::kTcp);
     }
     auto f = runMatrix(g, o);
     std::lock_guard<std::mutex> lock(mutex);

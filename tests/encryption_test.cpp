@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "comm/collectives.h"
+#include "comm/native/native_engine.h"
 #include "common/env.h"
 #include "common/error.h"
 #include "common/hmac_auth.h"
@@ -288,7 +289,8 @@ TEST(EncryptedLinks, CollectivesAndPointToPointGiveTheRightResults) {
   for (int n : {2, 3}) {
     auto errors = runThreadRanks(n, encrypted(EncryptMode::kOn), [n](comm::Group& g) {
       for (int p = 0; p < n; ++p) {
-        if (p != g.rank()) SHOAL_CHECK(g.linkKind(p) == transport::LinkKind::kTls, "not TLS");
+        if (p != g.rank())
+          SHOAL_CHECK(comm::nativeEngine(g).linkKind(p) == transport::LinkKind::kTls, "not TLS");
       }
       MatrixOptions m;
       m.lengths = {0, 1, 1003, 70001};
@@ -328,7 +330,8 @@ TEST(EncryptedLinks, CollectivesAndPointToPointGiveTheRightResults) {
 
 TEST(EncryptedLinks, AutoLeavesOneHostInClear) {
   auto errors = runThreadRanks(2, encrypted(EncryptMode::kAuto), [](comm::Group& g) {
-    SHOAL_CHECK(g.linkKind(1 - g.rank()) == transport::LinkKind::kTcp, "auto encrypted loopback");
+    SHOAL_CHECK(comm::nativeEngine(g).linkKind(1 - g.rank()) == transport::LinkKind::kTcp,
+                "auto encrypted loopback");
   });
   EXPECT_EQ(errors, std::vector<std::string>(2));
 }

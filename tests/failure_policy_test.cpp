@@ -6,6 +6,7 @@
 #include <stdexcept>
 
 #include "comm/collectives.h"
+#include "comm/native/native_engine.h"
 #include "common/error.h"
 #include "tests/thread_ranks.h"
 
@@ -24,7 +25,7 @@ TEST(FailurePolicy, AnyErrorInsideAnOperationAbortsTheGroupAndPeersLearnTheCause
       transport::FrameHeader base;
       base.dtype = static_cast<uint8_t>(DataType::kFloat32);
       try {
-        g.execute(comm::op::kInternal, base, {}, [&](comm::OpContext& ctx) {
+        comm::execute(g, comm::op::kInternal, base, {}, [&](comm::OpContext& ctx) {
           if (ctx.rank() == 1) throw std::out_of_range("stoi: a record that is not a number");
           float x = 0;
           std::vector<transport::Transfer> b{ctx.recv(1, 0, &x, sizeof(x))};
@@ -53,7 +54,7 @@ TEST(FailurePolicy, AfterAFailureEveryLaterCallFailsAtOnce) {
   auto errors = runThreadRanks(2, testOptions(TransportKind::kShm, 30), [&](comm::Group& g) {
     transport::FrameHeader base;
     try {
-      g.execute(comm::op::kInternal, base, {}, [&](comm::OpContext& ctx) {
+      comm::execute(g, comm::op::kInternal, base, {}, [&](comm::OpContext& ctx) {
         if (ctx.rank() == 0) SHOAL_THROW(StoreError, "store said no");
         char c = 0;
         std::vector<transport::Transfer> b{ctx.recv(0, 0, &c, 1)};

@@ -1,6 +1,6 @@
 // Fault-injection stress: many random kills and stops of one rank in the middle of a collective,
 // checking that every survivor names the victim as the cause (Note [Root cause] in
-// comm/group.cpp) and fails within the deadline plus 1 s. Not part of ctest's run (a few
+// comm/native/native_engine.cpp) and fails within the deadline plus 1 s. Not part of ctest's run (a few
 // minutes); its result is committed in bench/results/fault_stress.md.
 //
 //   shoal_fault_stress [--runs N] [--seed S] [--ranks N] [--timeout S] [--out FILE.md]

@@ -136,7 +136,7 @@ TEST_P(P2p, CountMismatchFailsTheReceiverAndThenTheSenderNamingBothSides) {
   }
 }
 
-// Note [Who drives] in comm/p2p_channel.cpp: works nobody waits on are completed by the channel's
+// Note [Who drives] in comm/native/p2p_channel.cpp: works nobody waits on are completed by the channel's
 // worker. Rank 0 posts a send larger than the shared-memory ring and never waits on it; rank 1
 // never waits on its receive either: both learn of completion through onDone only.
 TEST_P(P2p, WorkNobodyWaitsOnStillCompletes) {

@@ -11,6 +11,7 @@
 #include <random>
 #include <regex>
 
+#include "comm/native/native_engine.h"
 #include "common/sealed_file.h"
 #include "ps/config.h"
 #include "ps/partition.h"
@@ -323,7 +324,7 @@ TEST(PsProtocolDecoder, AHugeReplyLengthFailsTheExchangeNamingTheServer) {
       comm::CallOptions call;
       transport::FrameHeader base;
       base.dtype = static_cast<uint8_t>(DataType::kUInt8);
-      pair->execute(ps::kPsOperation, base, call, [](comm::OpContext& ctx) {
+      comm::execute(*pair, ps::kPsOperation, base, call, [](comm::OpContext& ctx) {
         ps::Request rq;
         std::vector<transport::Transfer> in{ctx.recv(1, 0, &rq, sizeof(rq))};
         ctx.run(in);

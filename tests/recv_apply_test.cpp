@@ -8,6 +8,7 @@
 #include <cstring>
 #include <numeric>
 
+#include "comm/native/native_engine.h"
 #include "common/error.h"
 #include "tests/thread_ranks.h"
 
@@ -64,7 +65,7 @@ Received exchange(const Case& c, size_t lead, size_t bytes, size_t grain, int ro
     transport::FrameHeader base;
     base.dtype = static_cast<uint8_t>(DataType::kUInt8);
     for (int round = 0; round < rounds; ++round) {
-      g.execute(comm::op::kSendRecv, base, {}, [&](comm::OpContext& ctx) {
+      comm::execute(g, comm::op::kSendRecv, base, {}, [&](comm::OpContext& ctx) {
         std::vector<transport::Transfer> b;
         std::vector<uint8_t> leadIn(lead);
         if (ctx.rank() == 0) {
@@ -121,7 +122,7 @@ TEST_P(RecvApply, EmptyPayloadCallsNothingAndOddSizesAreRefused) {
   auto errors = runThreadRanks(2, o, [&](comm::Group& g) {
     if (g.rank() == 0) return;
     transport::FrameHeader base;
-    g.execute(comm::op::kSendRecv, base, {}, [&](comm::OpContext& ctx) {
+    comm::execute(g, comm::op::kSendRecv, base, {}, [&](comm::OpContext& ctx) {
       std::vector<transport::Transfer> b{ctx.recvApply(0, 0, 10, PieceHandler{&collect, &bad, 4})};
       ctx.run(b);
     });
@@ -157,7 +158,7 @@ TEST_P(RecvApply, AReplyStreamsOutAsTheRequestIsConsumed) {
     transport::FrameHeader base;
     base.dtype = static_cast<uint8_t>(DataType::kUInt8);
     for (int round = 0; round < 2; ++round) {
-      g.execute(comm::op::kSendRecv, base, {}, [&](comm::OpContext& ctx) {
+      comm::execute(g, comm::op::kSendRecv, base, {}, [&](comm::OpContext& ctx) {
         const size_t bytes = count * 4;
         if (ctx.rank() == 0) {
           std::vector<transport::Transfer> b{ctx.send(1, 0, request.data(), bytes)};
@@ -191,7 +192,7 @@ TEST_P(RecvApply, AGateThatNeverOpensTimesOut) {
   std::vector<uint8_t> data(64, 1), in(64);
   auto errors = runThreadRanks(2, o, [&](comm::Group& g) {
     transport::FrameHeader base;
-    g.execute(comm::op::kSendRecv, base, {}, [&](comm::OpContext& ctx) {
+    comm::execute(g, comm::op::kSendRecv, base, {}, [&](comm::OpContext& ctx) {
       std::vector<transport::Transfer> b{ctx.rank() == 0
                                              ? ctx.sendAsReady(1, 0, data.data(), 64, &never)
                                              : ctx.recv(0, 0, in.data(), 64)};

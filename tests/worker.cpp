@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "comm/collectives.h"
+#include "comm/native/native_engine.h"
 #include "common/error.h"
 #include "run/init.h"
 #include "tests/matrix.h"
@@ -58,9 +59,11 @@ int markerScenario(comm::Group& g) {
     }
   }
   comm::barrier(g);
-  std::printf("marker done over %s\n",
-              g.size() > 1 ? std::string(toString(g.linkKind((g.rank() + 1) % g.size()))).c_str()
-                           : "nothing");
+  std::printf(
+      "marker done over %s\n",
+      g.size() > 1
+          ? std::string(toString(comm::nativeEngine(g).linkKind((g.rank() + 1) % g.size()))).c_str()
+          : "nothing");
   return 0;
 }
 
@@ -125,10 +128,10 @@ int main(int argc, char** argv) {
       auto failures = test::runMatrix(*world, o);
       for (auto& f : failures) std::printf("FAIL %s\n", f.c_str());
       std::string over = "nothing";
-      if (world->backend()) {
-        over = std::string(world->backendName());
+      if (world->engineName() != "native") {
+        over = std::string(world->engineName());
       } else if (world->size() > 1) {
-        over = toString(world->linkKind((world->rank() + 1) % world->size()));
+        over = toString(comm::nativeEngine(*world).linkKind((world->rank() + 1) % world->size()));
       }
       std::printf(
           "rank %d of %d (local %d of %d, started by %s): matrix done over %s, %zu failures\n",

@@ -19,7 +19,7 @@ namespace shoal::transport {
 // The connection to `peer` ended without a goodbye or an abort frame: the peer died, or it shut
 // the link down while aborting for a reason of its own (it could not send an abort frame in the
 // middle of a data frame). Group looks for that reason before blaming the peer (see
-// Note [Root cause] in comm/group.cpp).
+// Note [Root cause] in comm/native/native_engine.cpp).
 class ConnectionLost : public PeerError {
  public:
   ConnectionLost(const std::string& what, int peer) : PeerError(what), peer_(peer) {}

@@ -2,7 +2,7 @@
 // recursive doubling. Bandwidth-optimal like the ring, in 2 log2(p) steps instead of 2(n-1).
 //
 // A world that is not a power of two is folded to p ranks first (Note [Power-of-two fold] in
-// comm/algorithms.h). The buffer (B bytes) is cut into p blocks (sizes differ by at most one
+// comm/native/algorithms.h). The buffer (B bytes) is cut into p blocks (sizes differ by at most one
 // element); each virtual rank v tracks a range [lo, hi) of blocks it is responsible for,
 // initially all p.
 // - Reduce-scatter, rounds 1..log2(p), partner v XOR p/2, then v XOR p/4, ... v XOR 1: the
@@ -15,7 +15,7 @@
 // (fewer elements than p) travel as zero-byte messages.
 #include <vector>
 
-#include "comm/algorithms.h"
+#include "comm/native/algorithms.h"
 
 namespace shoal::comm::algo {
 

@@ -1,12 +1,13 @@
-// Internal: the algorithm entry points the collectives dispatch to. Each runs inside an
-// OpContext (issue order, deadline, framing) and is defined in its own file.
+// Internal: the native engine's algorithms. NativeEngine::run hands each collective to its
+// entry point here, inside an OpContext (deadline, framing); each is defined in its own file.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <vector>
 
-#include "comm/group.h"
+#include "comm/engine.h"
+#include "comm/native/op_context.h"
 
 namespace shoal::comm::algo {
 
@@ -18,7 +19,18 @@ inline size_t blockSize(size_t count, int n, int i) {
   return blockBegin(count, n, i + 1) - blockBegin(count, n, i);
 }
 
-// The all-reduce algorithm that actually runs: what comm/allreduce.cpp's choose() resolves a
+// One entry point per collective: `op` as the caller described it (comm/engine.h).
+void allreduce(OpContext& ctx, const Operation& op);  // allreduce.cpp: by ctx.base().algo
+void broadcast(OpContext& ctx, const Operation& op);
+void reduce(OpContext& ctx, const Operation& op);
+void allgather(OpContext& ctx, const Operation& op);
+void reduceScatter(OpContext& ctx, const Operation& op);
+void alltoall(OpContext& ctx, const Operation& op);
+void gather(OpContext& ctx, const Operation& op);
+void scatter(OpContext& ctx, const Operation& op);
+void barrier(OpContext& ctx, const Operation& op);
+
+// The all-reduce algorithm that actually runs: what chooseAllreduce() resolves a
 // request (kAuto included) to. Its value travels in every frame's `algo` byte, so two ranks
 // that resolved differently fail with a MismatchError instead of misreading each other's bytes.
 // The first three values equal AllreduceAlgorithm's; 4 is Rabenseifner.
@@ -28,6 +40,10 @@ enum class AllreduceKind : uint8_t {
   kDriver = 3,             // allreduce_driver.cpp
   kRabenseifner = 4,       // allreduce_rabenseifner.cpp
 };
+
+// What `requested` (kAuto included) resolves to for `bytes` per rank over n ranks, `shm`: every
+// link of this rank is shared memory (allreduce.cpp has the table).
+AllreduceKind chooseAllreduce(AllreduceAlgorithm requested, int n, bool shm, size_t bytes);
 
 void allreduceRing(OpContext& ctx, void* data, size_t count);
 void allreduceRecursiveDoubling(OpContext& ctx, void* data, size_t count);
@@ -45,8 +61,8 @@ void allreduceDriver(OpContext& ctx, void* data, size_t count);
 // - recursive doubling: the last round (both partners, alike);
 // - Rabenseifner: the last halving round;
 // - driver: rank 0's receive from rank n-1, after the others' (a second batch);
-// - reduce (comm/reduce.cpp): the root's receive from its largest subtree, after the others;
-// - reduce-scatter (comm/reduce_scatter.cpp): the last step.
+// - reduce (reduce.cpp): the root's receive from its largest subtree, after the others;
+// - reduce-scatter (reduce_scatter.cpp): the last step.
 // A world of one has nothing to divide. Floating-point results equal the sum-then-divide ones
 // bit for bit (float16/bfloat16: within one unit in the last place, rounded once instead of
 // twice), integers bit for bit.

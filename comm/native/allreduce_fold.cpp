@@ -1,11 +1,11 @@
 // The power-of-two fold shared by recursive doubling and Rabenseifner: see Note [Power-of-two
-// fold] in comm/algorithms.h.
+// fold] in comm/native/algorithms.h.
 //
 // Step 0: for r < 2e, even r sends its whole buffer (B bytes) to r + 1, which reduces it in.
 // Step rounds + 1: r + 1 sends the result (B bytes) back to r. Ranks >= 2e do neither.
 #include <vector>
 
-#include "comm/algorithms.h"
+#include "comm/native/algorithms.h"
 
 namespace shoal::comm::algo {
 

@@ -5,7 +5,7 @@
 // that ring and recursive halving/doubling remove.
 #include <vector>
 
-#include "comm/algorithms.h"
+#include "comm/native/algorithms.h"
 
 namespace shoal::comm::algo {
 

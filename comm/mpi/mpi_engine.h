@@ -1,7 +1,7 @@
-// OpenMPI behind the Group interface (comm/backend.h), for clusters that already run MPI.
+// OpenMPI behind the Group interface (comm/engine.h), for clusters that already run MPI.
 //
 // MPI is initialized on first use with MPI_THREAD_SERIALIZED (a group's operations run on one
-// thread at a time, see comm/backend.h) and finalized when the process exits, unless the
+// thread at a time, see comm/engine.h) and finalized when the process exits, unless the
 // program initialized MPI itself, in which case it keeps ownership of both.
 //
 // Every operation is started non-blocking and completed by testing it until the deadline:
@@ -15,12 +15,12 @@
 #include <memory>
 #include <string>
 
-#include "comm/backend.h"
+#include "comm/engine.h"
 
 namespace shoal::comm::mpi {
 
-// MPI_COMM_WORLD as a backend (initializes MPI if needed).
-std::shared_ptr<Backend> worldBackend();
+// MPI_COMM_WORLD as an engine (initializes MPI if needed).
+std::shared_ptr<Engine> worldEngine();
 
 // Rank 0's `value`, on every rank of MPI_COMM_WORLD (initializes MPI if needed). Used for
 // rendezvous: the store's address and the job secret travel this way under mpirun.

@@ -1,10 +1,9 @@
-#include "comm/p2p_channel.h"
+#include "comm/native/p2p_channel.h"
 
 #include <algorithm>
 #include <vector>
 
-#include "comm/collective_util.h"
-#include "comm/group.h"
+#include "comm/native/native_engine.h"
 #include "transport/endpoint.h"
 
 namespace shoal::comm {
@@ -40,7 +39,7 @@ const Deadline& forever() {
 
 }  // namespace
 
-P2pChannel::P2pChannel(Group& parent, int peer, int tag)
+P2pChannel::P2pChannel(NativeEngine& parent, int peer, int tag)
     : parent_(parent), rank_(parent.rank()), peer_(peer), tag_(tag), worker_([this] { loop(); }) {}
 
 P2pChannel::~P2pChannel() {
@@ -56,7 +55,7 @@ void P2pChannel::close() {
   }
   workerWake_.notify_all();
   released_.notify_all();
-  if (pair) pair->endpoint().wake();
+  if (pair) nativeEngine(*pair).endpoint().wake();
   if (worker_.joinable()) worker_.join();
   {
     // A driving waiter sees stop_ at its next quiet moment (the wake above ends its sleep).
@@ -109,7 +108,7 @@ std::shared_ptr<Work> P2pChannel::post(bool isSend, void* data, size_t count, Da
     lock.unlock();
     workerWake_.notify_all();
   } else if (driving_) {
-    pair_->endpoint().wake();  // the driver takes it at once
+    nativeEngine(*pair_).endpoint().wake();  // the driver takes it at once
   } else {
     // Note [Who drives]: one attempt on this thread; a small send usually completes here.
     driving_ = true;
@@ -138,7 +137,7 @@ void P2pChannel::progressFor(const Work& work, const Deadline& deadline) {
     if (!driving_) break;
     if (!workerDriving_) return;  // another waiter drives: it completes this work too
     ++waiters_;
-    pair_->endpoint().wake();  // the worker lets go at once
+    nativeEngine(*pair_).endpoint().wake();  // the worker lets go at once
     released_.wait_until(lock, deadline.end(),
                          [&] { return !driving_ || stop_ || failed_ || work.test(); });
     --waiters_;
@@ -154,7 +153,7 @@ void P2pChannel::progressFor(const Work& work, const Deadline& deadline) {
 // The pair group numbers its ranks 0 and 1; the caller thinks in the parent group's ranks.
 // A peer that failed because of a third rank (it died of it, or gave up on it and left) wrote
 // that in the parent group's store: the cause travels along chains of channels too
-// (Note [Root cause] in comm/group.cpp).
+// (Note [Root cause] in comm/native/native_engine.cpp).
 std::exception_ptr P2pChannel::translate(std::exception_ptr error) const {
   const int lo = std::min(parent_.rank(), peer_), hi = std::max(parent_.rank(), peer_);
   try {
@@ -179,7 +178,7 @@ std::exception_ptr P2pChannel::translate(std::exception_ptr error) const {
     }
     const bool typed = f.kind != transport::AbortKind::kPeer || dynamic_cast<const PeerError*>(&e);
     if (!typed) return error;
-    auto& parent = const_cast<Group&>(parent_);
+    auto& parent = const_cast<NativeEngine&>(parent_);
     parent.recordFailure(f);
     const std::string message =
         f.origin >= 0
@@ -227,8 +226,9 @@ void P2pChannel::loop() {
       timeout = incoming_.front().deadline.remaining();
     }
     const int lo = std::min(rank_, peer_), hi = std::max(rank_, peer_);
-    pair = parent_.connect(fmt::format("p2p-{}-{}-t{}", lo, hi, tag_), rank_ == lo ? 0 : 1, 2,
-                           timeout);
+    pair = Group::create(parent_.connect(fmt::format("p2p-{}-{}-t{}", lo, hi, tag_),
+                                         rank_ == lo ? 0 : 1, 2, timeout),
+                         parent_.options());
   } catch (...) {
     failAll(translate(std::current_exception()));
     return;
@@ -274,15 +274,19 @@ void P2pChannel::drive(const std::function<bool()>& enough, bool once, bool isWo
   }
   const Duration slowAfter =
       std::min<Duration>(std::chrono::seconds(1), parent_.options().timeout / 4);
+  const uint32_t pairId = nativeEngine(*pair).id();
   try {
-    pair->execute(op::kSendRecv, transport::FrameHeader{}, {}, [&](OpContext& ctx) {
+    execute(*pair, op::kSendRecv, transport::FrameHeader{}, {}, [&](OpContext& ctx) {
       for (;;) {
         {
           std::lock_guard<std::mutex> lock(mutex_);
           if (stop_) return;
           for (auto& op : incoming_) {
-            auto h = detail::baseHeader(op.count, op.type, ReduceOp::kSum, tag_);
-            h.group = pair->id();
+            transport::FrameHeader h;
+            h.count = op.count;
+            h.dtype = static_cast<uint8_t>(op.type);
+            h.root = static_cast<uint32_t>(tag_);
+            h.group = pairId;
             h.op = static_cast<uint8_t>(op::kSendRecv);
             h.seq = op.send ? sendSeq_++ : recvSeq_++;
             h.bytes = op.count * elementSize(op.type);
@@ -300,7 +304,7 @@ void P2pChannel::drive(const std::function<bool()>& enough, bool once, bool isWo
         // operation's deadline fails the channel.
         Deadline deadline(std::min(earliest->deadline.remaining(), limit.remaining()));
         const auto quietSince = Clock::now();
-        ctx.group().endpoint().runUntil(transfers_.data(), transfers_.size(), deadline, [&] {
+        ctx.engine().endpoint().runUntil(transfers_.data(), transfers_.size(), deadline, [&] {
           if (!waitPosted_ && Clock::now() - quietSince > slowAfter) {
             // Note [Waiting chains]: say whom this rank waits on, for a timeout elsewhere.
             waitPosted_ =

@@ -51,10 +51,11 @@
 namespace shoal::comm {
 
 class Group;
+class NativeEngine;
 
 class P2pChannel : public std::enable_shared_from_this<P2pChannel> {
  public:
-  P2pChannel(Group& parent, int peer, int tag);
+  P2pChannel(NativeEngine& parent, int peer, int tag);
   ~P2pChannel();
   P2pChannel(const P2pChannel&) = delete;
   P2pChannel& operator=(const P2pChannel&) = delete;
@@ -93,7 +94,7 @@ class P2pChannel : public std::enable_shared_from_this<P2pChannel> {
   std::exception_ptr translate(std::exception_ptr error) const;
   int endOfWaitingChain() const;
 
-  Group& parent_;  // used only while not closed
+  NativeEngine& parent_;  // used only while not closed
   const int rank_;
   const int peer_;
   const int tag_;

@@ -1,4 +1,4 @@
-#include "comm/diagnostics.h"
+#include "comm/native/diagnostics.h"
 
 #include <condition_variable>
 #include <mutex>

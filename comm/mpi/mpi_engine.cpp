@@ -1,4 +1,4 @@
-#include "comm/mpi/mpi_backend.h"
+#include "comm/mpi/mpi_engine.h"
 
 #include <mpi.h>
 #include <sched.h>
@@ -155,14 +155,14 @@ int mpiCount(size_t count) {
   return static_cast<int>(count);
 }
 
-class MpiBackend final : public Backend {
+class MpiEngine final : public Engine {
  public:
-  explicit MpiBackend(MPI_Comm comm) : comm_(comm) {
+  explicit MpiEngine(MPI_Comm comm) : comm_(comm) {
     MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
     MPI_Comm_rank(comm_, &rank_);
     MPI_Comm_size(comm_, &size_);
   }
-  ~MpiBackend() override {
+  ~MpiEngine() override {
     int finalized = 0;
     MPI_Finalized(&finalized);
     if (!finalized) MPI_Comm_free(&comm_);
@@ -172,7 +172,11 @@ class MpiBackend final : public Backend {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
 
-  void run(const BackendOp& o, const Deadline& deadline) override {
+  void run(const Operation& o, uint64_t seq, const Deadline& deadline) override {
+    what_ = o.op == op::kSendRecv
+                ? fmt::format("mpi {} {}", o.isSend ? "send to" : "recv from", o.root)
+                : fmt::format("mpi {} (seq {})", opName(o.op), seq);
+    timeout_ = deadline.timeoutSeconds();
     const int n = mpiCount(o.count);
     const MPI_Datatype t = mpiType(o.type);
     MPI_Request req = MPI_REQUEST_NULL;
@@ -229,28 +233,63 @@ class MpiBackend final : public Backend {
         SHOAL_THROW(InvalidArgument, "mpi: {} is not supported", opName(o.op));
     }
     complete(req, deadline, call);
+    // MPI has no average and its reductions give no hook into their last step, so an average
+    // runs as MPI's sum followed by one pass of division here (the native engine folds the
+    // division into its last receive-reduce: Note [Average in the last step]).
+    if (o.redop == ReduceOp::kAvg && size_ > 1 &&
+        (o.op == op::kAllreduce || o.op == op::kReduce || o.op == op::kReduceScatter)) {
+      if (o.op != op::kReduce || rank_ == o.root) scaleAverage(o.recv, o.count, o.type, size_);
+    }
   }
 
-  std::shared_ptr<Backend> split(int color, int key) override {
+  // MPI cannot cancel an operation it started, nor tell the peers: the group refuses the rest
+  // (Group's policy), and the error says which call failed.
+  std::exception_ptr abort(std::exception_ptr error, bool& fatal) noexcept override {
+    fatal = true;
+    try {
+      try {
+        std::rethrow_exception(error);
+      } catch (const TimeoutError& e) {
+        SHOAL_THROW(TimeoutError, "rank {}: {} timed out after {:.1f} s: {}", rank_, what_,
+                    timeout_, e.what());
+      } catch (const InvalidArgument&) {
+        fatal = false;  // refused before anything moved: the group is still usable
+        throw;
+      } catch (const Error& e) {
+        SHOAL_THROW(PeerError, "rank {}: {} failed: {}", rank_, what_, e.what());
+      }
+    } catch (...) {
+      return std::current_exception();
+    }
+  }
+
+  std::shared_ptr<Engine> split(int color, int key, const Deadline&) override {
+    what_ = "mpi split";
     MPI_Comm sub = MPI_COMM_NULL;
     check(MPI_Comm_split(comm_, color < 0 ? MPI_UNDEFINED : color, key, &sub), "MPI_Comm_split");
     if (sub == MPI_COMM_NULL) return nullptr;
-    return std::make_shared<MpiBackend>(sub);
+    return std::make_shared<MpiEngine>(sub);
   }
+
+  // Point-to-point runs in issue order with the collectives (MPI_THREAD_SERIALIZED), tag 0.
+  std::shared_ptr<Work> post(const Operation&, Duration) override { return nullptr; }
+  bool supportsTags() const override { return false; }
 
  private:
   MPI_Comm comm_;
+  std::string what_;  // the call running (or that ran last), for abort()
+  double timeout_ = 0;
   int rank_ = 0;
   int size_ = 1;
 };
 
 }  // namespace
 
-std::shared_ptr<Backend> worldBackend() {
+std::shared_ptr<Engine> worldEngine() {
   Runtime::get();
   MPI_Comm comm = MPI_COMM_NULL;
   check(MPI_Comm_dup(MPI_COMM_WORLD, &comm), "MPI_Comm_dup");
-  return std::make_shared<MpiBackend>(comm);
+  return std::make_shared<MpiEngine>(comm);
 }
 
 std::string broadcastFromRankZero(const std::string& value, Duration timeout) {

@@ -15,7 +15,7 @@
 // latency grows with 2(n-1) steps, which is why small messages go to recursive doubling.
 #include <vector>
 
-#include "comm/algorithms.h"
+#include "comm/native/algorithms.h"
 #include "common/reduce.h"
 
 namespace shoal::comm::algo {

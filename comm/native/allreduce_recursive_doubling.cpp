@@ -1,7 +1,7 @@
 // Recursive doubling all-reduce: latency-optimal, for small buffers.
 //
 // A world that is not a power of two is folded to p ranks first (Note [Power-of-two fold] in
-// comm/algorithms.h). Among the p ranks, round j = 1..log2(p) pairs virtual rank v with
+// comm/native/algorithms.h). Among the p ranks, round j = 1..log2(p) pairs virtual rank v with
 // v XOR 2^(j-1): the two swap their whole current buffer (B bytes each way) and each reduces
 // the other's into its own. After log2(p) rounds every rank holds the full reduction.
 // Cost per rank: log2(p) messages of B bytes each way (plus the fold), against the ring's
@@ -11,7 +11,7 @@
 #include <cstring>
 #include <vector>
 
-#include "comm/algorithms.h"
+#include "comm/native/algorithms.h"
 
 namespace shoal::comm::algo {
 

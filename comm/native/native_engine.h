@@ -1,0 +1,121 @@
+// Shoal's own engine: framed messages over per-pair links (shared memory within a host, TCP or
+// TLS across hosts, transport/), the collective algorithms of this folder, and point-to-point
+// channels. Made by Group::create with a store; what it offers beyond comm/engine.h (custom
+// operations, link kinds) is reached through nativeEngine(group) below.
+//
+// Failures (Note [Root cause] in native_engine.cpp): abort() tells every peer why and which rank
+// failed first, through abort frames and an abort record in the group's store, so every
+// survivor names the same rank.
+//
+// Threading: as comm/engine.h. p2pChannel(), post(), interrupt() and linkKind() are
+// thread-safe.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+
+#include "comm/engine.h"
+#include "comm/group.h"
+#include "comm/native/diagnostics.h"
+#include "comm/native/op_context.h"
+#include "comm/native/p2p_channel.h"
+#include "store/store.h"
+#include "transport/endpoint.h"
+
+namespace shoal::comm {
+
+class NativeEngine final : public Engine {
+ public:
+  // Blocks until every rank joined and all connections are authenticated, or options.timeout.
+  // `store` is unscoped; the engine scopes it under `prefix`.
+  NativeEngine(std::shared_ptr<store::Store> root, std::string prefix, int rank, int size,
+               uint64_t generation, const GroupOptions& options, std::string secret,
+               std::shared_ptr<void> secretHolder);
+  ~NativeEngine() override;
+
+  std::string_view name() const override { return "native"; }
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  uint64_t generation() const override { return generation_; }
+  void run(const Operation& op, uint64_t seq, const Deadline& deadline) override;
+  std::exception_ptr abort(std::exception_ptr error, bool& fatal) noexcept override;
+  std::shared_ptr<Engine> split(int color, int key, const Deadline& deadline) override;
+  std::shared_ptr<Engine> connect(const std::string& name, int rank, int size,
+                                  Duration timeout) override;
+  std::shared_ptr<Work> post(const Operation& op, Duration timeout) override;
+  void interrupt() noexcept override { endpoint_->interrupt(); }
+
+  // Runs `body` as the operation `base` describes (its op code, count, type...), with `seq`:
+  // what execute() below hands over. Any exception leaves the engine for abort().
+  void runBody(const transport::FrameHeader& base, uint64_t seq, const Deadline& deadline,
+               const std::function<void(OpContext&)>& body);
+
+  uint32_t id() const { return id_; }
+  const GroupOptions& options() const { return options_; }
+  // The link to `peer`.
+  transport::LinkKind linkKind(int peer) const { return endpoint_->linkKind(peer); }
+  // Every peer is reached over shared memory (false for a group of one).
+  bool allLinksShm() const { return allShm_; }
+  transport::Endpoint& endpoint() { return *endpoint_; }
+  // The point-to-point channel to `peer` for `tag` (comm/native/p2p_channel.h), made on first
+  // use.
+  P2pChannel& p2pChannel(int peer, int tag);
+  AllreduceAlgorithm allreduceAlgorithm(AllreduceAlgorithm requested) const {
+    return requested != AllreduceAlgorithm::kAuto ? requested : options_.allreduce;
+  }
+
+ private:
+  friend class OpContext;
+  friend class P2pChannel;  // records and looks up failures of its channel in this group
+  // Where the other ranks are, for a timeout report (Note [Bounded diagnostics]).
+  struct ArrivalReport {
+    std::string text;
+    int silent = -1;        // the one rank that never said it was blocked, if exactly one
+    bool answered = false;  // the store answered within the budget
+  };
+  ArrivalReport arrivalReport();
+  // A peer's abort record in the store, if it aborted (Note [Root cause]).
+  std::optional<transport::Failure> abortRecord(int peer);
+  // Writes this rank's abort record (bounded; Note [Bounded diagnostics]).
+  void recordFailure(const transport::Failure& failure);
+  std::string withContext(const transport::FrameHeader& base, const std::string& what) const;
+
+  std::shared_ptr<store::Store> root_;  // unscoped, for sub-groups
+  std::string prefix_;
+  uint64_t generation_;
+  std::shared_ptr<store::Store> store_;  // scoped to this group
+  BoundedStore diagnostics_;             // store_, for failure reports only
+  int rank_;
+  int size_;
+  uint32_t id_;
+  GroupOptions options_;
+  transport::EndpointOptions endpointOptions_;
+  std::string secret_;
+  std::shared_ptr<void> secretHolder_;
+  std::unique_ptr<transport::Endpoint> endpoint_;
+  bool allShm_ = false;
+  uint64_t splits_ = 0;
+  // The operation running (or that ran last): what abort() names.
+  transport::FrameHeader current_;
+  std::mutex p2pMutex_;
+  // Closed by the destructor first: the channels use this engine until they are closed.
+  std::map<std::pair<int, int>, std::shared_ptr<P2pChannel>> p2p_;
+};
+
+// The native engine under `g`; InvalidArgument naming `what` and g's engine otherwise.
+NativeEngine& nativeEngine(Group& g, const char* what = "this");
+
+// Runs `body` as operation `op` of `g` in issue order, under the group's failure policy, on
+// the native engine: for operations defined above comm (the parameter server's: ps/protocol.h)
+// and for tests. `base` holds what every frame of it carries besides group, op and seq, which
+// are filled in. Synchronous: throws what the operation threw; submit() queues it and returns
+// its Work.
+void execute(Group& g, transport::OpCode op, const transport::FrameHeader& base,
+             const CallOptions& call, std::function<void(OpContext&)> body);
+std::shared_ptr<Work> submit(Group& g, transport::OpCode op, const transport::FrameHeader& base,
+                             const CallOptions& call, std::function<void(OpContext&)> body);
+
+}  // namespace shoal::comm
