@@ -1,7 +1,7 @@
-// Frame headers as a receiver sees them (transport/frame.h; described as comm/op_code.h names them): 48 header bytes from the peer,
-// then, for an abort frame, its text. Every header is described (error messages print
-// arbitrary peer headers), data frames are checked against the frame this rank expects, abort
-// frames are turned into the error they carry.
+// Frame headers as a receiver sees them (transport/frame.h; described as comm/op_code.h names
+// them): 48 header bytes from the peer, then, for an abort frame, its text. Every header is
+// described (error messages print arbitrary peer headers), data frames are checked against the
+// frame this rank expects, abort frames are turned into the error they carry.
 //
 // Oracle: checkFrame either throws a typed error or returns only for a header that matches the
 // expected one in every field it compares; throwAbort always throws a typed error carrying the
@@ -9,30 +9,12 @@
 #include <cstring>
 
 #include "comm/op_code.h"
+#include "fuzz/frame_seed.h"
 #include "fuzz/fuzz_util.h"
 #include "transport/frame.h"
 
 using namespace shoal;
 using namespace shoal::transport;
-
-namespace {
-
-// What this rank expects next: the seed corpus holds exactly this frame and variations of it.
-FrameHeader expectedFrame() {
-  FrameHeader e;
-  e.op = static_cast<uint8_t>(OpCode{1});
-  e.dtype = static_cast<uint8_t>(DataType::kFloat32);
-  e.redop = static_cast<uint8_t>(ReduceOp::kSum);
-  e.algo = 1;
-  e.group = 0x5eed0001;
-  e.step = 3;
-  e.seq = 5;
-  e.count = 77;
-  e.bytes = 77 * 4;
-  return e;
-}
-
-}  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   constexpr const char* kTarget = "frame";
@@ -42,7 +24,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view rest(reinterpret_cast<const char*>(data) + sizeof(got),
                               size - sizeof(got));
   const LinkContext ctx{1, 3};
-  const FrameHeader e = expectedFrame();
+  const FrameHeader e = fuzz::expectedFrame();
 
   fuzz::expectTypedErrors(kTarget, [&] {
     (void)describeFrame(got);

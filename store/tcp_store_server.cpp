@@ -8,6 +8,7 @@
 #include <cstring>
 #include <list>
 #include <map>
+#include <optional>
 
 #include "common/encryption.h"
 #include "common/error.h"
@@ -229,25 +230,35 @@ class Server {
   int parked_ = 0;
 };
 
+// One TLS read or write on an encrypted client: its result (a read or write that must wait
+// says which way in tlsWantsWrite), or nothing when the client is to be dropped (it closed, or
+// TLS failed).
+template <typename Io>
+std::optional<tls::Session::Result> tlsCall(Client& c, const Io& io) {
+  tls::Session::Result r;
+  try {
+    r = io();
+  } catch (const Error& e) {
+    SHOAL_LOG_WARN("store server: dropping a client: {}", e.what());
+    return std::nullopt;
+  }
+  if (r.status == tls::Session::Status::kClosed) return std::nullopt;
+  if (r.status != tls::Session::Status::kOk) {
+    c.tlsWantsWrite = r.status == tls::Session::Status::kWantWrite;
+  }
+  return r;
+}
+
 // Reads what the connection has (decrypted when it is encrypted), up to `room` bytes. Returns
 // false when the peer closed or failed (a TLS error included: the client is dropped).
 bool receive(Client& c, size_t room) {
   char buf[64 * 1024];
   while (c.tls && room > 0) {
-    tls::Session::Result r;
-    try {
-      r = c.tls->read(buf, std::min(room, sizeof(buf)));
-    } catch (const Error& e) {
-      SHOAL_LOG_WARN("store server: dropping a client: {}", e.what());
-      return false;
-    }
-    if (r.status == tls::Session::Status::kClosed) return false;
-    if (r.status != tls::Session::Status::kOk) {
-      c.tlsWantsWrite = r.status == tls::Session::Status::kWantWrite;
-      return true;
-    }
-    c.in.append(buf, r.bytes);
-    room -= r.bytes;
+    auto r = tlsCall(c, [&] { return c.tls->read(buf, std::min(room, sizeof(buf))); });
+    if (!r) return false;
+    if (r->status != tls::Session::Status::kOk) return true;
+    c.in.append(buf, r->bytes);
+    room -= r->bytes;
   }
   while (room > 0) {
     ssize_t r = ::recv(c.fd.get(), buf, std::min(room, sizeof(buf)), 0);
@@ -275,19 +286,11 @@ bool flush(Client& c) {
   while (!c.out.empty()) {
     // `out` keeps its front until it is reported written: a retry offers the same bytes
     // (Note [TLS write retry] in common/tls.h).
-    tls::Session::Result r;
-    try {
-      r = c.tls->write(c.out.data(), std::min(c.out.size(), tls::kMaxRecord));
-    } catch (const Error& e) {
-      SHOAL_LOG_WARN("store server: dropping a client: {}", e.what());
-      return false;
-    }
-    if (r.status == tls::Session::Status::kClosed) return false;
-    if (r.status != tls::Session::Status::kOk) {
-      c.tlsWantsWrite = r.status == tls::Session::Status::kWantWrite;
-      return true;
-    }
-    c.out.erase(0, r.bytes);
+    auto r = tlsCall(
+        c, [&] { return c.tls->write(c.out.data(), std::min(c.out.size(), tls::kMaxRecord)); });
+    if (!r) return false;
+    if (r->status != tls::Session::Status::kOk) return true;
+    c.out.erase(0, r->bytes);
   }
   return true;
 }

@@ -10,8 +10,10 @@
 #include <fstream>
 #include <sstream>
 
+#include "common/error.h"
 #include "common/hmac_auth.h"
 #include "common/sealed_file.h"
+#include "fuzz/frame_seed.h"
 #include "ps/config.h"
 #include "ps/partition.h"
 #include "ps/protocol.h"
@@ -79,16 +81,7 @@ std::shared_ptr<comm::Group> soloGroup() {
 
 void frames() {
   using namespace transport;
-  FrameHeader e;  // frame_fuzz.cpp's expectedFrame()
-  e.op = static_cast<uint8_t>(OpCode{1});
-  e.dtype = static_cast<uint8_t>(DataType::kFloat32);
-  e.redop = static_cast<uint8_t>(ReduceOp::kSum);
-  e.algo = 1;
-  e.group = 0x5eed0001;
-  e.step = 3;
-  e.seq = 5;
-  e.count = 77;
-  e.bytes = 77 * 4;
+  const FrameHeader e = fuzz::expectedFrame();
   seed("frame", "expected", raw(e));
   FrameHeader other = e;
   other.op = static_cast<uint8_t>(OpCode{2});
