@@ -45,7 +45,9 @@ case "$MODE" in
     cd "$BUILD"
     # Tests of binaries not built here (the libtorch ones) appear as <target>_NOT_BUILT.
     # SHOAL_ASAN_EXCLUDE: more tests to leave out (a ctest regex), e.g. the timing-bound ones.
-    ctest --output-on-failure --timeout 900 \
+    # Two tests at a time (SHOAL_ASAN_JOBS): what remains asserts no deadlines that load could
+    # break, and the sanitized ranks spend much of their time waiting on each other.
+    ctest --output-on-failure --timeout 900 -j "${SHOAL_ASAN_JOBS:-2}" \
       -E "_NOT_BUILT\$|^mpirun_|^multihost_|^slurm_${SHOAL_ASAN_EXCLUDE:+|$SHOAL_ASAN_EXCLUDE}" "$@"
     ;;
   tsan)
