@@ -45,8 +45,9 @@ case "$MODE" in
     cd "$BUILD"
     # Tests of binaries not built here (the libtorch ones) appear as <target>_NOT_BUILT.
     # SHOAL_ASAN_EXCLUDE: more tests to leave out (a ctest regex), e.g. the timing-bound ones.
-    # Two tests at a time (SHOAL_ASAN_JOBS): what remains asserts no deadlines that load could
-    # break, and the sanitized ranks spend much of their time waiting on each other.
+    # Two tests at a time (SHOAL_ASAN_JOBS): the sanitized ranks spend much of their time waiting
+    # on each other, and what remains bounds time only where the bound is structural (a failure
+    # report's fixed budgets) or relative (a bootstrap against its own clean run).
     ctest --output-on-failure --timeout 900 -j "${SHOAL_ASAN_JOBS:-2}" \
       -E "_NOT_BUILT\$|^mpirun_|^multihost_|^slurm_${SHOAL_ASAN_EXCLUDE:+|$SHOAL_ASAN_EXCLUDE}" "$@"
     ;;
