@@ -35,6 +35,14 @@ constexpr Duration kReportBudget = std::chrono::milliseconds(400);  // who is wh
 constexpr Duration kRecordBudget = std::chrono::milliseconds(200);  // our abort record
 constexpr Duration kLookupBudget = std::chrono::milliseconds(300);  // a peer's abort record
 
+std::shared_ptr<transport::Acceptor> makeAcceptor(const GroupOptions& o, const std::string& secret) {
+  transport::AcceptorOptions a;
+  a.listenAddress = o.listenAddress;
+  a.secret = secret;
+  a.parkTimeout = o.timeout;  // a peer's sub-group may be created up to a timeout before ours
+  return std::make_shared<transport::Acceptor>(std::move(a));
+}
+
 constexpr std::string_view kAlgorithmNames[] = {"auto", "ring", "recursive_doubling", "driver",
                                                 "rabenseifner"};
 
@@ -144,7 +152,7 @@ void OpContext::run(std::vector<Transfer>& batch) {
 
 Group::Group(std::shared_ptr<store::Store> root, std::string prefix, int rank, int size,
              uint32_t id, GroupOptions options, std::string secret,
-             std::shared_ptr<void> secretHolder)
+             std::shared_ptr<void> secretHolder, std::shared_ptr<transport::Acceptor> acceptor)
     : root_(std::move(root)),
       prefix_(std::move(prefix)),
       store_(std::make_shared<store::PrefixStore>(prefix_, root_)),
@@ -154,22 +162,25 @@ Group::Group(std::shared_ptr<store::Store> root, std::string prefix, int rank, i
       id_(id),
       options_(std::move(options)),
       secret_(std::move(secret)),
-      secretHolder_(std::move(secretHolder)) {
+      secretHolder_(std::move(secretHolder)),
+      acceptor_(std::move(acceptor)) {
   // Frames in this group's error messages are named the way comm names its operations.
   if (options_.endpoint.describe == transport::describeFrame)
     options_.endpoint.describe = describeOp;
   // Publish "arrived" only after a quarter of the deadline (at most 1 s) spent blocked.
   options_.endpoint.slowAfter =
       std::min<Duration>(options_.endpoint.slowAfter, options_.timeout / 4);
+  // A group of several ranks connected from a world of one: it has no acceptor to share.
+  if (!acceptor_ && size_ > 1) acceptor_ = makeAcceptor(options_, secret_);
   transport::BootstrapOptions b;
   b.rank = rank_;
   b.size = size_;
   b.groupId = id_;
   b.store = store_;
   b.secret = secret_;
+  b.acceptor = acceptor_;
   b.transport = options_.transport;
   b.encrypt = options_.encrypt;
-  b.listenAddress = options_.listenAddress;
   b.shmRingBytes = options_.shmRingBytes;
   b.timeout = options_.timeout;
   b.endpoint = options_.endpoint;
@@ -220,9 +231,11 @@ std::shared_ptr<Group> Group::create(std::shared_ptr<store::Store> store, int ra
   store::PrefixStore scoped(prefix, store);
   auto secret = transport::resolveJobSecret(options.secret, options.secretFile, scoped, rank,
                                             options.timeout);
-  auto g =
-      std::shared_ptr<Group>(new Group(store, prefix, rank, size, fnv1a(prefix), std::move(options),
-                                       std::move(secret.bytes), std::move(secret.holder)));
+  // One acceptor per world, shared with the groups split or connected from it.
+  auto acceptor = size > 1 ? makeAcceptor(options, secret.bytes) : nullptr;
+  auto g = std::shared_ptr<Group>(new Group(store, prefix, rank, size, fnv1a(prefix),
+                                            std::move(options), std::move(secret.bytes),
+                                            std::move(secret.holder), std::move(acceptor)));
   g->generation_ = generation;
   return g;
 }
@@ -265,7 +278,7 @@ std::shared_ptr<Group> Group::split(int color, int key) {
     o.timeout = ctx.deadline().remaining();
     result =
         std::shared_ptr<Group>(new Group(root_, prefix, newRank, static_cast<int>(members.size()),
-                                         fnv1a(prefix), o, secret_, secretHolder_));
+                                         fnv1a(prefix), o, secret_, secretHolder_, acceptor_));
     result->options_.timeout = options_.timeout;
     result->generation_ = generation_;
   });
@@ -287,7 +300,7 @@ std::shared_ptr<Group> Group::connect(const std::string& name, int rank, int siz
   GroupOptions o = options_;
   if (timeout) o.timeout = *timeout;
   auto g = std::shared_ptr<Group>(
-      new Group(root_, prefix, rank, size, fnv1a(prefix), o, secret_, secretHolder_));
+      new Group(root_, prefix, rank, size, fnv1a(prefix), o, secret_, secretHolder_, acceptor_));
   g->options_.timeout = options_.timeout;
   g->generation_ = generation_;
   return g;

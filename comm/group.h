@@ -37,6 +37,7 @@
 #include "common/env.h"
 #include "common/types.h"
 #include "store/store.h"
+#include "transport/acceptor.h"
 #include "transport/endpoint.h"
 
 namespace shoal::comm {
@@ -125,8 +126,10 @@ class OpContext {
 class Group : public std::enable_shared_from_this<Group> {
  public:
   // Collective over `size` ranks sharing `store` (unscoped: the group scopes its keys under its
-  // generation, see GroupOptions::generation). Blocks until every rank joined and all
-  // connections are authenticated, or the timeout.
+  // generation, see GroupOptions::generation). Blocks until every rank published its record, or
+  // the timeout. Connects nothing: a pair connects when one of them first needs the other
+  // (transport/endpoint.h), through this rank's acceptor, which this world creates here and
+  // shares with every group split or connected from it.
   static std::shared_ptr<Group> create(std::shared_ptr<store::Store> store, int rank, int size,
                                        GroupOptions options = GroupOptions::fromEnv());
   // A group whose operations run on an external library (see comm/backend.h); rank and size
@@ -142,12 +145,14 @@ class Group : public std::enable_shared_from_this<Group> {
   uint32_t id() const { return id_; }
   // The world generation this group (or the world it was split from) belongs to.
   uint64_t generation() const { return generation_; }
-  // The native engine's link to `peer` (InvalidArgument on a backend group).
+  // The native engine's link to `peer` (InvalidArgument on a backend group): the kind it has,
+  // or will have once the pair first talks (planned at creation; links are made on first use).
   transport::LinkKind linkKind(int peer) const;
   // "native", or the backend's name ("mpi").
   std::string_view backendName() const { return backend_ ? backend_->name() : "native"; }
   Backend* backend() const { return backend_.get(); }
-  // Every peer is reached over shared memory (false for a group of one).
+  // Every peer is (or will be, see linkKind) reached over shared memory (false for a group of
+  // one).
   bool allLinksShm() const { return allShm_; }
 
   // Collective (like MPI_Comm_split): ranks with the same color form a new group, ordered by
@@ -189,7 +194,8 @@ class Group : public std::enable_shared_from_this<Group> {
  private:
   friend class OpContext;
   Group(std::shared_ptr<store::Store> root, std::string prefix, int rank, int size, uint32_t id,
-        GroupOptions options, std::string secret, std::shared_ptr<void> secretHolder);
+        GroupOptions options, std::string secret, std::shared_ptr<void> secretHolder,
+        std::shared_ptr<transport::Acceptor> acceptor);
   Group(std::shared_ptr<Backend> backend, GroupOptions options);
   void runOp(transport::OpCode op, transport::FrameHeader base, const CallOptions& call,
              const std::function<void(OpContext&)>& body);
@@ -227,6 +233,9 @@ class Group : public std::enable_shared_from_this<Group> {
   GroupOptions options_;
   std::string secret_;
   std::shared_ptr<void> secretHolder_;
+  // This rank's listener for the world (shared with the world's other groups); before
+  // endpoint_, which unregisters from it.
+  std::shared_ptr<transport::Acceptor> acceptor_;
   std::unique_ptr<transport::Endpoint> endpoint_;  // native engine only
   std::shared_ptr<Backend> backend_;               // external library only
   std::string backendFailure_;                     // set once a backend operation failed
