@@ -177,6 +177,9 @@ GreetingStatus connect(int fd, const std::string& secret, Channel channel, uint3
   try {
     readAll(fd, &v, sizeof(v), deadline, what + ": handshake");
   } catch (const PeerError&) {
+    // A caller that takes refusals (a data connection's dialer) knows that the acceptor may be
+    // going away with its process: the close is its to judge.
+    if (refusal) throw;
     // Acceptors always answer a well-formed hello before closing; a close here means the
     // other side is not a current Shoal acceptor.
     SHOAL_THROW(ProtocolError, "{}: authentication failed: closed during the handshake", what);

@@ -109,7 +109,8 @@ VerdictCode checkVerdict(const std::string& secret, const Greeting& greeting, co
 // proof, cannot prove its own, asks for a secret we do not have, or is open while we hold a
 // secret (talking to an unauthenticated impostor would leak the job's data); PeerError if the
 // acceptor is busy or closes; TimeoutError at the deadline. An authenticated refusal (see
-// answer()) is returned in *refusal when the caller passes one, else thrown as ProtocolError.
+// answer()) is returned in *refusal when the caller passes one, else thrown as ProtocolError;
+// such a caller also gets a close before the verdict as the PeerError it is.
 GreetingStatus connect(int fd, const std::string& secret, Channel channel, uint32_t group,
                        int32_t from, int32_t to, const Deadline& deadline, const std::string& what,
                        VerdictCode* refusal = nullptr);

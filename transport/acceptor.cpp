@@ -154,7 +154,7 @@ void Acceptor::onHello(Conn& c) {
   // From here on the connector proved the secret: it is a rank of this job.
   if (route(c)) {
     c.fd.reset();
-  } else if (parked() >= kMaxParked) {
+  } else if (parkedNow_ >= kMaxParked) {
     SHOAL_LOG_WARN("acceptor {}: refused a hello for group {:08x} from rank {}: {} parked already",
                    address_.str(), c.hello.group, c.hello.from, kMaxParked);
     reply(c, auth::refuse(auth::VerdictCode::kWrongPeer));
@@ -173,10 +173,6 @@ void Acceptor::loop() {
     {
       std::lock_guard<std::mutex> lock(mutex_);
       if (stop_) return;
-      if (parkedCount_ != parked.size()) {
-        parkedCount_ = parked.size();
-        parkedChanged_.notify_all();
-      }
     }
     fds.clear();
     owners.clear();
@@ -247,15 +243,13 @@ void Acceptor::loop() {
         }
         c.in.append(buf, static_cast<size_t>(r));
         if (c.in.size() < sizeof(auth::Hello)) continue;
+        parkedNow_ = parked.size();
         onHello(c);
         if (c.fd.valid()) {
           // Parked: moved to the other list (std::list keeps the element where it is in memory).
           auto it = std::find_if(pending.begin(), pending.end(),
                                  [&](const Conn& x) { return &x == &c; });
           parked.splice(parked.end(), pending, it);
-          std::lock_guard<std::mutex> lock(mutex_);
-          ++parkedCount_;
-          parkedChanged_.notify_all();
         }
       } catch (const std::exception& e) {
         SHOAL_LOG_WARN("acceptor {}: dropped a connection: {}", address_.str(), e.what());
@@ -264,6 +258,13 @@ void Acceptor::loop() {
     }
     pending.remove_if([](const Conn& c) { return !c.fd.valid(); });
     parked.remove_if([](const Conn& c) { return !c.fd.valid(); });
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (parkedCount_ != parked.size()) {
+        parkedCount_ = parked.size();
+        parkedChanged_.notify_all();
+      }
+    }
     if (fds[1].revents & POLLIN) {
       while (pending.size() < kMaxPendingHandshakes) {
         int fd = ::accept4(listener_.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);

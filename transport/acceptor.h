@@ -87,7 +87,8 @@ class Acceptor {
   std::map<uint32_t, std::shared_ptr<Mesh>> groups_;
   std::set<uint32_t> departed_;
   std::deque<uint32_t> departedOrder_;  // bounds departed_
-  size_t parkedCount_ = 0;  // under mutex_
+  size_t parkedCount_ = 0;  // under mutex_, published by the thread after each round
+  size_t parkedNow_ = 0;    // the thread's own count
   mutable std::condition_variable parkedChanged_;
   bool stop_ = false;
   std::thread thread_;

@@ -241,6 +241,7 @@ auth::VerdictCode Mesh::attempt(int peer, const Deadline& deadline, std::unique_
       m.dialHandle_.reset();
     }
   } release{*this};
+  auth::VerdictCode code = auth::VerdictCode::kAccepted;
   try {
     // A stopped peer's kernel still completes the connection: its silence shows here, when the
     // greeting does not come.
@@ -248,27 +249,9 @@ auth::VerdictCode Mesh::attempt(int peer, const Deadline& deadline, std::unique_
       const Deadline first(std::clamp<Duration>(slowAt - Clock::now(), Duration(0), deadline.remaining()));
       if (!pollFor(sock.get(), POLLIN, first)) (*slow)();
     }
-    auth::VerdictCode code = auth::VerdictCode::kAccepted;
     auth::connect(sock.get(), plan_.secret, auth::Channel::kData, plan_.groupId, plan_.rank, peer,
                   deadline, what, &code);
-    switch (code) {
-      case auth::VerdictCode::kAccepted:
-        *link = dialedLink(plan_, peer, std::move(sock), deadline);
-        return code;
-      case auth::VerdictCode::kCollision:
-        return code;
-      case auth::VerdictCode::kDeparted: {
-        PeerError e(fmt::format("{}: peer {} left the group (destroyed it normally) before the two "
-                                "ever talked",
-                                what, peer));
-        e.setOrigin(peer);
-        throw e;
-      }
-      default:
-        throw ConnectionLost(
-            fmt::format("{}: peer {} aborted the group (it refused the connection)", what, peer),
-            peer);
-    }
+    if (code == auth::VerdictCode::kAccepted) *link = dialedLink(plan_, peer, std::move(sock), deadline);
   } catch (TimeoutError& e) {
     e.setOrigin(peer);  // the one rank this wait was for
     throw;
@@ -276,7 +259,32 @@ auth::VerdictCode Mesh::attempt(int peer, const Deadline& deadline, std::unique_
     if (interrupted_.load(std::memory_order_acquire)) {
       SHOAL_THROW(PeerError, "{}: interrupted while connecting ({})", what, e.what());
     }
+    // The peer closed while the connection was being made: its process is going away (after an
+    // abort, or not), which the caller finds out as for any lost connection (Note [Root cause]
+    // in comm/group.cpp).
+    if (dynamic_cast<const PeerError*>(&e) && !dynamic_cast<const ConnectionLost*>(&e)) {
+      throw ConnectionLost(
+          fmt::format("{}: peer {} closed the connection while it was being made ({})", what, peer,
+                      e.what()),
+          peer);
+    }
     throw;
+  }
+  switch (code) {
+    case auth::VerdictCode::kAccepted:
+    case auth::VerdictCode::kCollision:
+      return code;
+    case auth::VerdictCode::kDeparted: {
+      PeerError e(fmt::format(
+          "{}: peer {} left the group (destroyed it normally) before the two ever talked", what,
+          peer));
+      e.setOrigin(peer);
+      throw e;
+    }
+    default:
+      throw ConnectionLost(
+          fmt::format("{}: peer {} aborted the group (it refused the connection)", what, peer),
+          peer);
   }
 }
 
