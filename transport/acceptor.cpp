@@ -66,11 +66,11 @@ void Acceptor::add(std::shared_ptr<Mesh> mesh) {
   [[maybe_unused]] ssize_t w = ::write(wakeFd_.get(), &one, sizeof(one));
 }
 
-void Acceptor::remove(uint32_t groupId) {
+void Acceptor::remove(uint32_t groupId, bool aborted) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     groups_.erase(groupId);
-    if (departed_.insert(groupId).second) {
+    if (departed_.emplace(groupId, aborted).second) {
       departedOrder_.push_back(groupId);
       if (departedOrder_.size() > kMaxDeparted) {
         departed_.erase(departedOrder_.front());
@@ -101,16 +101,19 @@ void Acceptor::reply(Conn& c, const auth::Verdict& v) {
 bool Acceptor::route(Conn& c) {
   const auth::Hello& h = c.hello;
   std::shared_ptr<Mesh> mesh;
-  bool departed = false;
+  bool departed = false, aborted = false;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     auto it = groups_.find(h.group);
     if (it != groups_.end()) mesh = it->second;
-    departed = departed_.count(h.group) > 0;
+    auto gone = departed_.find(h.group);
+    departed = gone != departed_.end();
+    aborted = departed && gone->second;
   }
   if (!mesh && !departed) return false;
   if (!mesh) {
-    reply(c, auth::answer(options_.secret, c.greeting, h, auth::VerdictCode::kDeparted));
+    reply(c, auth::answer(options_.secret, c.greeting, h,
+                          aborted ? auth::VerdictCode::kAborted : auth::VerdictCode::kDeparted));
     return true;
   }
   const LinkPlan& plan = mesh->plan();
@@ -136,7 +139,7 @@ bool Acceptor::route(Conn& c) {
     mesh->deliver(from, acceptedLink(plan, from, std::move(c.fd), Deadline(plan.timeout)));
   } catch (const std::exception& e) {
     SHOAL_LOG_WARN("rank {} ← peer {}: connection set-up failed: {}", plan.rank, from, e.what());
-    mesh->failed(from, fmt::format("connection set-up failed: {}", e.what()));
+    mesh->failed(from, std::current_exception());
   }
   return true;
 }

@@ -13,7 +13,8 @@
 //   "aborted"); an accepted one is set up on this thread (shared-memory offer or TLS server,
 //   bounded by the group's timeout) and handed to the Mesh, which wakes its Endpoint;
 // - a group that was registered and is gone (or whose creation failed here): refused as
-//   "departed", so the dialer says "peer p left the group" at once;
+//   "departed", so the dialer says "peer p left the group" at once, or as "aborted" when it
+//   ended in an abort;
 // - a group not registered yet: parked (at most 256, each at most `parkTimeout`) until it is:
 //   a peer may finish creating a group and dial before this rank did.
 // Refusals after an authenticated hello carry the acceptor's own proof (auth::answer).
@@ -30,7 +31,6 @@
 #include <map>
 #include <memory>
 #include <mutex>
-#include <set>
 #include <string>
 #include <thread>
 
@@ -63,9 +63,9 @@ class Acceptor {
   // Routes hellos for mesh->plan().groupId to `mesh` from now on (parked ones included).
   // InvalidArgument if that id is registered already.
   void add(std::shared_ptr<Mesh> mesh);
-  // The group is gone at this rank (or was never completed): its hellos are refused as
-  // departed from now on. Idempotent.
-  void remove(uint32_t groupId);
+  // The group is gone at this rank (or was never completed): its hellos are refused from now on
+  // as departed, or as aborted if it ended in an abort. Idempotent.
+  void remove(uint32_t groupId, bool aborted = false);
 
   // Hellos parked now; waits until at least `n` are, or the deadline (tests).
   size_t parked() const;
@@ -85,7 +85,7 @@ class Acceptor {
   Fd wakeFd_;
   mutable std::mutex mutex_;
   std::map<uint32_t, std::shared_ptr<Mesh>> groups_;
-  std::set<uint32_t> departed_;
+  std::map<uint32_t, bool> departed_;  // gone here: whether aborted
   std::deque<uint32_t> departedOrder_;  // bounds departed_
   size_t parkedCount_ = 0;  // under mutex_, published by the thread after each round
   size_t parkedNow_ = 0;    // the thread's own count

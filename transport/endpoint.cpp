@@ -126,7 +126,7 @@ void Endpoint::connect(int peer, const Deadline& deadline, const std::function<v
 }
 
 Endpoint::~Endpoint() {
-  if (acceptor_) acceptor_->remove(mesh_->plan().groupId);
+  if (acceptor_) acceptor_->remove(mesh_->plan().groupId, aborted_);
   mesh_->close();
   if (aborted_) return;
   try {

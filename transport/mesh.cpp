@@ -145,6 +145,7 @@ void Mesh::close() noexcept {
     std::lock_guard<std::mutex> lock(mutex_);
     closed_ = true;
     left.swap(arrived_);
+    if (aborted_) return;  // then only the close speaks (Endpoint::abort told what it could)
   }
   // Links nobody will take: the peers must not take this close for a crash.
   FrameHeader bye;
@@ -183,7 +184,7 @@ void Mesh::deliver(int from, std::unique_ptr<Link> link) noexcept {
     iovec iov{&bye, sizeof(bye)};
     // Gone: a goodbye ("left the group"). Aborted: only the close; the peer then finds this
     // rank's abort record (Note [Root cause] in comm/group.cpp).
-    if (closed_) link->writeControl(&iov, 1);
+    if (closed_ && !aborted_) link->writeControl(&iov, 1);
     link->shutdown();
     return;
   }
@@ -192,20 +193,17 @@ void Mesh::deliver(int from, std::unique_ptr<Link> link) noexcept {
     arrived_.emplace_back(from, std::move(link));
   } catch (...) {
     state_.at(from) = State::kFailed;
-    failure_.at(from) = "out of memory";
+    failure_.at(from) = std::current_exception();
   }
   arrivalCount_.fetch_add(1, std::memory_order_release);
   changed_.notify_all();
   wakeLocked();
 }
 
-void Mesh::failed(int from, const std::string& why) noexcept {
+void Mesh::failed(int from, std::exception_ptr error) noexcept {
   std::lock_guard<std::mutex> lock(mutex_);
   state_.at(from) = State::kFailed;
-  try {
-    failure_.at(from) = why;
-  } catch (...) {
-  }
+  failure_.at(from) = std::move(error);
   changed_.notify_all();
   wakeLocked();
 }
@@ -216,8 +214,7 @@ std::vector<std::pair<int, std::unique_ptr<Link>>> Mesh::takeArrivals() {
 }
 
 void Mesh::throwFailure(int peer) {
-  throw ConnectionLost(fmt::format("rank {} ↔ peer {}: {}", plan_.rank, peer, failure_[peer]),
-                       peer);
+  std::rethrow_exception(failure_[peer]);
 }
 
 auth::VerdictCode Mesh::attempt(int peer, const Deadline& deadline, std::unique_ptr<Link>* link,
@@ -333,7 +330,7 @@ std::unique_ptr<Link> Mesh::dial(int peer, const Deadline& deadline,
         // Final for the pair, unless the acceptor took over meanwhile (its link then counts).
         if (state_[peer] == State::kDialing && !dynamic_cast<const TimeoutError*>(&e)) {
           state_[peer] = State::kFailed;
-          failure_[peer] = e.what();
+          failure_[peer] = std::current_exception();
         }
         throw;
       }

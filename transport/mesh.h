@@ -19,6 +19,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <exception>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -49,8 +50,9 @@ class Mesh {
   // simultaneous dial the peer won, or one the acceptor took first): it is then among
   // takeArrivals(). Throws, naming the peer: PeerError "left the group" when the peer's group
   // was destroyed, ConnectionLost when the peer aborted it or is gone (nothing listens), PeerError
-  // after interrupt(), TimeoutError at the deadline, and what the set-up throws. A failure is
-  // final for the pair: a later dial() throws it again.
+  // after interrupt(), TimeoutError at the deadline, and what the set-up throws (on either end:
+  // the acceptor's error is rethrown here). A failure is final for the pair: a later dial()
+  // throws it again.
   // `onSlow` (if set) is called once when the dial has waited `slowAfter` (the peer's acceptor
   // has not answered, or the link from the other end has not come): the caller's "blocked"
   // diagnostics (transport::EndpointOptions::slowAfter).
@@ -94,7 +96,7 @@ class Mesh {
   auth::VerdictCode admit(int from);
   // The accepted pair's link is ready, or its set-up failed (`why`).
   void deliver(int from, std::unique_ptr<Link> link) noexcept;
-  void failed(int from, const std::string& why) noexcept;
+  void failed(int from, std::exception_ptr error) noexcept;
 
  private:
   enum class State : uint8_t { kNone, kDialing, kAccepting, kConnected, kFailed };
@@ -112,7 +114,7 @@ class Mesh {
   std::atomic<uint64_t> dials_{0};
   std::atomic<uint64_t> collisions_{0};
   std::vector<State> state_;
-  std::vector<std::string> failure_;  // why the pair failed (State::kFailed)
+  std::vector<std::exception_ptr> failure_;  // why the pair failed (State::kFailed)
   std::vector<std::pair<int, std::unique_ptr<Link>>> arrived_;
   std::atomic<uint64_t> arrivalCount_{0};
   Fd dialHandle_;  // a dup of the socket being dialed, for interrupt() to shut down
