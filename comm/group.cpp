@@ -35,7 +35,8 @@ constexpr Duration kReportBudget = std::chrono::milliseconds(400);  // who is wh
 constexpr Duration kRecordBudget = std::chrono::milliseconds(200);  // our abort record
 constexpr Duration kLookupBudget = std::chrono::milliseconds(300);  // a peer's abort record
 
-std::shared_ptr<transport::Acceptor> makeAcceptor(const GroupOptions& o, const std::string& secret) {
+std::shared_ptr<transport::Acceptor> makeAcceptor(const GroupOptions& o,
+                                                  const std::string& secret) {
   transport::AcceptorOptions a;
   a.listenAddress = o.listenAddress;
   a.secret = secret;

@@ -141,8 +141,8 @@ VerdictCode checkVerdict(const std::string& secret, const Greeting& greeting, co
 }
 
 GreetingStatus connect(int fd, const std::string& secret, Channel channel, uint32_t group,
-                       int32_t from, int32_t to, const Deadline& deadline,
-                       const std::string& what, VerdictCode* refusal) {
+                       int32_t from, int32_t to, const Deadline& deadline, const std::string& what,
+                       VerdictCode* refusal) {
   Greeting g{};
   readAll(fd, &g, sizeof(g), deadline, what + ": handshake");
   if (g.magic != kGreetingMagic || g.version != kVersion) {

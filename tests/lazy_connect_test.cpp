@@ -39,7 +39,8 @@ void exchange(comm::Group& g, const std::vector<int>& to, const void* out,
     std::vector<Transfer> batch;
     for (int p : to) batch.push_back(ctx.send(p, 0, out, bytes));
     in.assign(from.size(), std::vector<uint8_t>(bytes));
-    for (size_t i = 0; i < from.size(); ++i) batch.push_back(ctx.recv(from[i], 0, in[i].data(), bytes));
+    for (size_t i = 0; i < from.size(); ++i)
+      batch.push_back(ctx.recv(from[i], 0, in[i].data(), bytes));
     ctx.run(batch);
   });
 }
@@ -89,27 +90,28 @@ TEST(LazyConnect, RingNeighboursOnly) {
 TEST(LazyConnect, GridOfSubGroupsConnectsOnlyPairsThatTalk) {
   // 2 x 2 x 2: rank = dp * 4 + pp * 2 + tp. Tensor- and pipeline-parallel pairs talk; the
   // data-parallel groups and the world never do.
-  auto errors = test::runThreadRanks(8, test::testOptions(TransportKind::kAuto, 60), [](comm::Group& w) {
-    const int r = w.rank(), dp = r / 4, pp = (r / 2) % 2, tp = r % 2;
-    auto tpGroup = w.split(dp * 2 + pp, r);
-    auto ppGroup = w.split(dp * 2 + tp, r);
-    auto dpGroup = w.split(pp * 2 + tp, r);
-    ASSERT_EQ(tpGroup->size(), 2);
-    ASSERT_EQ(ppGroup->size(), 2);
-    ASSERT_EQ(dpGroup->size(), 2);
-    const uint32_t mine = static_cast<uint32_t>(r);
-    for (auto* g : {tpGroup.get(), ppGroup.get()}) {
-      std::vector<std::vector<uint8_t>> got;
-      const int other = 1 - g->rank();
-      exchange(*g, {other}, &mine, {other}, got, sizeof(mine));
-      uint32_t v;
-      std::memcpy(&v, got[0].data(), 4);
-      EXPECT_EQ(v, static_cast<uint32_t>(g == tpGroup.get() ? r ^ 1 : r ^ 2));
-      EXPECT_EQ(g->endpoint().connectedPeers(), 1);
-    }
-    EXPECT_EQ(dpGroup->endpoint().connectedPeers(), 0);
-    EXPECT_EQ(w.endpoint().connectedPeers(), 0);
-  });
+  auto errors =
+      test::runThreadRanks(8, test::testOptions(TransportKind::kAuto, 60), [](comm::Group& w) {
+        const int r = w.rank(), dp = r / 4, pp = (r / 2) % 2, tp = r % 2;
+        auto tpGroup = w.split(dp * 2 + pp, r);
+        auto ppGroup = w.split(dp * 2 + tp, r);
+        auto dpGroup = w.split(pp * 2 + tp, r);
+        ASSERT_EQ(tpGroup->size(), 2);
+        ASSERT_EQ(ppGroup->size(), 2);
+        ASSERT_EQ(dpGroup->size(), 2);
+        const uint32_t mine = static_cast<uint32_t>(r);
+        for (auto* g : {tpGroup.get(), ppGroup.get()}) {
+          std::vector<std::vector<uint8_t>> got;
+          const int other = 1 - g->rank();
+          exchange(*g, {other}, &mine, {other}, got, sizeof(mine));
+          uint32_t v;
+          std::memcpy(&v, got[0].data(), 4);
+          EXPECT_EQ(v, static_cast<uint32_t>(g == tpGroup.get() ? r ^ 1 : r ^ 2));
+          EXPECT_EQ(g->endpoint().connectedPeers(), 1);
+        }
+        EXPECT_EQ(dpGroup->endpoint().connectedPeers(), 0);
+        EXPECT_EQ(w.endpoint().connectedPeers(), 0);
+      });
   for (int r = 0; r < 8; ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
 }
 
@@ -145,8 +147,9 @@ TEST_P(SimultaneousFirstUse, BothEndsSend64MiBAtOnceOverManyGenerations) {
           std::vector<std::vector<uint8_t>> got;
           storeBarrier(*store, fmt::format("gen{}", gen), 2);  // both dial within microseconds
           exchange(*g, {1 - rank}, out.data(), {1 - rank}, got, bytes);
-          SHOAL_CHECK(got[0].front() == 'a' + (1 - rank) + 2 * gen && got[0].back() == got[0].front(),
-                      "generation {}: wrong payload", gen);
+          SHOAL_CHECK(
+              got[0].front() == 'a' + (1 - rank) + 2 * gen && got[0].back() == got[0].front(),
+              "generation {}: wrong payload", gen);
           SHOAL_CHECK(g->endpoint().connectedPeers() == 1, "generation {}", gen);
           collisions += g->endpoint().mesh().collisions();
         }
@@ -158,48 +161,51 @@ TEST_P(SimultaneousFirstUse, BothEndsSend64MiBAtOnceOverManyGenerations) {
   for (auto& t : ranks) t.join();
   EXPECT_EQ(errors[0], "");
   EXPECT_EQ(errors[1], "");
-  std::cerr << f.name << ": " << collisions << " collisions in " << generations
-            << " generations\n";
+  std::cerr << f.name << ": " << collisions << " collisions in " << generations << " generations\n";
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Links, SimultaneousFirstUse,
-    ::testing::Values(Flavor{"shm", TransportKind::kAuto, EncryptMode::kAuto, transport::LinkKind::kShm},
-                      Flavor{"tcp", TransportKind::kTcp, EncryptMode::kAuto, transport::LinkKind::kTcp},
-                      Flavor{"tls", TransportKind::kTcp, EncryptMode::kOn, transport::LinkKind::kTls}),
-    [](const auto& info) { return std::string(info.param.name); });
+INSTANTIATE_TEST_SUITE_P(Links, SimultaneousFirstUse,
+                         ::testing::Values(Flavor{"shm", TransportKind::kAuto, EncryptMode::kAuto,
+                                                  transport::LinkKind::kShm},
+                                           Flavor{"tcp", TransportKind::kTcp, EncryptMode::kAuto,
+                                                  transport::LinkKind::kTcp},
+                                           Flavor{"tls", TransportKind::kTcp, EncryptMode::kOn,
+                                                  transport::LinkKind::kTls}),
+                         [](const auto& info) { return std::string(info.param.name); });
 
 // The point-to-point API (channels on pair groups of their own) first used both ways at once.
 TEST(LazyConnect, IsendBothWaysAsFirstOperation) {
   const size_t count = 16u << 20;  // 64 MiB of float
-  auto errors = test::runThreadRanks(2, test::testOptions(TransportKind::kAuto, 60), [&](comm::Group& g) {
-    std::vector<float> out(count, static_cast<float>(g.rank() + 1)), in(count, 0.0f);
-    auto s = comm::isend(g, out.data(), count, DataType::kFloat32, 1 - g.rank());
-    auto r = comm::irecv(g, in.data(), count, DataType::kFloat32, 1 - g.rank());
-    s->wait();
-    r->wait();
-    EXPECT_EQ(in.front(), static_cast<float>(2 - g.rank()));
-    EXPECT_EQ(in.back(), static_cast<float>(2 - g.rank()));
-  });
+  auto errors =
+      test::runThreadRanks(2, test::testOptions(TransportKind::kAuto, 60), [&](comm::Group& g) {
+        std::vector<float> out(count, static_cast<float>(g.rank() + 1)), in(count, 0.0f);
+        auto s = comm::isend(g, out.data(), count, DataType::kFloat32, 1 - g.rank());
+        auto r = comm::irecv(g, in.data(), count, DataType::kFloat32, 1 - g.rank());
+        s->wait();
+        r->wait();
+        EXPECT_EQ(in.front(), static_cast<float>(2 - g.rank()));
+        EXPECT_EQ(in.back(), static_cast<float>(2 - g.rank()));
+      });
   EXPECT_EQ(errors[0], "");
   EXPECT_EQ(errors[1], "");
 }
 
 TEST(LazyConnect, FirstUseFromAReceive) {
-  auto errors = test::runThreadRanks(2, test::testOptions(TransportKind::kAuto, 60), [](comm::Group& g) {
-    uint64_t v = 42;
-    std::vector<std::vector<uint8_t>> got;
-    if (g.rank() == 0) {
-      exchange(g, {}, nullptr, {1}, got, sizeof(v));  // dials rank 1 from the receive
-      std::memcpy(&v, got[0].data(), 8);
-      EXPECT_EQ(v, 42u);
-    } else {
-      // The link arrives through this rank's acceptor while this thread only waits.
-      EXPECT_TRUE(g.endpoint().mesh().waitConnected(0, Deadline(30s)));
-      exchange(g, {0}, &v, {}, got, sizeof(v));
-      EXPECT_EQ(g.endpoint().mesh().dials(), 0u) << "rank 1 dialed although rank 0 had";
-    }
-  });
+  auto errors =
+      test::runThreadRanks(2, test::testOptions(TransportKind::kAuto, 60), [](comm::Group& g) {
+        uint64_t v = 42;
+        std::vector<std::vector<uint8_t>> got;
+        if (g.rank() == 0) {
+          exchange(g, {}, nullptr, {1}, got, sizeof(v));  // dials rank 1 from the receive
+          std::memcpy(&v, got[0].data(), 8);
+          EXPECT_EQ(v, 42u);
+        } else {
+          // The link arrives through this rank's acceptor while this thread only waits.
+          EXPECT_TRUE(g.endpoint().mesh().waitConnected(0, Deadline(30s)));
+          exchange(g, {0}, &v, {}, got, sizeof(v));
+          EXPECT_EQ(g.endpoint().mesh().dials(), 0u) << "rank 1 dialed although rank 0 had";
+        }
+      });
   EXPECT_EQ(errors[0], "");
   EXPECT_EQ(errors[1], "");
 }

@@ -119,9 +119,10 @@ bool Acceptor::route(Conn& c) {
   const LinkPlan& plan = mesh->plan();
   if (h.to != plan.rank || h.from < 0 || h.from >= plan.size || h.from == plan.rank) {
     // Proved the secret, so a confused rank of this job, not an attacker: say so loudly.
-    SHOAL_LOG_WARN("rank {}: rejected a hello for group {:08x} from rank {} to rank {} (this is "
-                   "rank {} of {})",
-                   plan.rank, h.group, h.from, h.to, plan.rank, plan.size);
+    SHOAL_LOG_WARN(
+        "rank {}: rejected a hello for group {:08x} from rank {} to rank {} (this is "
+        "rank {} of {})",
+        plan.rank, h.group, h.from, h.to, plan.rank, plan.size);
     reply(c, auth::refuse(auth::VerdictCode::kWrongPeer));
     return true;
   }
@@ -147,7 +148,8 @@ bool Acceptor::route(Conn& c) {
 void Acceptor::onHello(Conn& c) {
   std::memcpy(&c.hello, c.in.data(), sizeof(c.hello));
   std::string why;
-  auth::Verdict v = auth::checkHello(options_.secret, c.greeting, c.hello, auth::Channel::kData, &why);
+  auth::Verdict v =
+      auth::checkHello(options_.secret, c.greeting, c.hello, auth::Channel::kData, &why);
   if (v.code != static_cast<uint32_t>(auth::VerdictCode::kAccepted)) {
     SHOAL_LOG_WARN("acceptor {}: rejected a connection: {}", address_.str(), why);
     reply(c, v);
@@ -192,8 +194,8 @@ void Acceptor::loop() {
       }
     }
     const auto waitMs = std::chrono::ceil<std::chrono::milliseconds>(wake - Clock::now()).count();
-    if (::poll(fds.data(), fds.size(), static_cast<int>(std::clamp<long long>(waitMs, 0, 1 << 30))) <
-        0) {
+    if (::poll(fds.data(), fds.size(),
+               static_cast<int>(std::clamp<long long>(waitMs, 0, 1 << 30))) < 0) {
       if (errno == EINTR) continue;
       SHOAL_LOG_WARN("acceptor {}: poll failed: {}", address_.str(), std::strerror(errno));
       return;
@@ -217,10 +219,11 @@ void Acceptor::loop() {
           } else if (route(c)) {
             c.fd.reset();
           } else if (now >= c.deadline) {
-            SHOAL_LOG_WARN("acceptor {}: rank {} dialed group {:08x}, which was not created here "
-                           "within {:.1f} s",
-                           address_.str(), c.hello.from, c.hello.group,
-                           std::chrono::duration<double>(options_.parkTimeout).count());
+            SHOAL_LOG_WARN(
+                "acceptor {}: rank {} dialed group {:08x}, which was not created here "
+                "within {:.1f} s",
+                address_.str(), c.hello.from, c.hello.group,
+                std::chrono::duration<double>(options_.parkTimeout).count());
             reply(c, auth::refuse(auth::VerdictCode::kWrongPeer));
             c.fd.reset();
           }
@@ -228,9 +231,9 @@ void Acceptor::loop() {
         }
         if (revents == 0) {
           if (now >= c.deadline) {
-            SHOAL_LOG_WARN("acceptor {}: closed a connection that sent no handshake within {:.1f} s",
-                           address_.str(),
-                           std::chrono::duration<double>(options_.handshakeTimeout).count());
+            SHOAL_LOG_WARN(
+                "acceptor {}: closed a connection that sent no handshake within {:.1f} s",
+                address_.str(), std::chrono::duration<double>(options_.handshakeTimeout).count());
             c.fd.reset();
           }
           continue;
@@ -250,8 +253,8 @@ void Acceptor::loop() {
         onHello(c);
         if (c.fd.valid()) {
           // Parked: moved to the other list (std::list keeps the element where it is in memory).
-          auto it = std::find_if(pending.begin(), pending.end(),
-                                 [&](const Conn& x) { return &x == &c; });
+          auto it =
+              std::find_if(pending.begin(), pending.end(), [&](const Conn& x) { return &x == &c; });
           parked.splice(parked.end(), pending, it);
         }
       } catch (const std::exception& e) {
@@ -277,7 +280,10 @@ void Acceptor::loop() {
           }
           break;
         }
-        Conn c{Fd(fd), auth::makeGreeting(auth::GreetingStatus::kChallenge), {}, {},
+        Conn c{Fd(fd),
+               auth::makeGreeting(auth::GreetingStatus::kChallenge),
+               {},
+               {},
                Clock::now() + options_.handshakeTimeout};
         setNoDelay(c.fd.get());
         // The greeting fits any fresh socket's send buffer; a peer that resets is just closed.

@@ -85,10 +85,10 @@ class Acceptor {
   Fd wakeFd_;
   mutable std::mutex mutex_;
   std::map<uint32_t, std::shared_ptr<Mesh>> groups_;
-  std::map<uint32_t, bool> departed_;  // gone here: whether aborted
+  std::map<uint32_t, bool> departed_;   // gone here: whether aborted
   std::deque<uint32_t> departedOrder_;  // bounds departed_
-  size_t parkedCount_ = 0;  // under mutex_, published by the thread after each round
-  size_t parkedNow_ = 0;    // the thread's own count
+  size_t parkedCount_ = 0;              // under mutex_, published by the thread after each round
+  size_t parkedNow_ = 0;                // the thread's own count
   mutable std::condition_variable parkedChanged_;
   bool stop_ = false;
   std::thread thread_;

@@ -16,8 +16,7 @@ std::unique_ptr<Endpoint> bootstrapEndpoint(const BootstrapOptions& o) {
   if (o.size == 1) {
     plan.kinds.assign(1, LinkKind::kTcp);
     plan.peers.resize(1);
-    return std::make_unique<Endpoint>(std::make_shared<Mesh>(std::move(plan)), nullptr,
-                                      o.endpoint);
+    return std::make_unique<Endpoint>(std::make_shared<Mesh>(std::move(plan)), nullptr, o.endpoint);
   }
   SHOAL_CHECK(o.acceptor != nullptr, "rank {}: a group of {} needs an acceptor", o.rank, o.size);
   plan.secret = o.secret;
@@ -47,7 +46,8 @@ std::unique_ptr<Endpoint> bootstrapEndpoint(const BootstrapOptions& o) {
       continue;
     }
     try {
-      plan.peers[p] = decodeRecord(o.store->get(fmt::format("peer/{}", p), deadline.remaining()), p);
+      plan.peers[p] =
+          decodeRecord(o.store->get(fmt::format("peer/{}", p), deadline.remaining()), p);
     } catch (const TimeoutError&) {
       SHOAL_THROW(TimeoutError, "rank {}: rank {} did not join the group within {:.1f} s", o.rank,
                   p, deadline.timeoutSeconds());
@@ -55,10 +55,11 @@ std::unique_ptr<Endpoint> bootstrapEndpoint(const BootstrapOptions& o) {
   }
   planLinks(plan, o.transport);
   for (int p = 0; p < o.size; ++p) {
-    if (p != o.rank) SHOAL_LOG_DEBUG("rank {} ↔ peer {}: {} (planned)", o.rank, p, toString(plan.kinds[p]));
+    if (p != o.rank)
+      SHOAL_LOG_DEBUG("rank {} ↔ peer {}: {} (planned)", o.rank, p, toString(plan.kinds[p]));
   }
-  auto endpoint = std::make_unique<Endpoint>(std::make_shared<Mesh>(std::move(plan)), o.acceptor,
-                                             o.endpoint);
+  auto endpoint =
+      std::make_unique<Endpoint>(std::make_shared<Mesh>(std::move(plan)), o.acceptor, o.endpoint);
   abandon.acceptor = nullptr;
   return endpoint;
 }

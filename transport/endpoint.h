@@ -158,8 +158,7 @@ class Endpoint {
            std::shared_ptr<shm::Segment> ownBell, EndpointOptions options);
   // Links made on first use through `mesh`; registers it with `acceptor` (which then hands this
   // endpoint the links peers make) until destruction.
-  Endpoint(std::shared_ptr<Mesh> mesh, std::shared_ptr<Acceptor> acceptor,
-           EndpointOptions options);
+  Endpoint(std::shared_ptr<Mesh> mesh, std::shared_ptr<Acceptor> acceptor, EndpointOptions options);
   // Unregisters from the acceptor (peers that dial later hear "departed") and, unless aborted,
   // says goodbye to every connected peer: a peer that sees this end close while it still waits
   // on others must not take it for a crash.

@@ -93,14 +93,15 @@ void planLinks(LinkPlan& plan, TransportKind transport) {
     // agreement made at set-up (common/encryption.h) comes out as decided here.
     const encryption::Offer offer = encryption::makeOffer(plan.encrypt, cross);
     std::string why;
-    plan.kinds[p] = encryption::decide(offer, offer, &why).value_or(false) ? LinkKind::kTls
-                                                                           : LinkKind::kTcp;
+    plan.kinds[p] =
+        encryption::decide(offer, offer, &why).value_or(false) ? LinkKind::kTls : LinkKind::kTcp;
   }
 }
 
 std::unique_ptr<Link> dialedLink(const LinkPlan& plan, int peer, Fd sock,
                                  const Deadline& deadline) {
-  if (plan.kinds[peer] != LinkKind::kShm) return tcpLink(plan, peer, std::move(sock), true, deadline);
+  if (plan.kinds[peer] != LinkKind::kShm)
+    return tcpLink(plan, peer, std::move(sock), true, deadline);
   const std::string what = fmt::format("rank {} → peer {}", plan.rank, peer);
   ShmOffer offer{};
   readAll(sock.get(), &offer, sizeof(offer), deadline, what + ": shared-memory offer");

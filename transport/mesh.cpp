@@ -243,12 +243,14 @@ auth::VerdictCode Mesh::attempt(int peer, const Deadline& deadline, std::unique_
     // A stopped peer's kernel still completes the connection: its silence shows here, when the
     // greeting does not come.
     if (slow) {
-      const Deadline first(std::clamp<Duration>(slowAt - Clock::now(), Duration(0), deadline.remaining()));
+      const Deadline first(
+          std::clamp<Duration>(slowAt - Clock::now(), Duration(0), deadline.remaining()));
       if (!pollFor(sock.get(), POLLIN, first)) (*slow)();
     }
     auth::connect(sock.get(), plan_.secret, auth::Channel::kData, plan_.groupId, plan_.rank, peer,
                   deadline, what, &code);
-    if (code == auth::VerdictCode::kAccepted) *link = dialedLink(plan_, peer, std::move(sock), deadline);
+    if (code == auth::VerdictCode::kAccepted)
+      *link = dialedLink(plan_, peer, std::move(sock), deadline);
   } catch (TimeoutError& e) {
     e.setOrigin(peer);  // the one rank this wait was for
     throw;
@@ -354,8 +356,8 @@ std::unique_ptr<Link> Mesh::dial(int peer, const Deadline& deadline,
       e.setOrigin(peer);
       throw e;
     }
-    auto until = state_[peer] == State::kDialing ? std::min(redialAt, deadline.end())
-                                                 : deadline.end();
+    auto until =
+        state_[peer] == State::kDialing ? std::min(redialAt, deadline.end()) : deadline.end();
     if (!slowFired) until = std::min(until, slowAt);
     changed_.wait_until(lock, until);
     if (!slowFired && Clock::now() >= slowAt) {
