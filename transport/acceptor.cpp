@@ -13,6 +13,7 @@
 
 #include "common/error.h"
 #include "common/log.h"
+#include "transport/auth.h"
 
 namespace shoal::transport {
 
@@ -117,12 +118,9 @@ bool Acceptor::route(Conn& c) {
     return true;
   }
   const LinkPlan& plan = mesh->plan();
-  if (h.to != plan.rank || h.from < 0 || h.from >= plan.size || h.from == plan.rank) {
+  if (auto wrong = misaddressed(h, plan.groupId, plan.rank, plan.size)) {
     // Proved the secret, so a confused rank of this job, not an attacker: say so loudly.
-    SHOAL_LOG_WARN(
-        "rank {}: rejected a hello for group {:08x} from rank {} to rank {} (this is "
-        "rank {} of {})",
-        plan.rank, h.group, h.from, h.to, plan.rank, plan.size);
+    SHOAL_LOG_WARN("rank {}: rejected a connection: {}", plan.rank, *wrong);
     reply(c, auth::refuse(auth::VerdictCode::kWrongPeer));
     return true;
   }

@@ -43,6 +43,9 @@ namespace shoal::transport {
 // aborted), the waiter would only learn at its deadline; so it dials again now and then (from
 // 20 ms doubling to 1 s, while still dialing): the other end then answers "aborted", or
 // collision again while its own dial is still on its way. Every wait has the caller's deadline.
+// A dial that fails (refused as departed or aborted, or nobody listens) while this end's
+// acceptor has taken the pair over does not fail the pair: the peer dialed first, sent, and left
+// or aborted; its link, with what it sent and then its goodbye or abort, tells the rest.
 
 namespace {
 
@@ -329,8 +332,12 @@ std::unique_ptr<Link> Mesh::dial(int peer, const Deadline& deadline,
         code = attempt(peer, deadline, &link, slowFired ? nullptr : &slow, slowAt);
       } catch (const Error& e) {
         lock.lock();
-        // Final for the pair, unless the acceptor took over meanwhile (its link then counts).
-        if (state_[peer] == State::kDialing && !dynamic_cast<const TimeoutError*>(&e)) {
+        // The acceptor took over meanwhile: the peer's link counts, whatever became of our
+        // dial. A peer that sent and then left (or aborted) answers our late hello so, while
+        // its link, holding what it sent and then its goodbye, is ours to read.
+        if (state_[peer] == State::kAccepting || state_[peer] == State::kConnected) continue;
+        // Otherwise final for the pair (a timeout only ends this call: see kDialing above).
+        if (!dynamic_cast<const TimeoutError*>(&e)) {
           state_[peer] = State::kFailed;
           failure_[peer] = std::current_exception();
         }
