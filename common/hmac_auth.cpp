@@ -64,6 +64,21 @@ Verdict refuse(VerdictCode code) {
   return Verdict{kVerdictMagic, static_cast<uint32_t>(code), {}};
 }
 
+namespace {
+// The role letter of an acceptor's proof: 'A' accepts; each authenticated refusal has its own
+// letter, so a proof for one code cannot be passed off as another.
+char answerRole(VerdictCode code) {
+  return code == VerdictCode::kAccepted ? 'A' : static_cast<char>('a' + static_cast<int>(code));
+}
+}  // namespace
+
+Verdict answer(const std::string& secret, const Greeting& greeting, const Hello& hello,
+               VerdictCode code) {
+  Verdict v = refuse(code);
+  mac(secret, answerRole(code), hello, greeting.nonce, v.mac);
+  return v;
+}
+
 Verdict checkHello(const std::string& secret, const Greeting& greeting, const Hello& hello,
                    Channel channel, std::string* why) {
   if (hello.magic != kHelloMagic || hello.version != kVersion) {
@@ -90,14 +105,17 @@ Verdict checkHello(const std::string& secret, const Greeting& greeting, const He
   return v;
 }
 
-void checkVerdict(const std::string& secret, const Greeting& greeting, const Hello& hello,
-                  const Verdict& verdict, const std::string& what) {
+VerdictCode checkVerdict(const std::string& secret, const Greeting& greeting, const Hello& hello,
+                         const Verdict& verdict, const std::string& what) {
   if (verdict.magic != kVerdictMagic) {
     SHOAL_THROW(ProtocolError, "{}: not a Shoal handshake reply (magic 0x{:08x})", what,
                 verdict.magic);
   }
   switch (static_cast<VerdictCode>(verdict.code)) {
     case VerdictCode::kAccepted:
+    case VerdictCode::kDeparted:
+    case VerdictCode::kAborted:
+    case VerdictCode::kCollision:
       break;
     case VerdictCode::kWrongSecret:
       SHOAL_THROW(ProtocolError,
@@ -110,19 +128,21 @@ void checkVerdict(const std::string& secret, const Greeting& greeting, const Hel
     default:
       SHOAL_THROW(ProtocolError, "{}: unknown handshake verdict {}", what, verdict.code);
   }
+  const auto code = static_cast<VerdictCode>(verdict.code);
   uint8_t expected[kMacBytes];
-  mac(secret, 'A', hello, greeting.nonce, expected);
+  mac(secret, answerRole(code), hello, greeting.nonce, expected);
   if (!equalMacs(expected, verdict.mac)) {
     SHOAL_THROW(ProtocolError,
                 "{}: authentication failed: the other side could not prove the job secret "
                 "(different SHOAL_SECRET, or not a Shoal process)",
                 what);
   }
+  return code;
 }
 
 GreetingStatus connect(int fd, const std::string& secret, Channel channel, uint32_t group,
-                       int32_t from, int32_t to, const Deadline& deadline,
-                       const std::string& what) {
+                       int32_t from, int32_t to, const Deadline& deadline, const std::string& what,
+                       VerdictCode* refusal) {
   Greeting g{};
   readAll(fd, &g, sizeof(g), deadline, what + ": handshake");
   if (g.magic != kGreetingMagic || g.version != kVersion) {
@@ -157,11 +177,19 @@ GreetingStatus connect(int fd, const std::string& secret, Channel channel, uint3
   try {
     readAll(fd, &v, sizeof(v), deadline, what + ": handshake");
   } catch (const PeerError&) {
+    // A caller that takes refusals (a data connection's dialer) knows that the acceptor may be
+    // going away with its process: the close is its to judge.
+    if (refusal) throw;
     // Acceptors always answer a well-formed hello before closing; a close here means the
     // other side is not a current Shoal acceptor.
     SHOAL_THROW(ProtocolError, "{}: authentication failed: closed during the handshake", what);
   }
-  checkVerdict(secret, g, h, v, what);
+  const VerdictCode code = checkVerdict(secret, g, h, v, what);
+  if (refusal) {
+    *refusal = code;
+  } else if (code != VerdictCode::kAccepted) {
+    SHOAL_THROW(ProtocolError, "{}: refused (verdict {})", what, v.code);
+  }
   return GreetingStatus::kChallenge;
 }
 

@@ -44,6 +44,13 @@ enum class VerdictCode : uint32_t {
   kAccepted = 1,
   kWrongSecret = 2,  // the connector's proof did not verify
   kWrongPeer = 3,    // proof fine, but the hello is for another group, rank or channel
+  // Authenticated refusals of a data connection (transport/acceptor.h): the connector proved
+  // the secret and the acceptor proves it back (its MAC covers the code), so the connector can
+  // act on them: the group is gone here, this rank aborted it, or the pair is being connected
+  // from the other side (Note [Simultaneous dial] in transport/mesh.cpp).
+  kDeparted = 4,
+  kAborted = 5,
+  kCollision = 6,
 };
 
 #pragma pack(push, 1)
@@ -84,11 +91,16 @@ Hello makeHello(const std::string& secret, const Greeting& greeting, Channel cha
 Verdict checkHello(const std::string& secret, const Greeting& greeting, const Hello& hello,
                    Channel channel, std::string* why);
 Verdict refuse(VerdictCode code);
+// Acceptor, for a hello that checkHello() accepted: an authenticated refusal (kDeparted,
+// kAborted, kCollision) whose MAC proves the secret and binds the code to this exchange.
+Verdict answer(const std::string& secret, const Greeting& greeting, const Hello& hello,
+               VerdictCode code);
 
 // Connector: checks the acceptor's verdict. Throws ProtocolError naming `what` when the acceptor
 // refused ("authentication failed: wrong job secret?") or could not prove the secret itself.
-void checkVerdict(const std::string& secret, const Greeting& greeting, const Hello& hello,
-                  const Verdict& verdict, const std::string& what);
+// Returns kAccepted, or an authenticated refusal (see answer()) whose proof verified.
+VerdictCode checkVerdict(const std::string& secret, const Greeting& greeting, const Hello& hello,
+                         const Verdict& verdict, const std::string& what);
 
 // Connector, blocking, on a connected non-blocking socket: reads the greeting and, if
 // challenged, runs the whole handshake. Returns the greeting's status (kChallenge after a
@@ -96,9 +108,12 @@ void checkVerdict(const std::string& secret, const Greeting& greeting, const Hel
 // Throws, naming `what`: ProtocolError for a peer that is not a Shoal acceptor, refuses our
 // proof, cannot prove its own, asks for a secret we do not have, or is open while we hold a
 // secret (talking to an unauthenticated impostor would leak the job's data); PeerError if the
-// acceptor is busy or closes; TimeoutError at the deadline.
+// acceptor is busy or closes; TimeoutError at the deadline. An authenticated refusal (see
+// answer()) is returned in *refusal when the caller passes one, else thrown as ProtocolError;
+// such a caller also gets a close before the verdict as the PeerError it is.
 GreetingStatus connect(int fd, const std::string& secret, Channel channel, uint32_t group,
-                       int32_t from, int32_t to, const Deadline& deadline, const std::string& what);
+                       int32_t from, int32_t to, const Deadline& deadline, const std::string& what,
+                       VerdictCode* refusal = nullptr);
 
 // Compares in constant time (for MACs).
 bool equalMacs(const uint8_t* a, const uint8_t* b);

@@ -39,16 +39,24 @@ void authenticateConnector(int fd, const std::string& secret, uint32_t group, in
                 fmt::format("rank {} → peer {}", rank, peer));
 }
 
+std::optional<std::string> misaddressed(const auth::Hello& hello, uint32_t group, int rank,
+                                        int size) {
+  if (hello.group == group && hello.to == rank && hello.from >= 0 && hello.from < size &&
+      hello.from != rank) {
+    return std::nullopt;
+  }
+  return fmt::format(
+      "hello for group {:08x} from rank {} to rank {} (this is group {:08x}, rank {} of {})",
+      hello.group, hello.from, hello.to, group, rank, size);
+}
+
 auth::Verdict checkDataHello(const std::string& secret, const auth::Greeting& greeting,
                              const auth::Hello& hello, uint32_t group, int rank, int size,
                              int* from, std::string* why) {
   auth::Verdict v = auth::checkHello(secret, greeting, hello, auth::Channel::kData, why);
   if (v.code != static_cast<uint32_t>(auth::VerdictCode::kAccepted)) return v;
-  // Only a higher rank of this group connects to us (lower ranks accept from us).
-  if (hello.group != group || hello.to != rank || hello.from <= rank || hello.from >= size) {
-    *why = fmt::format(
-        "hello for group {:08x} from rank {} to rank {} (this is group {:08x}, rank {} of {})",
-        hello.group, hello.from, hello.to, group, rank, size);
+  if (auto wrong = misaddressed(hello, group, rank, size)) {
+    *why = *wrong;
     return auth::refuse(auth::VerdictCode::kWrongPeer);
   }
   *from = hello.from;

@@ -2,7 +2,10 @@
 //
 // The handshake is the HMAC-SHA256 challenge-response of common/hmac_auth.h (shared with the
 // store), on channel kData, with the hello naming the group and the two ranks: the acceptor
-// checks that the connector is a higher rank of its own group and addresses it.
+// checks that the connector is another rank of the group and addresses it (either end of a pair
+// may dial, see transport/mesh.h). A rank's acceptor thread (transport/acceptor.h) runs the
+// acceptor side for all its groups; the blocking single-connection forms below serve tests and
+// fuzzing.
 #pragma once
 
 #include <memory>
@@ -43,6 +46,11 @@ void authenticateConnector(int fd, const std::string& secret, uint32_t group, in
 // proof; PeerError / TimeoutError if the connector goes away or stalls past `deadline`.
 int authenticateAcceptor(int fd, const std::string& secret, uint32_t group, int rank, int size,
                          const Deadline& deadline);
+
+// Whether `hello` addresses rank `rank` of `size` in `group` from another rank of it; if not,
+// a one-line reason.
+std::optional<std::string> misaddressed(const auth::Hello& hello, uint32_t group, int rank,
+                                        int size);
 
 // Acceptor side, non-blocking step (for a caller that runs many handshakes in one poll loop):
 // checks a data hello answering `greeting` for rank `rank` of `size` in `group`. Returns the

@@ -10,7 +10,9 @@
 #include <cstring>
 
 #include "common/error.h"
+#include "common/log.h"
 #include "common/reduce.h"
+#include "transport/acceptor.h"
 #include "transport/shm/doorbell.h"
 
 namespace shoal::transport {
@@ -19,47 +21,118 @@ namespace {
 constexpr size_t kHeaderBytes = sizeof(FrameHeader);
 constexpr size_t kStagingBytes = 256 << 10;
 constexpr size_t kPieceBytes = 256 << 10;    // the most one zero-copy piece hands on at once
-constexpr uint32_t kWakeToken = UINT32_MAX;  // epoll data of wakeFd_
+constexpr uint32_t kWakeToken = UINT32_MAX;  // epoll data of the mesh's wakeFd()
+}  // namespace
+
+namespace {
+// The plan of an endpoint whose links are all given: no records, nothing to dial.
+LinkPlan givenPlan(int rank, int size, const std::vector<std::unique_ptr<Link>>& links,
+                   std::shared_ptr<shm::Segment> bell) {
+  LinkPlan plan;
+  plan.rank = rank;
+  plan.size = size;
+  plan.bell = std::move(bell);
+  plan.kinds.assign(static_cast<size_t>(size), LinkKind::kTcp);
+  for (int p = 0; p < size; ++p) {
+    if (links.at(p)) plan.kinds[p] = links[p]->kind();
+  }
+  return plan;
+}
 }  // namespace
 
 Endpoint::Endpoint(int rank, int size, std::vector<std::unique_ptr<Link>> links,
                    std::shared_ptr<shm::Segment> ownBell, EndpointOptions options)
     : rank_(rank),
       size_(size),
-      links_(std::move(links)),
+      links_(static_cast<size_t>(size)),
+      mesh_(std::make_shared<Mesh>(givenPlan(rank, size, links, ownBell))),
       ownBell_(std::move(ownBell)),
-      options_(options),
-      epoll_(::epoll_create1(EPOLL_CLOEXEC)),
-      wakeFd_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)),
-      staging_(static_cast<size_t>(size)),
-      midFrame_(static_cast<size_t>(size), 0),
-      departed_(static_cast<size_t>(size), 0) {
+      options_(options) {
+  init();
+  for (int p = 0; p < size_; ++p) {
+    if (!links[p]) continue;
+    mesh_->adopt(p);
+    install(p, std::move(links[p]), true);
+  }
+}
+
+Endpoint::Endpoint(std::shared_ptr<Mesh> mesh, std::shared_ptr<Acceptor> acceptor,
+                   EndpointOptions options)
+    : rank_(mesh->plan().rank),
+      size_(mesh->plan().size),
+      links_(static_cast<size_t>(size_)),
+      mesh_(std::move(mesh)),
+      acceptor_(std::move(acceptor)),
+      ownBell_(mesh_->plan().bell),
+      options_(options) {
+  init();
+  if (acceptor_) acceptor_->add(mesh_);
+}
+
+void Endpoint::init() {
+  epoll_ = Fd(::epoll_create1(EPOLL_CLOEXEC));
   if (!epoll_.valid()) throwSystemError("epoll_create1", errno);
-  if (!wakeFd_.valid()) throwSystemError("eventfd", errno);
+  staging_.resize(static_cast<size_t>(size_));
+  midFrame_.assign(static_cast<size_t>(size_), 0);
+  departed_.assign(static_cast<size_t>(size_), 0);
   epoll_event wakeEvent{};
   wakeEvent.events = EPOLLIN;
   wakeEvent.data.u32 = kWakeToken;
-  if (::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, wakeFd_.get(), &wakeEvent) < 0) {
+  if (::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, mesh_->wakeFd(), &wakeEvent) < 0) {
     throwSystemError("epoll_ctl", errno);
   }
-  for (int p = 0; p < size_; ++p) {
-    if (!links_[p]) continue;
-    if (links_[p]->kind() == LinkKind::kShm && !ownBell_) {
-      SHOAL_THROW(InvalidArgument, "rank {}: shared-memory link to {} without a doorbell", rank, p);
-    }
+}
+
+void Endpoint::install(int p, std::unique_ptr<Link> link, bool watch) {
+  if (link->kind() == LinkKind::kShm && !ownBell_) {
+    SHOAL_THROW(InvalidArgument, "rank {}: shared-memory link to {} without a doorbell", rank_, p);
+  }
+  if (watch) {
     // Edge-triggered: a wake-up per arrival, so data parked for a later operation on a link
     // nobody reads right now cannot keep waking the loop.
     epoll_event ev{};
     ev.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET;
     ev.data.u32 = static_cast<uint32_t>(p);
-    if (::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, links_[p]->socketFd(), &ev) < 0) {
+    if (::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, link->socketFd(), &ev) < 0) {
       throwSystemError("epoll_ctl", errno);
     }
   }
+  std::lock_guard<std::mutex> lock(installMutex_);
+  links_[p] = std::move(link);
+  // interrupt() came first: this link must not outlive it unharmed.
+  if (mesh_->interrupted()) links_[p]->shutdown();
+}
+
+void Endpoint::adoptArrivals(bool watch) {
+  arrivalsSeen_ = mesh_->arrivals();
+  for (auto& [peer, link] : mesh_->takeArrivals()) {
+    SHOAL_ASSERT(!links_[peer], "rank {}: a second link to peer {}", rank_, peer);
+    install(peer, std::move(link), watch);
+  }
+}
+
+void Endpoint::connect(int peer, const Deadline& deadline, const std::function<void()>& onSlow) {
+  if (mesh_->arrivals() != arrivalsSeen_) adoptArrivals(true);
+  if (links_[peer]) return;
+  auto link = mesh_->dial(peer, deadline, onSlow, options_.slowAfter);
+  if (link) {
+    SHOAL_LOG_DEBUG("rank {} → peer {}: {} link made", rank_, peer, toString(link->kind()));
+    install(peer, std::move(link), true);
+  } else {
+    adoptArrivals(true);
+  }
+  SHOAL_ASSERT(links_[peer] != nullptr, "rank {}: no link to peer {} after connecting", rank_,
+               peer);
 }
 
 Endpoint::~Endpoint() {
+  if (acceptor_) acceptor_->remove(mesh_->plan().groupId, aborted_);
+  mesh_->close();
   if (aborted_) return;
+  try {
+    adoptArrivals(false);
+  } catch (...) {
+  }
   FrameHeader bye;
   bye.kind = static_cast<uint8_t>(FrameKind::kGoodbye);
   for (int p = 0; p < size_; ++p) {
@@ -264,7 +337,7 @@ void Endpoint::pollSockets(int timeoutMs, const std::vector<char>& recvPending) 
   for (int i = 0; i < k; ++i) {
     if (events[i].data.u32 == kWakeToken) {
       uint64_t drained;
-      while (::read(wakeFd_.get(), &drained, sizeof(drained)) > 0) {
+      while (::read(mesh_->wakeFd(), &drained, sizeof(drained)) > 0) {
       }
       continue;
     }
@@ -316,9 +389,7 @@ bool Endpoint::runUntil(Transfer* ts, size_t n, const Deadline& deadline,
 }
 
 void Endpoint::wake() noexcept {
-  uint64_t one = 1;
-  [[maybe_unused]] ssize_t w = ::write(wakeFd_.get(), &one, sizeof(one));
-  if (ownBell_) shm::ring(static_cast<shm::DoorbellWord*>(ownBell_->data()));
+  mesh_->wake();
 }
 
 bool Endpoint::progress(Transfer* ts, size_t n, const Deadline& deadline,
@@ -329,6 +400,15 @@ bool Endpoint::progress(Transfer* ts, size_t n, const Deadline& deadline,
                 abortReason_);
   }
   auto* bell = ownBell_ ? static_cast<shm::DoorbellWord*>(ownBell_->data()) : nullptr;
+  const auto start = Clock::now();
+  bool slowFired = !onSlow;
+  // A dial that waits long says so like a blocked transfer (the peer may be stopped).
+  const std::function<void()> dialSlow = [&] {
+    if (!slowFired) {
+      slowFired = true;
+      onSlow();
+    }
+  };
   size_t used = 0;
   for (size_t i = 0; i < n; ++i) {
     Transfer& t = ts[i];
@@ -340,6 +420,7 @@ bool Endpoint::progress(Transfer* ts, size_t n, const Deadline& deadline,
                       t.header.bytes % g == 0,
                   "rank {}: a receive-apply of {} bytes in grains of {}", rank_, t.header.bytes, g);
     }
+    if (!links_[t.peer]) connect(t.peer, deadline, slowFired ? nullptr : dialSlow);
     if (departed_[t.peer]) throwDeparted(t.peer, t.header);
     bool send = t.kind == Transfer::Kind::kSend;
     size_t q = 0;
@@ -359,8 +440,6 @@ bool Endpoint::progress(Transfer* ts, size_t n, const Deadline& deadline,
   auto& finished = finished_;
   auto& recvBlocked = recvBlocked_;
   size_t remaining = n;
-  const auto start = Clock::now();
-  bool slowFired = !onSlow;
   while (remaining > 0) {
     uint32_t seen = bell ? bell->seq.load(std::memory_order_acquire) : 0;
     bool progressed = false, shmPending = false, tcpPending = false;
@@ -407,6 +486,8 @@ bool Endpoint::progress(Transfer* ts, size_t n, const Deadline& deadline,
         throwDeparted(q.peer, ts[q.items[q.front]].header);
       }
     }
+    // Links peers made meanwhile: watched from now on (an abort on one is seen at once).
+    if (mesh_->arrivals() != arrivalsSeen_) adoptArrivals(true);
     if (stopEarly && stopEarly()) return false;
     if (deadline.expired()) throwTimeout(ts, n, deadline);
     if (!slowFired && Clock::now() - start >= options_.slowAfter) {
@@ -433,6 +514,8 @@ bool Endpoint::progress(Transfer* ts, size_t n, const Deadline& deadline,
 }
 
 void Endpoint::interrupt() noexcept {
+  mesh_->interrupt();
+  std::lock_guard<std::mutex> lock(installMutex_);
   for (auto& link : links_) {
     if (link) ::shutdown(link->socketFd(), SHUT_RDWR);
   }
@@ -441,6 +524,12 @@ void Endpoint::interrupt() noexcept {
 void Endpoint::abort(const Failure& failure) noexcept {
   if (aborted_) return;
   aborted_ = true;
+  // From now on a peer that dials hears "aborted"; the links the acceptor made are told too.
+  mesh_->markAborted();
+  try {
+    adoptArrivals(false);
+  } catch (...) {
+  }
   const std::string& text = failure.text;
   try {
     abortReason_ = text;

@@ -1,5 +1,11 @@
-// An Endpoint is this rank's set of links to every peer of one group, and the progress loop
+// An Endpoint is this rank's set of links to the peers of one group, and the progress loop
 // that moves framed messages over them.
+//
+// Links are made on first use (transport/mesh.h): a transfer to or from a peer without a link
+// makes run() dial that peer first (blocking, within the batch's deadline), or take the link the
+// peer made from its side; the rest of the batch then progresses as usual. Dialing on a receive
+// too means a rank waiting on a peer that aborted before they ever talked learns it at once
+// (ConnectionLost naming the peer), and one whose peer destroyed the group gets "left the group".
 //
 // Contract:
 // - Threading: one thread at a time calls run()/abort() (the group's executor). Not reentrant.
@@ -15,10 +21,12 @@
 //   a peer's abort frame (see receivedAbort()), Mismatch/ProtocolError for a bad frame. After a
 //   throw the streams are out of step: the caller must abort() the endpoint, which tells every
 //   peer (abort frame, then shutdown) so that all ranks fail fast instead of timing out.
+//   Dialing throws what Mesh::dial() throws.
 #pragma once
 
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -27,6 +35,7 @@
 #include "common/socket.h"
 #include "common/types.h"
 #include "transport/link.h"
+#include "transport/mesh.h"
 #include "transport/shm/segment.h"
 
 namespace shoal::transport {
@@ -139,14 +148,20 @@ struct EndpointOptions {
   FrameDescriber describe = describeFrame;
 };
 
+class Acceptor;
+
 class Endpoint {
  public:
-  // links[peer] is null for this rank. ownBell is this rank's doorbell segment (null if no
-  // link is shared-memory).
+  // Every link given up front (tests): links[peer] is null for this rank and for peers it will
+  // never talk to. ownBell is this rank's doorbell segment (null if no link is shared-memory).
   Endpoint(int rank, int size, std::vector<std::unique_ptr<Link>> links,
            std::shared_ptr<shm::Segment> ownBell, EndpointOptions options);
-  // Unless aborted, says goodbye to every peer first: a peer that sees this end close while
-  // it still waits on others must not take it for a crash.
+  // Links made on first use through `mesh`; registers it with `acceptor` (which then hands this
+  // endpoint the links peers make) until destruction.
+  Endpoint(std::shared_ptr<Mesh> mesh, std::shared_ptr<Acceptor> acceptor, EndpointOptions options);
+  // Unregisters from the acceptor (peers that dial later hear "departed") and, unless aborted,
+  // says goodbye to every connected peer: a peer that sees this end close while it still waits
+  // on others must not take it for a crash.
   ~Endpoint();
 
   void run(Transfer* transfers, size_t count, const Deadline& deadline,
@@ -169,8 +184,9 @@ class Endpoint {
   bool aborted() const { return aborted_; }
 
   // The one call that may come from another thread while run() blocks: shuts every link's
-  // socket down, so that run() fails at once with PeerError and the peers see the connection
-  // close. For stopping a thread that waits on a peer which will never send.
+  // socket down and stops a dial in progress (or the wait for a peer's link), so that run()
+  // fails at once with PeerError and the peers see the connection close; later dials fail too.
+  // For stopping a thread that waits on a peer which will never send.
   void interrupt() noexcept;
   const std::string& abortReason() const { return abortReason_; }
 
@@ -179,9 +195,22 @@ class Endpoint {
 
   int rank() const { return rank_; }
   int size() const { return size_; }
-  LinkKind linkKind(int peer) const { return links_.at(peer)->kind(); }
+  // The kind the link to `peer` has, or will have once made (planned from the peers' records
+  // and the options; set-up fails rather than make another kind). Thread-safe.
+  LinkKind linkKind(int peer) const { return mesh_->plan().kinds.at(peer); }
+  // Whether the link to `peer` is made (or being handed over by the acceptor). Thread-safe.
+  bool connected(int peer) const { return mesh_->connected(peer); }
+  int connectedPeers() const { return mesh_->connectedCount(); }
+  // The pairs' state and counters (tests, diagnostics). Thread-safe.
+  const Mesh& mesh() const { return *mesh_; }
 
  private:
+  void init();
+  // The link to `peer`, made now if it is not yet (Mesh::dial).
+  void connect(int peer, const Deadline& deadline, const std::function<void()>& onSlow);
+  // Takes the links the acceptor made; `watch` adds them to the epoll set.
+  void adoptArrivals(bool watch);
+  void install(int peer, std::unique_ptr<Link> link, bool watch);
   bool progress(Transfer* transfers, size_t count, const Deadline& deadline,
                 const std::function<void()>& onSlow, const std::function<bool()>& stopEarly);
   bool advanceSend(Transfer& t);
@@ -200,11 +229,15 @@ class Endpoint {
 
   int rank_;
   int size_;
+  // Written only by the run thread, under installMutex_ (interrupt() reads it from another).
   std::vector<std::unique_ptr<Link>> links_;
+  std::mutex installMutex_;
+  std::shared_ptr<Mesh> mesh_;  // its wakeFd() is in epoll_, for wake() and arriving links
+  std::shared_ptr<Acceptor> acceptor_;
+  uint64_t arrivalsSeen_ = 0;
   std::shared_ptr<shm::Segment> ownBell_;
   EndpointOptions options_;
   Fd epoll_;
-  Fd wakeFd_;  // eventfd in epoll_, for wake()
   std::vector<std::vector<uint8_t>> staging_;
   std::vector<char> midFrame_;  // a send to this peer stopped inside a frame
   std::vector<char> departed_;  // the peer said goodbye

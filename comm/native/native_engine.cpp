@@ -32,6 +32,15 @@ constexpr Duration kReportBudget = std::chrono::milliseconds(400);  // who is wh
 constexpr Duration kRecordBudget = std::chrono::milliseconds(200);  // our abort record
 constexpr Duration kLookupBudget = std::chrono::milliseconds(300);  // a peer's abort record
 
+std::shared_ptr<transport::Acceptor> makeAcceptor(const GroupOptions& o,
+                                                  const std::string& secret) {
+  transport::AcceptorOptions a;
+  a.listenAddress = o.listenAddress;
+  a.secret = secret;
+  a.parkTimeout = o.timeout;  // a peer's sub-group may be created up to a timeout before ours
+  return std::make_shared<transport::Acceptor>(std::move(a));
+}
+
 // The frame template of a collective described by `op`.
 FrameHeader baseHeader(const Operation& op) {
   FrameHeader h;
@@ -49,7 +58,8 @@ FrameHeader baseHeader(const Operation& op) {
 
 NativeEngine::NativeEngine(std::shared_ptr<store::Store> root, std::string prefix, int rank,
                            int size, uint64_t generation, const GroupOptions& options,
-                           std::string secret, std::shared_ptr<void> secretHolder)
+                           std::string secret, std::shared_ptr<void> secretHolder,
+                           std::shared_ptr<transport::Acceptor> acceptor)
     : root_(std::move(root)),
       prefix_(std::move(prefix)),
       generation_(generation),
@@ -60,20 +70,23 @@ NativeEngine::NativeEngine(std::shared_ptr<store::Store> root, std::string prefi
       id_(fnv1a(prefix_)),
       options_(options),
       secret_(std::move(secret)),
-      secretHolder_(std::move(secretHolder)) {
+      secretHolder_(std::move(secretHolder)),
+      acceptor_(std::move(acceptor)) {
   // Frames in this group's error messages are named the way comm names its operations.
   endpointOptions_.describe = describeOp;
   // Publish "arrived" only after a quarter of the deadline (at most 1 s) spent blocked.
   endpointOptions_.slowAfter = std::min<Duration>(endpointOptions_.slowAfter, options_.timeout / 4);
+  // A group of several ranks connected from a world of one: it has no acceptor to share.
+  if (!acceptor_ && size_ > 1) acceptor_ = makeAcceptor(options_, secret_);
   transport::BootstrapOptions b;
   b.rank = rank_;
   b.size = size_;
   b.groupId = id_;
   b.store = store_;
   b.secret = secret_;
+  b.acceptor = acceptor_;
   b.transport = options_.transport;
   b.encrypt = options_.encrypt;
-  b.listenAddress = options_.listenAddress;
   b.shmRingBytes = options_.shmRingBytes;
   b.timeout = options_.timeout;
   b.endpoint = endpointOptions_;
@@ -103,8 +116,11 @@ std::shared_ptr<Group> Group::create(std::shared_ptr<store::Store> store, int ra
   store::PrefixStore scoped(prefix, store);
   auto secret = transport::resolveJobSecret(options.secret, options.secretFile, scoped, rank,
                                             options.timeout);
+  // One acceptor per world, shared with the groups split or connected from it.
+  auto acceptor = size > 1 ? makeAcceptor(options, secret.bytes) : nullptr;
   auto engine = std::make_shared<NativeEngine>(store, prefix, rank, size, generation, options,
-                                               std::move(secret.bytes), std::move(secret.holder));
+                                               std::move(secret.bytes), std::move(secret.holder),
+                                               std::move(acceptor));
   return create(std::move(engine), std::move(options));
 }
 
@@ -135,7 +151,7 @@ std::shared_ptr<Engine> NativeEngine::split(int color, int key, const Deadline& 
   o.timeout = deadline.remaining();
   auto sub = std::make_shared<NativeEngine>(root_, fmt::format("{}/split{}/c{}", prefix_, n, color),
                                             newRank, static_cast<int>(members.size()), generation_,
-                                            o, secret_, secretHolder_);
+                                            o, secret_, secretHolder_, acceptor_);
   sub->options_.timeout = options_.timeout;
   return sub;
 }
@@ -148,7 +164,7 @@ std::shared_ptr<Engine> NativeEngine::connect(const std::string& name, int rank,
   GroupOptions o = options_;
   o.timeout = timeout;
   auto g = std::make_shared<NativeEngine>(root_, fmt::format("{}/named/{}", prefix_, name), rank,
-                                          size, generation_, o, secret_, secretHolder_);
+                                          size, generation_, o, secret_, secretHolder_, acceptor_);
   g->options_.timeout = options_.timeout;
   return g;
 }

@@ -23,17 +23,21 @@
 #include "comm/native/op_context.h"
 #include "comm/native/p2p_channel.h"
 #include "store/store.h"
+#include "transport/acceptor.h"
 #include "transport/endpoint.h"
 
 namespace shoal::comm {
 
 class NativeEngine final : public Engine {
  public:
-  // Blocks until every rank joined and all connections are authenticated, or options.timeout.
-  // `store` is unscoped; the engine scopes it under `prefix`.
+  // Blocks until every rank published its record, or options.timeout. Connects nothing: a
+  // pair connects when one of them first needs the other (transport/endpoint.h), through
+  // `acceptor`, this rank's listener for the world (made by Group::create, shared with every
+  // group split or connected from it; null for a group of one). `root` is unscoped; the engine
+  // scopes it under `prefix`.
   NativeEngine(std::shared_ptr<store::Store> root, std::string prefix, int rank, int size,
                uint64_t generation, const GroupOptions& options, std::string secret,
-               std::shared_ptr<void> secretHolder);
+               std::shared_ptr<void> secretHolder, std::shared_ptr<transport::Acceptor> acceptor);
   ~NativeEngine() override;
 
   std::string_view name() const override { return "native"; }
@@ -55,9 +59,11 @@ class NativeEngine final : public Engine {
 
   uint32_t id() const { return id_; }
   const GroupOptions& options() const { return options_; }
-  // The link to `peer`.
+  // The link to `peer`: the kind it has, or will have once the pair first talks (planned from
+  // the records at creation; links are made on first use).
   transport::LinkKind linkKind(int peer) const { return endpoint_->linkKind(peer); }
-  // Every peer is reached over shared memory (false for a group of one).
+  // Every peer is (or will be, see linkKind) reached over shared memory (false for a group of
+  // one).
   bool allLinksShm() const { return allShm_; }
   transport::Endpoint& endpoint() { return *endpoint_; }
   // The point-to-point channel to `peer` for `tag` (comm/native/p2p_channel.h), made on first
@@ -95,6 +101,8 @@ class NativeEngine final : public Engine {
   transport::EndpointOptions endpointOptions_;
   std::string secret_;
   std::shared_ptr<void> secretHolder_;
+  // Before endpoint_, which unregisters from it.
+  std::shared_ptr<transport::Acceptor> acceptor_;
   std::unique_ptr<transport::Endpoint> endpoint_;
   bool allShm_ = false;
   uint64_t splits_ = 0;
