@@ -187,30 +187,25 @@ void NativeEngine::run(const Operation& op, uint64_t seq, const Deadline& deadli
     base.algo = static_cast<uint8_t>(algo::chooseAllreduce(
         allreduceAlgorithm(op.algorithm), size_, allShm_, op.count * elementSize(op.type)));
   }
-  runBody(base, seq, deadline, [&](OpContext& ctx) {
-    if (op.op == op::kAllreduce) {
-      algo::allreduce(ctx, op);
-    } else if (op.op == op::kBroadcast) {
-      algo::broadcast(ctx, op);
-    } else if (op.op == op::kReduce) {
-      algo::reduce(ctx, op);
-    } else if (op.op == op::kAllgather) {
-      algo::allgather(ctx, op);
-    } else if (op.op == op::kReduceScatter) {
-      algo::reduceScatter(ctx, op);
-    } else if (op.op == op::kAlltoall) {
-      algo::alltoall(ctx, op);
-    } else if (op.op == op::kGather) {
-      algo::gather(ctx, op);
-    } else if (op.op == op::kScatter) {
-      algo::scatter(ctx, op);
-    } else if (op.op == op::kBarrier) {
-      algo::barrier(ctx, op);
-    } else {
-      SHOAL_THROW(InternalError, "rank {}: the native engine has no operation {}", rank_,
-                  opName(op.op));
-    }
-  });
+  // The algorithm entry point of each collective (comm/native/algorithms.h), by op code.
+  using Entry = void (*)(OpContext&, const Operation&);
+  static const std::pair<transport::OpCode, Entry> kEntries[] = {
+      {op::kAllreduce, algo::allreduce},
+      {op::kBroadcast, algo::broadcast},
+      {op::kReduce, algo::reduce},
+      {op::kAllgather, algo::allgather},
+      {op::kReduceScatter, algo::reduceScatter},
+      {op::kAlltoall, algo::alltoall},
+      {op::kGather, algo::gather},
+      {op::kScatter, algo::scatter},
+      {op::kBarrier, algo::barrier}};
+  const auto* entry = std::find_if(std::begin(kEntries), std::end(kEntries),
+                                   [&](const auto& e) { return e.first == op.op; });
+  if (entry == std::end(kEntries)) {
+    SHOAL_THROW(InternalError, "rank {}: the native engine has no operation {}", rank_,
+                opName(op.op));
+  }
+  runBody(base, seq, deadline, [&](OpContext& ctx) { entry->second(ctx, op); });
 }
 
 std::shared_ptr<Work> NativeEngine::post(const Operation& op, Duration timeout) {
