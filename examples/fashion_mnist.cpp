@@ -29,6 +29,7 @@
 #include <nlohmann/json.hpp>
 
 #include "comm/collectives.h"
+#include "examples/numeric_flags.h"
 #include "common/env.h"
 #include "common/error.h"
 #include "ps/server.h"
@@ -351,39 +352,12 @@ int trainMain(const Flags& f) {
   return 0;
 }
 
-// A numeric flag: taken as text, read by the one configuration parser (common/env.h) with its
-// range, so "-5", "5x", "nan" and "inf" are one-line errors like a bad SHOAL_* variable.
-struct NumericFlags {
-  std::vector<std::function<void()>> parsers;
-
-  template <typename T>
-  void integer(CLI::App& app, const std::string& name, T& into, int64_t min, int64_t max,
-               const std::string& help) {
-    auto text = std::make_shared<std::string>();
-    app.add_option(name, *text, fmt::format("{} ({} to {}; default {})", help, min, max, into));
-    parsers.push_back([text, name, &into, min, max] {
-      if (!text->empty()) into = static_cast<T>(parseInteger(name, *text, min, max));
-    });
-  }
-  void number(CLI::App& app, const std::string& name, double& into, double min, double max,
-              const std::string& help) {
-    auto text = std::make_shared<std::string>();
-    app.add_option(name, *text, fmt::format("{} ({} to {}; default {})", help, min, max, into));
-    parsers.push_back([text, name, &into, min, max] {
-      if (!text->empty()) into = parseNumber(name, *text, min, max);
-    });
-  }
-  void parseAll() {
-    for (auto& p : parsers) p();
-  }
-};
-
 }  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"Shoal data-parallel training on Fashion-MNIST"};
   Flags f;
-  NumericFlags numbers;
+  examples::NumericFlags numbers;
   constexpr int64_t kMaxSteps = int64_t{1} << 40;
   app.add_option("--optimizer", f.optimizer, "sgd, adam or rmsprop")
       ->capture_default_str()

@@ -1,0 +1,182 @@
+#include "train/pipeline/pipeline.h"
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <iostream>
+
+#include "comm/collectives.h"
+#include "common/error.h"
+#include "train/activation_checkpoint.h"
+
+namespace shoal::train::pipeline {
+
+namespace {
+
+// Rank 0's bytes on every rank of `g` (length first, then the bytes).
+std::string broadcastBytes(comm::Group& g, std::string bytes) {
+  int64_t n = static_cast<int64_t>(bytes.size());
+  comm::broadcast(g, &n, 1, DataType::kInt64, 0);
+  SHOAL_CHECK(n >= 0 && n <= (int64_t{1} << 24), "pipeline: a plan of {} bytes", n);
+  bytes.resize(static_cast<size_t>(n));
+  comm::broadcast(g, bytes.data(), bytes.size(), DataType::kUInt8, 0);
+  return bytes;
+}
+
+struct StageImpl : torch::nn::Module {
+  explicit StageImpl(std::vector<torch::nn::Sequential> c) : chunks(std::move(c)) {
+    for (size_t i = 0; i < chunks.size(); ++i) register_module(fmt::format("chunk{}", i), chunks[i]);
+  }
+  std::vector<torch::nn::Sequential> chunks;
+};
+
+}  // namespace
+
+Pipeline::Pipeline(torch::nn::Sequential model, const Grid& grid,
+                   const torch::Tensor& sampleMicroBatch, LossFn loss, PipelineOptions options)
+    : grid_(grid), options_(std::move(options)) {
+  SHOAL_CHECK(grid_.world && grid_.pipe && grid_.data, "pipeline: the grid has no groups");
+  SHOAL_CHECK(loss != nullptr, "pipeline: no loss function");
+  const bool interleaved = options_.schedule == "interleaved";
+  if (options_.chunks < 1 || (!interleaved && options_.chunks != 1)) {
+    SHOAL_THROW(InvalidArgument,
+                "pipeline: {} chunks per rank with schedule '{}' (only 'interleaved' runs more "
+                "than one)",
+                options_.chunks, options_.schedule);
+  }
+  schedule_ = makeSchedule(options_.schedule, grid_.stages, options_.microBatches, options_.chunks);
+  check(schedule_);
+
+  // The plan: made on world rank 0, the same on every rank. What can fail on rank 0 alone
+  // (the sample does not fit the model) travels as an error, so every rank throws it.
+  PlanRequest request;
+  request.virtualStages = schedule_.virtualStages();
+  request.stages = grid_.stages;
+  request.split = options_.split;
+  request.boundaries = options_.boundaries;
+  request.profileRepeats = options_.profileRepeats;
+  const int layers = static_cast<int>(model->size());
+  validate(request, layers);
+  std::string bytes;
+  if (grid_.world->rank() == 0) {
+    try {
+      bytes = "ok\n" + encode(makePlan(model, sampleMicroBatch, request));
+    } catch (const std::exception& e) {
+      bytes = std::string("error\n") + e.what();
+    }
+  }
+  bytes = broadcastBytes(*grid_.world, std::move(bytes));
+  if (bytes.rfind("error\n", 0) == 0) {
+    SHOAL_THROW(InvalidArgument, "pipeline: planning on world rank 0 failed: {}",
+                bytes.substr(6));
+  }
+  SHOAL_CHECK(bytes.rfind("ok\n", 0) == 0, "pipeline: a plan without its status");
+  plan_ = decode(bytes.substr(3), request.virtualStages, layers);
+  if (options_.printPlan && grid_.world->rank() == 0) {
+    std::cout << grid_.describe() << "\n"
+              << "schedule " << schedule_.name << ", " << schedule_.microBatches
+              << " micro-batches, " << schedule_.chunks << " chunk(s) per rank"
+              << (options_.checkpointActivations ? ", activation checkpointing" : "") << "\n"
+              << plan_.table << std::flush;
+  }
+
+  // This rank's chunks share the model's layers (no copy).
+  std::vector<torch::nn::Sequential> chunks;
+  std::vector<std::string> names;
+  for (const auto& item : model->named_children()) names.push_back(item.key());
+  for (int c = 0; c < schedule_.chunks; ++c) {
+    const int s = schedule_.virtualStage(grid_.stage, c);
+    torch::nn::Sequential chunk;
+    for (int l = plan_.boundaries[s]; l < plan_.boundaries[s + 1]; ++l) {
+      chunk->push_back(names[static_cast<size_t>(l)], *(model->begin() + l));
+    }
+    chunks.push_back(chunk);
+  }
+  stage_ = std::make_shared<StageImpl>(chunks);
+
+  ExecutorHooks hooks;
+  if (options_.checkpointActivations) {
+    hooks.forward = [](torch::nn::Sequential& chunk, const torch::Tensor& x) {
+      return checkpoint([&chunk](const torch::Tensor& in) { return chunk->forward(in); }, x);
+    };
+  }
+  if (grid_.replicas > 1) {
+    DdpOptions ddp = options_.ddp;
+    // A chunk untouched by the rank's last backward (interleaved) contributes what it
+    // accumulated, which is what "unused" parameters do (train/ddp/reducer.cpp).
+    ddp.findUnusedParameters = true;
+    ddp_ = std::make_unique<DistributedDataParallel>(stage_, grid_.data, ddp);
+    hooks.setSync = [this](bool sync) {
+      if (sync) {
+        noSync_.reset();
+      } else if (!noSync_) {
+        noSync_.emplace(*ddp_);
+      }
+    };
+  }
+  transfers_ = std::make_unique<Transfers>(grid_.pipe, schedule_, plan_.crossing,
+                                           options_.transfers);
+  executor_ = std::make_unique<Executor>(schedule_, grid_.stage, std::move(chunks), *transfers_,
+                                         std::move(loss), std::move(hooks));
+}
+
+Pipeline::~Pipeline() = default;
+
+torch::Tensor Pipeline::step(const torch::Tensor& inputs, const torch::Tensor& targets) {
+  const int m = schedule_.microBatches;
+  std::vector<torch::Tensor> in, tg;
+  std::vector<double> scales;
+  auto split = [&](const torch::Tensor& t, const char* what) {
+    SHOAL_CHECK(t.defined() && t.dim() >= 1, "pipeline step: stage {} needs the batch's {}",
+                grid_.stage, what);
+    if (t.size(0) < m) {
+      SHOAL_THROW(InvalidArgument, "pipeline step: a batch of {} {} cannot make {} micro-batches",
+                  t.size(0), what, m);
+    }
+    return t.tensor_split(m, 0);
+  };
+  if (hasFirstStage()) in = split(inputs, "inputs");
+  if (hasLastStage()) {
+    tg = split(targets, "targets");
+    for (const auto& t : tg) {
+      scales.push_back(static_cast<double>(t.size(0)) / static_cast<double>(targets.size(0)));
+    }
+  }
+  double loss = 0;
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    loss = executor_->run(step_, in, tg, scales);
+    if (ddp_) ddp_->finishGradientSync();
+  } catch (...) {
+    noSync_.reset();
+    ++step_;
+    throw;
+  }
+  ++step_;
+  if (options_.broadcastLoss) {
+    comm::broadcast(*grid_.pipe, &loss, 1, DataType::kFloat64, grid_.stages - 1);
+  }
+  stats_ = executor_->stats();
+  stats_.seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (options_.broadcastLoss || hasLastStage()) return torch::tensor(loss, torch::kFloat64);
+  return torch::Tensor();
+}
+
+}  // namespace shoal::train::pipeline
+
+namespace shoal::train::pipeline {
+
+torch::Tensor Pipeline::predict(const torch::Tensor& inputs) {
+  std::vector<torch::Tensor> in;
+  if (hasFirstStage()) {
+    SHOAL_CHECK(inputs.defined() && inputs.dim() >= 1 && inputs.size(0) >= schedule_.microBatches,
+                "pipeline predict: the first stage needs a batch of at least {} inputs",
+                schedule_.microBatches);
+    in = inputs.tensor_split(schedule_.microBatches, 0);
+  }
+  auto outputs = executor_->forwardOnly(step_++, in);
+  return outputs.empty() ? torch::Tensor() : torch::cat(outputs, 0);
+}
+
+}  // namespace shoal::train::pipeline
