@@ -63,19 +63,30 @@ struct Schedule {
   int rankOf(int virtualStage) const { return virtualStage % stages; }
   int chunkOf(int virtualStage) const { return virtualStage / stages; }
   // For a transfer action of `rank`: the rank at the other end, and the boundary it crosses.
+  // InvalidArgument for a Forward or Backward, or a transfer off either end of the pipeline.
   int peer(int rank, const Action& a) const;
   int boundary(int rank, const Action& a) const;
 };
 
-// All forwards of every micro-batch, then all backwards (GPipe). Holds m micro-batches'
-// activations per stage at the peak. v = 1.
+// For schedule writers: append to ranks[rank] Forward(mb, chunk) with the transfers the
+// semantics ask around it (RecvActivation before unless virtual stage 0, SendActivation after
+// unless the last virtual stage); Backward likewise (RecvGradient before unless the last,
+// SendGradient after unless virtual stage 0).
+void appendForward(Schedule& schedule, int rank, int microBatch, int chunk);
+void appendBackward(Schedule& schedule, int rank, int microBatch, int chunk);
+
+// All forwards of every micro-batch, then all backwards, both in micro-batch order (GPipe).
+// Holds m micro-batches' activations per stage at the peak. v = 1.
 Schedule gpipe(int stages, int microBatches);
 // PipeDream-flush: rank r runs min(p - r - 1, m) warm-up forwards, then alternates one forward
 // and one backward, then drains the remaining backwards. Holds at most p micro-batches (rank 0)
 // at the peak. v = 1.
 Schedule oneForwardOneBackward(int stages, int microBatches);
 // Interleaved 1F1B with `chunks` virtual stages per rank (Megatron): the bubble shrinks by v at
-// the price of v times more transfers. Any m >= 1 (not only multiples of p).
+// the price of v times more transfers. Any m >= 1 (not only multiples of p); the bubble is
+// (p-1)/(v*m+p-1) for every m >= p (see interleaved.cpp for the ordering, and for m < p).
+// With stages == 1 or chunks == 1 there is nothing to interleave: the result is 1F1B's lists
+// with chunks == 1, so an executor must cut the model by the returned `chunks`, not the asked.
 Schedule interleavedOneForwardOneBackward(int stages, int microBatches, int chunks);
 
 // By name: "gpipe", "1f1b", "interleaved" (chunks used only by the last). InvalidArgument for
@@ -88,11 +99,23 @@ Schedule makeSchedule(std::string_view name, int stages, int microBatches, int c
 // send matches (deadlock, or nothing sent), a cycle of receives waiting on each other, a send
 // nobody receives, a computation before its input, a micro-batch computed twice or never, a
 // chunk or micro-batch out of range, a list count different from `stages`.
+// "First" is in simulation order: ranks take one action each in turn, rank 0 first. When ranks
+// are stuck, the report follows the wait of the lowest stuck rank to its cause: a cycle, or a
+// receive from a rank whose list ended.
 void check(const Schedule& schedule);
 
 // The largest number of micro-batches whose forward ran and whose backward has not yet, on
 // `rank` (summed over its chunks), at any point of its list: what activation memory scales with.
 int peakInFlight(const Schedule& schedule, int rank);
+
+// Cost model of one step (bubble_model.cpp): every Forward takes forwardCost, every Backward
+// backwardCost (the cost of one chunk, i.e. 1/v of the model's piece on the rank), a transfer
+// arrives transferCost after its send, all ranks start at 0. Returns, per rank, the fraction of
+// the step (until the last rank ends) it spends idle. Free transfers give (p-1)/(m+p-1) for
+// GPipe and 1F1B and (p-1)/(v*m+p-1) for interleaved (m >= p). check()s the schedule first;
+// InvalidArgument for costs that are negative, or forward + backward not positive.
+std::vector<double> simulatedBubble(const Schedule& schedule, double forwardCost,
+                                    double backwardCost, double transferCost = 0.0);
 
 // "Forward(mb 3, chunk 1)" and the like, for messages and traces.
 std::string describe(const Action& action);
