@@ -114,7 +114,7 @@ void Executor::runList(const std::vector<Action>& list, int64_t step,
   for (size_t i = 0; i < list.size(); ++i) {
     if (list[i].kind == ActionKind::kBackward) lastBackward = i;
   }
-  stats_ = torch::Tensor();
+  stats_ = StepStats();
   trace_.clear();
   trace_.reserve(list.size());
   inFlight_ = 0;
@@ -128,7 +128,7 @@ void Executor::runList(const std::vector<Action>& list, int64_t step,
       runAction(a, step, inputs, targets, scales, i == lastBackward, lossSum);
     } catch (...) {
       transfers_.abandon();
-      for (auto& s : slots_) s = torch::Tensor();
+      for (auto& s : slots_) s = Slot();
       rethrowWithContext(fmt::format("pipeline stage {} (pipeline rank {}), {} of step {}: ",
                                      schedule_.virtualStage(rank_, a.chunk), rank_, describe(a),
                                      step));

@@ -39,7 +39,7 @@ void writeChromeTrace(comm::Group& world, int stage, const std::vector<TraceEven
   for (const auto& e : events) {
     mine += fmt::format(
         R"(,{{"name":"{}","cat":"{}","ph":"X","ts":{},"dur":{},"pid":{},"tid":0,"cname":"{}",)"
-        R"("args":{{"micro_batch":{},"chunk":{}}}}})",
+        R"("args":{{"mb":{},"chunk":{}}}}})",
         describe(e.action), kindName(e.action.kind), e.startUs - origin,
         std::max<int64_t>(e.durationUs, 1), world.rank(), colour(e.action.kind),
         e.action.microBatch, e.action.chunk);
