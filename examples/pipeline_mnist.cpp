@@ -61,7 +61,7 @@ torch::Tensor order(int64_t n, int64_t seed, int64_t epoch) {
   return torch::randperm(n, gen);
 }
 
-int run(const Flags& f) {
+int trainMain(const Flags& f) {
   auto world = shoal::init();
   torch::set_num_threads(1);
   train::keepFreedMemoryForReuse();
@@ -214,7 +214,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   try {
-    return run(f);
+    return trainMain(f);
   } catch (const InvalidArgument& e) {
     fmt::print(stderr, "pipeline_mnist: error: {}\n", e.what());
     return 2;

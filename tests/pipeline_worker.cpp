@@ -70,7 +70,7 @@ Args parse(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     std::string k = argv[i];
     auto next = [&]() -> std::string {
-      if (i + 1 >= argc) SHOAL_THROW(shoal::InvalidArgument, "{} needs a value", k);
+      if (i + 1 >= argc) SHOAL_THROW(InvalidArgument, "{} needs a value", k);
       return argv[++i];
     };
     if (k == "--mode") a.mode = next();
@@ -91,7 +91,7 @@ Args parse(int argc, char** argv) {
     else if (k == "--micro-batches") a.m = std::stoi(next());
     else if (k == "--chunks") a.chunks = std::stoi(next());
     else if (k == "--activation-checkpointing") a.activationCheckpointing = true;
-    else SHOAL_THROW(shoal::InvalidArgument, "unknown argument {}", k);
+    else SHOAL_THROW(InvalidArgument, "unknown argument {}", k);
   }
   return a;
 }
@@ -331,7 +331,7 @@ int main(int argc, char** argv) {
     if (a.mode == "equivalence") return equivalence(a, world);
     if (a.mode == "bubble") return bubble(a, world);
     if (a.mode == "train") return train(a, world);
-    SHOAL_THROW(shoal::InvalidArgument, "unknown mode {}", a.mode);
+    SHOAL_THROW(InvalidArgument, "unknown mode {}", a.mode);
   } catch (const shoal::Error& e) {
     std::cerr << "ERROR " << shoal::test::typeName(e) << ": " << e.what() << " [origin "
               << e.origin() << "]\n";
