@@ -93,6 +93,9 @@ std::vector<torch::Tensor> Executor::forwardOnly(int64_t step,
     }
   }
   torch::NoGradGuard noGrad;
+  // stats() and trace() stay those of the last training step.
+  StepStats stats = stats_;
+  std::vector<TraceEvent> trace = std::move(trace_);
   forwardOnly_ = true;
   results_.clear();
   double unused = 0;
@@ -103,6 +106,8 @@ std::vector<torch::Tensor> Executor::forwardOnly(int64_t step,
     throw;
   }
   forwardOnly_ = false;
+  stats_ = stats;
+  trace_ = std::move(trace);
   return std::move(results_);
 }
 

@@ -70,7 +70,8 @@ class Executor {
   std::vector<torch::Tensor> forwardOnly(int64_t step, const std::vector<torch::Tensor>& inputs);
 
   const StepStats& stats() const { return stats_; }
-  // The actions of the last step, in the order they ran.
+  // The actions of the last step run() ran (forwardOnly() leaves these and stats() alone), in
+  // the order they ran.
   const std::vector<TraceEvent>& trace() const { return trace_; }
 
  private:

@@ -87,11 +87,17 @@ std::vector<LayerProfile> profileLayers(torch::nn::Sequential& net,
       p.parameters += param.numel();
       if (param.requires_grad()) wrt.push_back(param);
     }
+    const size_t parameterGrads = wrt.size();
     torch::Tensor x = input.detach();
-    if (x.is_floating_point()) {
+    // The first layer's input is the data, whose gradient nobody computes; every later layer's
+    // is an activation whose gradient a pipeline sends back.
+    if (index > 1 && x.is_floating_point()) {
       x.requires_grad_(true);
-      wrt.insert(wrt.begin(), x);
+      wrt.push_back(x);
     }
+    // Where the parameter gradients accumulate, as backward adds each micro-batch's into .grad.
+    std::vector<torch::Tensor> accumulated;
+    for (size_t i = 0; i < parameterGrads; ++i) accumulated.push_back(torch::zeros_like(wrt[i]));
 
     std::vector<double> forwardMs, backwardMs, totalMs;
     torch::Tensor y, gradOut;
@@ -102,8 +108,11 @@ std::vector<LayerProfile> profileLayers(torch::nn::Sequential& net,
       if (y.requires_grad()) {
         // Made once, outside the timings: the gradient a next stage would send.
         if (!gradOut.defined()) gradOut = torch::ones_like(y);
-        torch::autograd::grad({y}, wrt, {gradOut}, /*retain_graph=*/false,
-                              /*create_graph=*/false, /*allow_unused=*/true);
+        auto grads = torch::autograd::grad({y}, wrt, {gradOut}, /*retain_graph=*/false,
+                                           /*create_graph=*/false, /*allow_unused=*/true);
+        for (size_t i = 0; i < parameterGrads; ++i) {
+          if (grads[i].defined()) accumulated[i].add_(grads[i]);
+        }
       }
       const auto t2 = Clock::now();
       if (r < warmups) continue;

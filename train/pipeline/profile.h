@@ -3,8 +3,9 @@
 //
 // Each layer runs alone on its real input: the previous layer's output for the sample
 // micro-batch (detached; requiring grad when floating point, as a received activation does in a
-// pipeline). Its forward and backward (the gradient of its input and of its parameters, for a
-// gradient of ones on its output) are timed separately: `warmups` untimed runs, then the median
+// pipeline; the first layer's input is the data, whose gradient is not computed). Its forward
+// and backward (the gradient of its input and of its parameters, for a gradient of ones on its
+// output, and their accumulation as backward adds them into .grad) are timed separately: `warmups` untimed runs, then the median
 // of `repeats` timed runs. Layers are timed one after the other on the calling thread, with
 // whatever intra-op threads libtorch is set to use; times are as noisy as the machine is busy.
 //
