@@ -7,7 +7,7 @@
 //
 // Prints one JSON line (world rank 0): samples/s over the timed steps (after --warmup), the
 // median step time, the final loss, and per rank the measured bubble (idle fraction, median
-// over the timed steps), the peak number of micro-batches in flight and the peak heap bytes
+// over the timed steps), the forward + backward milliseconds per step, the peak number of micro-batches in flight and the peak heap bytes
 // above the step's start, with the schedule's bubble formula. --trace writes the last step's
 // timeline of every rank (Chrome trace JSON).
 #include <fmt/format.h>
@@ -61,6 +61,8 @@ int main(int argc, char** argv) {
   app.add_option("--blocks", blocks);
   app.add_option("--hidden", hidden);
   app.add_option("--split", split)->check(CLI::IsMember({"time", "parameters"}));
+  std::vector<int> boundaries;
+  app.add_option("--boundaries", boundaries, "first layer of each stage after the first");
   app.add_option("--trace", trace);
   CLI11_PARSE(app, argc, argv);
   try {
@@ -79,7 +81,7 @@ int main(int argc, char** argv) {
     row["steps"] = steps;
     row["blocks"] = blocks;
     row["hidden"] = hidden;
-    std::vector<double> stepMs, idle;
+    std::vector<double> stepMs, idle, computeMs;
     int peakInFlight = 0;
     int64_t peakBytes = 0;
     double loss = 0;
@@ -92,6 +94,10 @@ int main(int argc, char** argv) {
       o.microBatches = microBatches;
       o.chunks = chunks > 0 ? chunks : (schedule == "interleaved" ? 2 : 1);
       o.split = split == "time" ? pp::SplitMethod::kTime : pp::SplitMethod::kParameters;
+      if (!boundaries.empty()) {
+        o.split = pp::SplitMethod::kBoundaries;
+        o.boundaries = boundaries;
+      }
       o.printPlan = false;
       pipe = std::make_unique<pp::Pipeline>(
           net, *grid, data[0].first.narrow(0, 0, std::max<int64_t>(1, batch / microBatches)),
@@ -125,6 +131,7 @@ int main(int argc, char** argv) {
                 .count());
         if (pipe) {
           idle.push_back(pipe->lastStats().idleFraction());
+          computeMs.push_back(pipe->lastStats().computeSeconds * 1e3);
           peakInFlight = std::max(peakInFlight, pipe->lastStats().peakInFlight);
           peakBytes = std::max(peakBytes, pipe->lastStats().peakActivationBytes);
         }
@@ -144,17 +151,19 @@ int main(int argc, char** argv) {
     }
     // Per-rank figures, gathered on every rank.
     const int n = world.size;
+    constexpr size_t kFields = 4;
     std::vector<double> mine{median(idle), static_cast<double>(peakInFlight),
-                             static_cast<double>(peakBytes)};
+                             static_cast<double>(peakBytes), median(computeMs)};
     std::vector<double> all(mine.size() * static_cast<size_t>(n));
     shoal::comm::allgather(*world.group, mine.data(), all.data(), mine.size(),
                            shoal::DataType::kFloat64);
-    std::vector<double> bubble;
+    std::vector<double> bubble, compute;
     std::vector<int64_t> inFlight, bytes;
     for (int r = 0; r < n; ++r) {
-      bubble.push_back(all[r * 3]);
-      inFlight.push_back(static_cast<int64_t>(all[r * 3 + 1]));
-      bytes.push_back(static_cast<int64_t>(all[r * 3 + 2]));
+      bubble.push_back(all[r * kFields]);
+      inFlight.push_back(static_cast<int64_t>(all[r * kFields + 1]));
+      bytes.push_back(static_cast<int64_t>(all[r * kFields + 2]));
+      compute.push_back(all[r * kFields + 3]);
     }
     const auto& s = pipe->schedule();
     row["variant"] = "shoal pipeline";
@@ -166,6 +175,7 @@ int main(int argc, char** argv) {
     row["bubble_formula"] = static_cast<double>(s.stages - 1) /
                             (static_cast<double>(s.chunks) * s.microBatches + s.stages - 1);
     row["peak_in_flight"] = inFlight;
+    row["compute_ms"] = compute;  // per rank: forward + backward per step (median)
     row["peak_activation_bytes"] = bytes;
     row["plan_boundaries"] = pipe->plan().boundaries;
     if (!trace.empty()) pp::writeChromeTrace(*world.group, grid->stage, pipe->lastTrace(), trace);

@@ -36,6 +36,7 @@ struct Flags {
   std::string schedule = "1f1b";
   int chunks = 0;  // 0: 2 for interleaved, else 1
   std::string split = "time";
+  std::vector<int> boundaries;
   bool checkpointActivations = false;
   int64_t batch = 256;
   int64_t epochs = 1;
@@ -84,6 +85,10 @@ int trainMain(const Flags& f) {
     o.microBatches = f.microBatches;
     o.chunks = f.chunks > 0 ? f.chunks : (f.schedule == "interleaved" ? 2 : 1);
     o.split = f.split == "time" ? pp::SplitMethod::kTime : pp::SplitMethod::kParameters;
+    if (!f.boundaries.empty()) {
+      o.split = pp::SplitMethod::kBoundaries;
+      o.boundaries = f.boundaries;
+    }
     o.checkpointActivations = f.checkpointActivations;
     const int64_t micro = std::max<int64_t>(1, f.batch / grid->replicas / f.microBatches);
     pipe = std::make_unique<pp::Pipeline>(net, *grid, trainSet.images.narrow(0, 0, micro),
@@ -186,6 +191,8 @@ int main(int argc, char** argv) {
   app.add_option("--split", f.split, "balance stages by measured time or by parameters")
       ->capture_default_str()
       ->check(CLI::IsMember({"time", "parameters"}));
+  app.add_option("--boundaries", f.boundaries,
+                 "split by hand: the first layer of each stage after the first");
   app.add_flag("--checkpoint-activations", f.checkpointActivations,
                "keep only stage inputs; recompute the forward during backward");
   numbers.integer(app, "--batch", f.batch, 1, 1 << 20, "global batch (all replicas)");

@@ -103,6 +103,22 @@ TEST(PipelineFailure, AKilledStageFailsEveryOtherStageNamingIt) {
   }
 }
 
+TEST(PipelineFailure, AStageThatSendsTheWrongShapeFailsBothSidesNamingIt) {
+  auto r = job(2, "--mode bad-shape", 20);
+  EXPECT_NE(r.code, 0) << r.output;
+  // The sender names its stage, action, micro-batch and both shapes...
+  EXPECT_TRUE(std::regex_search(
+      r.output, std::regex(R"(\[0\] ERROR MismatchError: pipeline stage 0 \(pipeline rank 0\), )"
+                           R"(SendActivation\(mb 0, chunk 0\) of step 1: .*\[11, 16\] Float, but )"
+                           R"(the plan has \[-1, 8\] Float)")))
+      << r.output;
+  // ... and the receiver fails with that as the cause.
+  EXPECT_TRUE(std::regex_search(
+      r.output, std::regex(R"(\[1\] ERROR PeerError: pipeline stage 1 .*RecvActivation\(mb 0, )"
+                           R"(chunk 0\) of step 1: .*cause: rank 0.*\[11, 16\] Float)")))
+      << r.output;
+}
+
 TEST(PipelineCheckpoint, ResumedAfterAKillEndsBitwiseEqual) {
   TempDir dir;
   const std::string a = dir.path + "/a", b = dir.path + "/b";

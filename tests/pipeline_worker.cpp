@@ -6,6 +6,7 @@
 //                batch (rtol 1e-5); prints "OK <config>" or "FAIL <config>: ..." per config
 //   bubble       equal-cost synthetic stages (layers that sleep): prints each rank's measured
 //                idle fraction and the formula's, and the peak number of micro-batches in flight
+//   bad-shape    stage 0's output doubles its width at step 1 (both ranks must fail, naming it)
 //   train        a few steps with checkpoints: --checkpoint-dir, --checkpoint-every,
 //                --crash-at-step (SIGKILL of --crash-rank before that step), --resume,
 //                --save-params (this rank's parameters after the last step)
@@ -273,6 +274,33 @@ int bubble(const Args& a, const shoal::World& world) {
   return 0;
 }
 
+// Passes its input through, or (once `shift` is set) doubles its width: a stage whose output
+// no longer has the planned shape.
+struct ShapeShifterImpl : torch::nn::Module {
+  torch::Tensor forward(const torch::Tensor& x) { return shift ? x.repeat({1, 2}) : x; }
+  bool shift = false;
+};
+TORCH_MODULE(ShapeShifter);
+
+int badShape(const Args& a, const shoal::World& world) {
+  pp::Grid grid = pp::makeGrid(world.group, 2);
+  ShapeShifter shifter;
+  torch::nn::Sequential net(torch::nn::Flatten(), torch::nn::Linear(784, 8), shifter,
+                            torch::nn::Linear(8, 10));
+  pp::PipelineOptions o;
+  o.schedule = a.schedule;
+  o.microBatches = 2;
+  o.split = pp::SplitMethod::kBoundaries;
+  o.boundaries = {3};
+  o.printPlan = false;
+  auto [x, y] = batch(0);
+  pp::Pipeline pipe(net, grid, x.narrow(0, 0, 2), crossEntropy, o);
+  pipe.step(x, y);
+  shifter->shift = true;
+  pipe.step(x, y);
+  return 0;
+}
+
 int train(const Args& a, const shoal::World& world) {
   pp::Grid grid = pp::makeGrid(world.group, a.stages);
   auto net = smallModel();
@@ -331,6 +359,7 @@ int main(int argc, char** argv) {
     if (a.mode == "equivalence") return equivalence(a, world);
     if (a.mode == "bubble") return bubble(a, world);
     if (a.mode == "train") return train(a, world);
+    if (a.mode == "bad-shape") return badShape(a, world);
     SHOAL_THROW(InvalidArgument, "unknown mode {}", a.mode);
   } catch (const shoal::Error& e) {
     std::cerr << "ERROR " << shoal::test::typeName(e) << ": " << e.what() << " [origin "

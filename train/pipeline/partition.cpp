@@ -195,6 +195,7 @@ std::string PartitionPlan::describe() const {
     total += stageMs(s);
     if (stageMs(s) > stageMs(slowest)) slowest = s;
   }
+  if (total <= 0) return out + "(times not measured)\n";
   out += fmt::format(
       "slowest stage {}: {:.3f} ms = {:.3f} x the ideal {:.3f} ms (total {:.3f} / {})\n", slowest,
       stageMs(slowest), imbalance(), total / stages(), total, stages());

@@ -6,6 +6,7 @@
 #include <iostream>
 
 #include "comm/collectives.h"
+#include "comm/op_code.h"
 #include "common/error.h"
 #include "train/activation_checkpoint.h"
 
@@ -21,6 +22,35 @@ std::string broadcastBytes(comm::Group& g, std::string bytes) {
   bytes.resize(static_cast<size_t>(n));
   comm::broadcast(g, bytes.data(), bytes.size(), DataType::kUInt8, 0);
   return bytes;
+}
+
+// A failure of this rank's own making (a stage that produced the wrong shape, a layer that
+// threw, a bad header) fails the group with its text, so that a peer waiting on this rank
+// reports it as the cause (Note [Root cause] in comm/native/native_engine.cpp) instead of a
+// bare "connection closed". Failures the engine raised were recorded by it already.
+void tellPeers(comm::Group& g, const std::exception_ptr& error) noexcept {
+  std::string text;
+  try {
+    std::rethrow_exception(error);
+  } catch (const PeerError&) {
+    return;
+  } catch (const TimeoutError&) {
+    return;
+  } catch (const std::exception& e) {
+    text = e.what();
+  } catch (...) {
+    text = "unknown exception";
+  }
+  try {
+    // A PeerError with this rank as its origin: the abort record the peers adopt is the text.
+    g.runTask(comm::op::kInternal, false, {}, [&](uint64_t, const Deadline&) {
+      PeerError e(text);
+      e.setOrigin(g.rank());
+      throw e;
+    });
+  } catch (...) {
+    // The group is failed now (or was already): what the caller gets is the original error.
+  }
 }
 
 struct StageImpl : torch::nn::Module {
@@ -102,6 +132,9 @@ Pipeline::Pipeline(torch::nn::Sequential model, const Grid& grid,
   }
   if (grid_.replicas > 1) {
     DdpOptions ddp = options_.ddp;
+    // Buffers stay per replica: a broadcast before each micro-batch's forward would cost a
+    // synchronization per micro-batch (LayerNorm models have none).
+    ddp.broadcastBuffers = false;
     // A chunk untouched by the rank's last backward (interleaved) contributes what it
     // accumulated, which is what "unused" parameters do (train/ddp/reducer.cpp).
     ddp.findUnusedParameters = true;
@@ -150,6 +183,8 @@ torch::Tensor Pipeline::step(const torch::Tensor& inputs, const torch::Tensor& t
   } catch (...) {
     noSync_.reset();
     ++step_;
+    tellPeers(*grid_.pipe, std::current_exception());
+    if (ddp_) tellPeers(*grid_.data, std::current_exception());
     throw;
   }
   ++step_;
@@ -175,7 +210,13 @@ torch::Tensor Pipeline::predict(const torch::Tensor& inputs) {
                 schedule_.microBatches);
     in = inputs.tensor_split(schedule_.microBatches, 0);
   }
-  auto outputs = executor_->forwardOnly(step_++, in);
+  std::vector<torch::Tensor> outputs;
+  try {
+    outputs = executor_->forwardOnly(step_++, in);
+  } catch (...) {
+    tellPeers(*grid_.pipe, std::current_exception());
+    throw;
+  }
   return outputs.empty() ? torch::Tensor() : torch::cat(outputs, 0);
 }
 

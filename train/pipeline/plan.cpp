@@ -71,8 +71,7 @@ void validate(const PlanRequest& r, int layers) {
 
 Plan makePlan(torch::nn::Sequential& model, const torch::Tensor& sample,
               const PlanRequest& request) {
-  const int layers = static_cast<int>(model->size());
-  validate(request, layers);
+  validate(request, static_cast<int>(model->size()));
   SHOAL_CHECK(sample.defined(), "pipeline: world rank 0 needs a sample micro-batch to plan with");
   // What each layer outputs for this micro-batch (shape, dtype): what crosses a boundary.
   std::vector<LayerInfo> info;
@@ -117,9 +116,9 @@ Plan makePlan(torch::nn::Sequential& model, const torch::Tensor& sample,
     plan.crossing.push_back({std::vector<int64_t>(shape.begin() + 1, shape.end()), dtype});
   }
   plan.table = fmt::format(
-      "pipeline plan: {} layers in {} virtual stages (virtual stage s on pipeline rank s % {}), "
-      "split by {}, costs per micro-batch of {}\n{}",
-      layers, request.virtualStages, request.stages, plan.method, sample.size(0), cut.describe());
+      "pipeline plan (virtual stage s runs on pipeline rank s % {}; costs per micro-batch of "
+      "{}):\n{}",
+      request.stages, sample.size(0), cut.describe());
   return plan;
 }
 

@@ -52,7 +52,7 @@ void Transfers::beginStep(int64_t step, const std::vector<Action>& list) {
     if (a.kind != ActionKind::kRecvActivation && a.kind != ActionKind::kRecvGradient) continue;
     const int b = schedule_.boundary(rank_, a);
     const int t = tag(b, isGradient(a.kind), false);
-    PendingHeader h{a, std::make_unique<Header>(), nullptr};
+    PendingHeader h{a, std::make_shared<Header>(), nullptr};
     h.work = comm::irecv(*pipe_, h.header->data(), h.header->size(), DataType::kInt64,
                          schedule_.peer(rank_, a), t);
     headers_[t].push_back(std::move(h));
@@ -68,25 +68,22 @@ void Transfers::checkShape(const Action& action, const char* what, int boundary,
   if (ok) return;
   std::vector<int64_t> expected{-1};
   expected.insert(expected.end(), spec.sampleShape.begin(), spec.sampleShape.end());
-  SHOAL_THROW(MismatchError,
-              "pipeline stage {} (pipeline rank {}): {} of step {} {}: {} {}, but the plan has "
-              "{} across boundary {} (-1: any batch size)",
-              schedule_.virtualStage(rank_, action.chunk), rank_, describe(action), step_, what,
-              microBatch == action.microBatch ? "is"
-                                              : fmt::format("(micro-batch {}) is", microBatch),
+  SHOAL_THROW(MismatchError, "{}{} {}, but the plan has {} across boundary {} (-1: any batch size)",
+              what,
+              microBatch == action.microBatch ? "" : fmt::format(" (micro-batch {})", microBatch),
               shapeText(shape, dtype), shapeText(expected, spec.dtype), boundary);
 }
 
 void Transfers::send(const Action& action, const torch::Tensor& tensor) {
   const int b = schedule_.boundary(rank_, action);
   const bool grad = isGradient(action.kind);
-  checkShape(action, grad ? "sends a gradient that" : "sends an activation that", b,
+  checkShape(action, grad ? "it sends a gradient of" : "it sends an activation of", b,
              action.microBatch, tensor.sizes().vec(), tensor.scalar_type());
   SHOAL_CHECK(tensor.dim() <= kMaxDims, "pipeline: a {}-dimensional tensor cannot cross stages",
               tensor.dim());
   PendingSend s;
   s.tensor = tensor.detach().contiguous();
-  s.header = std::make_unique<Header>();
+  s.header = std::make_shared<Header>();
   Header& h = *s.header;
   h.fill(0);
   h[0] = kHeaderMagic;
@@ -140,7 +137,7 @@ torch::Tensor Transfers::recv(const Action& action) {
                 "{} instead (the ranks run different schedules)",
                 rank_, describe(action), step_, peer, h[2], h[1]);
   }
-  checkShape(action, grad ? "received a gradient that" : "received an activation that", b,
+  checkShape(action, grad ? "it received a gradient of" : "it received an activation of", b,
              h[2], shape, dtype);
   torch::Tensor t = torch::empty(shape, torch::TensorOptions().dtype(dtype));
   comm::irecv(*pipe_, t.data_ptr(), static_cast<size_t>(t.numel()), toShoalType(dtype), peer,
@@ -162,32 +159,21 @@ void Transfers::endStep() {
 }
 
 void Transfers::abandon() {
-  // The engine may still write into a posted receive's buffer or read a send's until its
-  // channel fails (at the latest at its deadline): the buffers are kept until then.
+  // The engine may still write into a posted receive's buffer or read a send's until the
+  // operation ends (its channel fails, at the latest at its deadline, or the group is
+  // destroyed): each buffer is handed to its operation, to be freed when it ends, so that
+  // nothing here waits for that.
   for (auto& s : sends_) {
-    orphans_.push_back({s.headerWork, std::move(s.header), s.tensor});
-    orphans_.push_back({s.payloadWork, nullptr, s.tensor});
+    s.headerWork->onDone([keep = s.header](std::exception_ptr) {});
+    s.payloadWork->onDone([keep = s.tensor](std::exception_ptr) {});
   }
   for (auto& [t, queue] : headers_) {
-    for (auto& h : queue) orphans_.push_back({h.work, std::move(h.header), {}});
+    for (auto& h : queue) h.work->onDone([keep = h.header](std::exception_ptr) {});
   }
   sends_.clear();
   headers_.clear();
 }
 
-Transfers::~Transfers() {
-  abandon();
-  for (auto& o : orphans_) {
-    try {
-      o.work->wait(pipe_->options().timeout);
-    } catch (...) {
-    }
-    if (!o.work->test()) {
-      // Still posted past its deadline: leaking beats letting the engine write freed memory.
-      (void)o.header.release();
-      (void)new torch::Tensor(std::move(o.tensor));
-    }
-  }
-}
+Transfers::~Transfers() { abandon(); }
 
 }  // namespace shoal::train::pipeline

@@ -50,8 +50,7 @@ class Transfers {
   // `boundaries[b]`: what crosses boundary b (activation and gradient alike).
   Transfers(std::shared_ptr<comm::Group> pipe, const Schedule& schedule,
             std::vector<BoundarySpec> boundaries, Options options);
-  // Waits (bounded by the group timeout) for what is still posted, so that no buffer is freed
-  // under the engine.
+  // Returns at once: buffers still posted stay alive with their operations (abandon()).
   ~Transfers();
   Transfers(const Transfers&) = delete;
   Transfers& operator=(const Transfers&) = delete;
@@ -79,12 +78,12 @@ class Transfers {
   using Header = std::array<int64_t, 5 + kMaxDims>;
   struct PendingHeader {
     Action action;
-    std::unique_ptr<Header> header;
+    std::shared_ptr<Header> header;
     std::shared_ptr<comm::Work> work;
   };
   struct PendingSend {
     torch::Tensor tensor;
-    std::unique_ptr<Header> header;
+    std::shared_ptr<Header> header;
     std::shared_ptr<comm::Work> headerWork, payloadWork;
   };
   static bool isGradient(ActionKind k) {
@@ -102,12 +101,6 @@ class Transfers {
   // Per receive channel (tag), the header receives posted for this step, in list order.
   std::map<int, std::deque<PendingHeader>> headers_;
   std::vector<PendingSend> sends_;
-  struct Orphan {
-    std::shared_ptr<comm::Work> work;
-    std::unique_ptr<Header> header;
-    torch::Tensor tensor;
-  };
-  std::vector<Orphan> orphans_;  // abandoned after a failure, kept until their work ended
 };
 
 }  // namespace shoal::train::pipeline
