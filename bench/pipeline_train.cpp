@@ -62,7 +62,8 @@ int main(int argc, char** argv) {
   app.add_option("--hidden", hidden);
   app.add_option("--split", split)->check(CLI::IsMember({"time", "parameters"}));
   std::vector<int> boundaries;
-  app.add_option("--boundaries", boundaries, "first layer of each stage after the first");
+  app.add_option("--boundaries", boundaries, "first layer of each stage after the first")
+      ->delimiter(',');
   app.add_option("--trace", trace);
   CLI11_PARSE(app, argc, argv);
   try {

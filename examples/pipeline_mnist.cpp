@@ -192,7 +192,8 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::IsMember({"time", "parameters"}));
   app.add_option("--boundaries", f.boundaries,
-                 "split by hand: the first layer of each stage after the first");
+                 "split by hand: the first layer of each stage after the first (e.g. 7 or 4,8,12)")
+      ->delimiter(',');
   app.add_flag("--checkpoint-activations", f.checkpointActivations,
                "keep only stage inputs; recompute the forward during backward");
   numbers.integer(app, "--batch", f.batch, 1, 1 << 20, "global batch (all replicas)");

@@ -1,13 +1,15 @@
 // What each layer of a flat model costs, measured, for the partitioner
 // (train/pipeline/partition.h).
 //
-// Each layer runs alone on its real input: the previous layer's output for the sample
-// micro-batch (detached; requiring grad when floating point, as a received activation does in a
-// pipeline; the first layer's input is the data, whose gradient is not computed). Its forward
-// and backward (the gradient of its input and of its parameters, for a gradient of ones on its
-// output, and their accumulation as backward adds them into .grad) are timed separately: `warmups` untimed runs, then the median
-// of `repeats` timed runs. Layers are timed one after the other on the calling thread, with
-// whatever intra-op threads libtorch is set to use; times are as noisy as the machine is busy.
+// Layers are timed as training runs them (Note [Profiling in sweeps] in profile.cpp): a forward
+// sweep through all layers, then a backward sweep in reverse, each layer on its own graph so its
+// forward and its backward (the gradient of its input and of its parameters for the gradient
+// the next layer sent back, ones for the last, and their accumulation as backward adds them
+// into .grad) are timed alone. A layer's input is the previous layer's output, detached, and
+// requires grad when floating point, as a received activation does in a pipeline; the first
+// layer's is the data, whose gradient is not computed. `warmups` untimed sweeps, then the
+// median of `repeats` timed ones. On the calling thread, with whatever intra-op threads libtorch
+// is set to use; times are as noisy as the machine is busy.
 //
 // The model is left as it was found: backward goes through torch::autograd::grad, so no
 // parameter's .grad is created or changed; parameters are not written; buffers (BatchNorm
