@@ -7,9 +7,9 @@
 //
 // Prints one JSON line (world rank 0): samples/s over the timed steps (after --warmup), the
 // median step time, the final loss, and per rank the measured bubble (idle fraction, median
-// over the timed steps), the forward + backward milliseconds per step, the peak number of micro-batches in flight and the peak heap bytes
-// above the step's start, with the schedule's bubble formula. --trace writes the last step's
-// timeline of every rank (Chrome trace JSON).
+// over the timed steps), the forward + backward milliseconds per step, the peak number of
+// micro-batches in flight and the peak heap bytes above the step's start, with the schedule's
+// bubble formula. --trace writes the last step's timeline of every rank (Chrome trace JSON).
 #include <fmt/format.h>
 #include <malloc.h>
 
@@ -52,7 +52,8 @@ int main(int argc, char** argv) {
   std::string schedule = "1f1b", trace, split = "time";
   int chunks = 0, microBatches = 8, steps = 30, warmup = 5, blocks = 12, hidden = 256;
   int64_t batch = 256;
-  app.add_option("--schedule", schedule)->check(CLI::IsMember({"none", "gpipe", "1f1b", "interleaved"}));
+  app.add_option("--schedule", schedule)
+      ->check(CLI::IsMember({"none", "gpipe", "1f1b", "interleaved"}));
   app.add_option("--chunks", chunks);
   app.add_option("--micro-batches", microBatches);
   app.add_option("--batch", batch);

@@ -29,9 +29,9 @@
 #include <nlohmann/json.hpp>
 
 #include "comm/collectives.h"
-#include "examples/numeric_flags.h"
 #include "common/env.h"
 #include "common/error.h"
+#include "examples/numeric_flags.h"
 #include "ps/server.h"
 #include "run/init.h"
 #include "train/allocator.h"

@@ -40,5 +40,4 @@ struct NumericFlags {
   }
 };
 
-
 }  // namespace shoal::examples

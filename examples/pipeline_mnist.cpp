@@ -102,8 +102,9 @@ int trainMain(const Flags& f) {
   std::unique_ptr<pp::StageCheckpointer> checkpoints;
   int64_t firstStep = 0;
   if (!f.checkpointDir.empty()) {
-    SHOAL_CHECK(!plain, "--checkpoint-dir is for pipelines (fashion_mnist checkpoints one "
-                        "process)");
+    SHOAL_CHECK(!plain,
+                "--checkpoint-dir is for pipelines (fashion_mnist checkpoints one "
+                "process)");
     checkpoints = std::make_unique<pp::StageCheckpointer>(f.checkpointDir, 3, *pipe);
     if (f.resume) {
       if (auto p = checkpoints->resumeLatest(opt)) firstStep = p->step;
@@ -161,9 +162,9 @@ int trainMain(const Flags& f) {
       comm::broadcast(*grid->pipe, &accuracy, 1, DataType::kFloat64, stages - 1);
     }
     if (lead) {
-      fmt::print("epoch {}: mean loss {:.4f}, test accuracy {:.2f}%, {:.0f} samples/s\n",
-                 epoch + 1, lossSum / static_cast<double>(std::max<int64_t>(perEpoch, 1)),
-                 100 * accuracy, static_cast<double>(perEpoch * f.batch) / seconds);
+      fmt::print("epoch {}: mean loss {:.4f}, test accuracy {:.2f}%, {:.0f} samples/s\n", epoch + 1,
+                 lossSum / static_cast<double>(std::max<int64_t>(perEpoch, 1)), 100 * accuracy,
+                 static_cast<double>(perEpoch * f.batch) / seconds);
       std::cout << std::flush;
     }
   }

@@ -51,10 +51,18 @@ void expectEquivalence(int n, int stages) {
   EXPECT_EQ(count(r.output, "FAIL"), 0u) << r.output;
 }
 
-TEST(Pipeline, TwoStagesEqualOneProcess) { expectEquivalence(2, 2); }
-TEST(Pipeline, ThreeStagesEqualOneProcess) { expectEquivalence(3, 3); }
-TEST(Pipeline, FourStagesEqualOneProcess) { expectEquivalence(4, 4); }
-TEST(Pipeline, TwoReplicasOfTwoStagesEqualOneProcess) { expectEquivalence(4, 2); }
+TEST(Pipeline, TwoStagesEqualOneProcess) {
+  expectEquivalence(2, 2);
+}
+TEST(Pipeline, ThreeStagesEqualOneProcess) {
+  expectEquivalence(3, 3);
+}
+TEST(Pipeline, FourStagesEqualOneProcess) {
+  expectEquivalence(4, 4);
+}
+TEST(Pipeline, TwoReplicasOfTwoStagesEqualOneProcess) {
+  expectEquivalence(4, 2);
+}
 
 // "BUBBLE rank r measured x formula y peak_in_flight k peak_bytes b" from every rank.
 struct Bubble {
@@ -89,7 +97,9 @@ TEST(PipelineBubble, GpipeMatchesFormulaAndHoldsEveryMicroBatch) {
 TEST(PipelineBubble, OneForwardOneBackwardMatchesFormulaAndHoldsAtMostStages) {
   expectBubble("1f1b", 4, 8, 1, 4);
 }
-TEST(PipelineBubble, InterleavedMatchesFormula) { expectBubble("interleaved", 4, 8, 2, 16); }
+TEST(PipelineBubble, InterleavedMatchesFormula) {
+  expectBubble("interleaved", 4, 8, 2, 16);
+}
 
 TEST(PipelineFailure, AKilledStageFailsEveryOtherStageNamingIt) {
   TempDir dir;
@@ -97,8 +107,9 @@ TEST(PipelineFailure, AKilledStageFailsEveryOtherStageNamingIt) {
   EXPECT_NE(r.code, 0) << r.output;
   // Both survivors fail, each naming pipeline rank 1 as the cause, and their own action.
   for (int survivor : {0, 2}) {
-    std::regex re(fmt::format(R"(\[{}\] ERROR PeerError: pipeline stage {} .*of step 3.*cause: rank 1)",
-                              survivor, survivor));
+    std::regex re(
+        fmt::format(R"(\[{}\] ERROR PeerError: pipeline stage {} .*of step 3.*cause: rank 1)",
+                    survivor, survivor));
     EXPECT_TRUE(std::regex_search(r.output, re)) << "rank " << survivor << "\n" << r.output;
   }
 }

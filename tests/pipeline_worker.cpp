@@ -74,25 +74,44 @@ Args parse(int argc, char** argv) {
       if (i + 1 >= argc) SHOAL_THROW(InvalidArgument, "{} needs a value", k);
       return argv[++i];
     };
-    if (k == "--mode") a.mode = next();
-    else if (k == "--stages") a.stages = std::stoi(next());
-    else if (k == "--steps") a.steps = std::stoi(next());
-    else if (k == "--schedules") a.schedules = next();
-    else if (k == "--micro-batch-counts") a.microBatches = next();
-    else if (k == "--split") a.split = next();
-    else if (k == "--fwd-ms") a.fwdMs = std::stod(next());
-    else if (k == "--bwd-ms") a.bwdMs = std::stod(next());
-    else if (k == "--checkpoint-dir") a.checkpointDir = next();
-    else if (k == "--checkpoint-every") a.checkpointEvery = std::stoi(next());
-    else if (k == "--crash-at-step") a.crashAtStep = std::stoi(next());
-    else if (k == "--crash-rank") a.crashRank = std::stoi(next());
-    else if (k == "--resume") a.resume = true;
-    else if (k == "--save-params") a.saveParams = next();
-    else if (k == "--schedule") a.schedule = next();
-    else if (k == "--micro-batches") a.m = std::stoi(next());
-    else if (k == "--chunks") a.chunks = std::stoi(next());
-    else if (k == "--activation-checkpointing") a.activationCheckpointing = true;
-    else SHOAL_THROW(InvalidArgument, "unknown argument {}", k);
+    if (k == "--mode")
+      a.mode = next();
+    else if (k == "--stages")
+      a.stages = std::stoi(next());
+    else if (k == "--steps")
+      a.steps = std::stoi(next());
+    else if (k == "--schedules")
+      a.schedules = next();
+    else if (k == "--micro-batch-counts")
+      a.microBatches = next();
+    else if (k == "--split")
+      a.split = next();
+    else if (k == "--fwd-ms")
+      a.fwdMs = std::stod(next());
+    else if (k == "--bwd-ms")
+      a.bwdMs = std::stod(next());
+    else if (k == "--checkpoint-dir")
+      a.checkpointDir = next();
+    else if (k == "--checkpoint-every")
+      a.checkpointEvery = std::stoi(next());
+    else if (k == "--crash-at-step")
+      a.crashAtStep = std::stoi(next());
+    else if (k == "--crash-rank")
+      a.crashRank = std::stoi(next());
+    else if (k == "--resume")
+      a.resume = true;
+    else if (k == "--save-params")
+      a.saveParams = next();
+    else if (k == "--schedule")
+      a.schedule = next();
+    else if (k == "--micro-batches")
+      a.m = std::stoi(next());
+    else if (k == "--chunks")
+      a.chunks = std::stoi(next());
+    else if (k == "--activation-checkpointing")
+      a.activationCheckpointing = true;
+    else
+      SHOAL_THROW(InvalidArgument, "unknown argument {}", k);
   }
   return a;
 }
@@ -157,8 +176,8 @@ int equivalence(const Args& a, const shoal::World& world) {
   for (const auto& schedule : splitList(a.schedules)) {
     for (int m : counts) {
       for (bool ckpt : {false, true}) {
-        const std::string config = fmt::format("{} p={} m={} replicas={}{}", schedule, a.stages,
-                                               m, grid.replicas, ckpt ? " checkpointing" : "");
+        const std::string config = fmt::format("{} p={} m={} replicas={}{}", schedule, a.stages, m,
+                                               grid.replicas, ckpt ? " checkpointing" : "");
         auto net = smallModel();
         auto [x0, y0] = batch(0);
         pp::PipelineOptions o;
@@ -182,8 +201,8 @@ int equivalence(const Args& a, const shoal::World& world) {
         for (int c = 0; c < pipe.schedule().chunks; ++c) {
           const int s = pipe.schedule().virtualStage(grid.stage, c);
           auto mine = layerParams(net, pipe.plan().boundaries[s], pipe.plan().boundaries[s + 1]);
-          auto ref = layerParams(reference, pipe.plan().boundaries[s],
-                                 pipe.plan().boundaries[s + 1]);
+          auto ref =
+              layerParams(reference, pipe.plan().boundaries[s], pipe.plan().boundaries[s + 1]);
           for (size_t i = 0; i < mine.size() && problem.empty(); ++i) {
             if (!torch::allclose(mine[i], ref[i], 1e-5, 1e-6)) {
               problem = fmt::format("virtual stage {} parameter {} differs by {:.3g}", s, i,
@@ -263,13 +282,13 @@ int bubble(const Args& a, const shoal::World& world) {
     peakBytes = std::max(peakBytes, pipe.lastStats().peakActivationBytes);
   }
   std::sort(idle.begin(), idle.end());
-  const double formula =
-      a.schedule == "interleaved"
-          ? static_cast<double>(a.stages - 1) / (v * a.m + a.stages - 1)
-          : static_cast<double>(a.stages - 1) / (a.m + a.stages - 1);
-  std::cout << fmt::format("BUBBLE rank {} measured {:.4f} formula {:.4f} peak_in_flight {} "
-                           "peak_bytes {}\n",
-                           world.rank, idle[idle.size() / 2], formula, peak, peakBytes)
+  const double formula = a.schedule == "interleaved"
+                             ? static_cast<double>(a.stages - 1) / (v * a.m + a.stages - 1)
+                             : static_cast<double>(a.stages - 1) / (a.m + a.stages - 1);
+  std::cout << fmt::format(
+                   "BUBBLE rank {} measured {:.4f} formula {:.4f} peak_in_flight {} "
+                   "peak_bytes {}\n",
+                   world.rank, idle[idle.size() / 2], formula, peak, peakBytes)
             << std::flush;
   return 0;
 }

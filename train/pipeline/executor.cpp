@@ -70,8 +70,7 @@ Executor::Executor(const Schedule& schedule, int rank, std::vector<torch::nn::Se
 }
 
 double Executor::run(int64_t step, const std::vector<torch::Tensor>& inputs,
-                     const std::vector<torch::Tensor>& targets,
-                     const std::vector<double>& scales) {
+                     const std::vector<torch::Tensor>& targets, const std::vector<double>& scales) {
   double lossSum = 0;
   if (hooks_.setSync) hooks_.setSync(false);
   runList(schedule_.ranks[rank_], step, inputs, targets, scales, lossSum);
@@ -113,8 +112,8 @@ std::vector<torch::Tensor> Executor::forwardOnly(int64_t step,
 
 void Executor::runList(const std::vector<Action>& list, int64_t step,
                        const std::vector<torch::Tensor>& inputs,
-                       const std::vector<torch::Tensor>& targets,
-                       const std::vector<double>& scales, double& lossSum) {
+                       const std::vector<torch::Tensor>& targets, const std::vector<double>& scales,
+                       double& lossSum) {
   size_t lastBackward = list.size();
   for (size_t i = 0; i < list.size(); ++i) {
     if (list[i].kind == ActionKind::kBackward) lastBackward = i;
@@ -174,7 +173,7 @@ void Executor::runAction(const Action& a, int64_t step, const std::vector<torch:
         s.received = torch::Tensor();
       }
       torch::Tensor out = hooks_.forward && !forwardOnly_ ? hooks_.forward(chunks_[a.chunk], input)
-                                         : chunks_[a.chunk]->forward(input);
+                                                          : chunks_[a.chunk]->forward(input);
       if (last && forwardOnly_) {
         results_.push_back(out);
       } else if (last) {

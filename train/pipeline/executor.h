@@ -28,7 +28,8 @@
 
 namespace shoal::train::pipeline {
 
-using LossFn = std::function<torch::Tensor(const torch::Tensor& output, const torch::Tensor& target)>;
+using LossFn =
+    std::function<torch::Tensor(const torch::Tensor& output, const torch::Tensor& target)>;
 
 // One action as it ran, for the timeline: microseconds on the steady clock.
 struct TraceEvent {
@@ -38,9 +39,9 @@ struct TraceEvent {
 };
 
 struct StepStats {
-  double seconds = 0;          // the whole step on this rank, transfers and waits included
-  double computeSeconds = 0;   // its Forward and Backward actions
-  int peakInFlight = 0;        // micro-batches between their forward and backward, at most
+  double seconds = 0;               // the whole step on this rank, transfers and waits included
+  double computeSeconds = 0;        // its Forward and Backward actions
+  int peakInFlight = 0;             // micro-batches between their forward and backward, at most
   int64_t peakActivationBytes = 0;  // heap bytes above the step's start, sampled per action
   double idleFraction() const { return seconds > 0 ? 1.0 - computeSeconds / seconds : 0.0; }
 };

@@ -55,7 +55,8 @@ void tellPeers(comm::Group& g, const std::exception_ptr& error) noexcept {
 
 struct StageImpl : torch::nn::Module {
   explicit StageImpl(std::vector<torch::nn::Sequential> c) : chunks(std::move(c)) {
-    for (size_t i = 0; i < chunks.size(); ++i) register_module(fmt::format("chunk{}", i), chunks[i]);
+    for (size_t i = 0; i < chunks.size(); ++i)
+      register_module(fmt::format("chunk{}", i), chunks[i]);
   }
   std::vector<torch::nn::Sequential> chunks;
 };
@@ -97,8 +98,7 @@ Pipeline::Pipeline(torch::nn::Sequential model, const Grid& grid,
   }
   bytes = broadcastBytes(*grid_.world, std::move(bytes));
   if (bytes.rfind("error\n", 0) == 0) {
-    SHOAL_THROW(InvalidArgument, "pipeline: planning on world rank 0 failed: {}",
-                bytes.substr(6));
+    SHOAL_THROW(InvalidArgument, "pipeline: planning on world rank 0 failed: {}", bytes.substr(6));
   }
   SHOAL_CHECK(bytes.rfind("ok\n", 0) == 0, "pipeline: a plan without its status");
   plan_ = decode(bytes.substr(3), request.virtualStages, layers);
@@ -147,8 +147,8 @@ Pipeline::Pipeline(torch::nn::Sequential model, const Grid& grid,
       }
     };
   }
-  transfers_ = std::make_unique<Transfers>(grid_.pipe, schedule_, plan_.crossing,
-                                           options_.transfers);
+  transfers_ =
+      std::make_unique<Transfers>(grid_.pipe, schedule_, plan_.crossing, options_.transfers);
   executor_ = std::make_unique<Executor>(schedule_, grid_.stage, std::move(chunks), *transfers_,
                                          std::move(loss), std::move(hooks));
 }
@@ -192,8 +192,7 @@ torch::Tensor Pipeline::step(const torch::Tensor& inputs, const torch::Tensor& t
     comm::broadcast(*grid_.pipe, &loss, 1, DataType::kFloat64, grid_.stages - 1);
   }
   stats_ = executor_->stats();
-  stats_.seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  stats_.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (options_.broadcastLoss || hasLastStage()) return torch::tensor(loss, torch::kFloat64);
   return torch::Tensor();
 }

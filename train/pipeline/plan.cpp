@@ -13,18 +13,6 @@ namespace shoal::train::pipeline {
 namespace {
 
 constexpr int kMaxDims = 8;
-constexpr torch::ScalarType kPlanTypes[] = {torch::kFloat32, torch::kFloat64, torch::kFloat16,
-                                            torch::kBFloat16, torch::kInt32,  torch::kInt64,
-                                            torch::kUInt8};
-
-int typeIndex(torch::ScalarType t) {
-  for (size_t i = 0; i < std::size(kPlanTypes); ++i) {
-    if (kPlanTypes[i] == t) return static_cast<int>(i);
-  }
-  SHOAL_THROW(InvalidArgument, "pipeline: a layer outputs {}, which cannot cross stages",
-              c10::toString(t));
-}
-
 const char* methodName(SplitMethod m) {
   switch (m) {
     case SplitMethod::kTime:
@@ -112,7 +100,7 @@ Plan makePlan(torch::nn::Sequential& model, const torch::Tensor& sample,
     SHOAL_CHECK(!shape.empty(),
                 "pipeline: layer {} ('{}') outputs a scalar, which cannot cross stages",
                 plan.boundaries[s + 1] - 1, cut.layers[plan.boundaries[s + 1] - 1].name);
-    typeIndex(dtype);  // throws for a type that cannot cross
+    wireType(dtype);  // throws for a type that cannot cross
     plan.crossing.push_back({std::vector<int64_t>(shape.begin() + 1, shape.end()), dtype});
   }
   plan.table = fmt::format(
@@ -128,7 +116,7 @@ std::string encode(const Plan& plan) {
   for (int b : plan.boundaries) out << ' ' << b;
   out << '\n';
   for (const auto& c : plan.crossing) {
-    out << typeIndex(c.dtype) << ' ' << c.sampleShape.size();
+    out << wireType(c.dtype) << ' ' << c.sampleShape.size();
     for (int64_t d : c.sampleShape) out << ' ' << d;
     out << '\n';
   }
@@ -155,14 +143,13 @@ Plan decode(const std::string& bytes, int virtualStages, int layers) {
   }
   if (plan.boundaries.front() != 0 || plan.boundaries.back() != layers) bad("boundary range");
   for (int s = 0; s + 1 < virtualStages; ++s) {
-    int type = 0;
+    int64_t type = 0;
     size_t dims = 0;
-    if (!(in >> type >> dims) || type < 0 || type >= static_cast<int>(std::size(kPlanTypes)) ||
-        dims >= kMaxDims) {
+    if (!(in >> type >> dims) || !fromWireType(type) || dims >= kMaxDims) {
       bad("crossing");
     }
     BoundarySpec spec;
-    spec.dtype = kPlanTypes[type];
+    spec.dtype = *fromWireType(type);
     for (size_t d = 0; d < dims; ++d) {
       int64_t v = 0;
       if (!(in >> v) || v < 0 || v > (int64_t{1} << 40)) bad("crossing shape");

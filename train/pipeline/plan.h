@@ -19,10 +19,10 @@ namespace shoal::train::pipeline {
 enum class SplitMethod { kTime, kParameters, kBoundaries };
 
 struct Plan {
-  std::string method;                   // "time", "parameters", "boundaries"
-  std::vector<int> boundaries;          // virtual stage s = layers [b[s], b[s+1]); size V+1
-  std::vector<BoundarySpec> crossing;   // what crosses boundary s; size V-1
-  std::string table;                    // the description printed at start-up
+  std::string method;                  // "time", "parameters", "boundaries"
+  std::vector<int> boundaries;         // virtual stage s = layers [b[s], b[s+1]); size V+1
+  std::vector<BoundarySpec> crossing;  // what crosses boundary s; size V-1
+  std::string table;                   // the description printed at start-up
   int virtualStages() const { return static_cast<int>(boundaries.size()) - 1; }
 };
 

@@ -135,8 +135,8 @@ std::vector<LayerProfile> profileLayers(torch::nn::Sequential& net,
         for (size_t k = 0; k < l.parameterGrads; ++k) {
           if (grads[k].defined()) l.accumulated[k].add_(grads[k]);
         }
-        gradOut = inputs[i].requires_grad() && grads.back().defined() ? grads.back()
-                                                                     : torch::Tensor();
+        gradOut =
+            inputs[i].requires_grad() && grads.back().defined() ? grads.back() : torch::Tensor();
       } else {
         gradOut = torch::Tensor();
       }
@@ -153,7 +153,8 @@ std::vector<LayerProfile> profileLayers(torch::nn::Sequential& net,
     }
     if (r == warmups + repeats - 1) {
       for (size_t i = 0; i < n; ++i) {
-        profile[i].outputBytes = outputs[i].numel() * static_cast<int64_t>(outputs[i].element_size());
+        profile[i].outputBytes =
+            outputs[i].numel() * static_cast<int64_t>(outputs[i].element_size());
         profile[i].outputShape = outputs[i].sizes().vec();
       }
     }

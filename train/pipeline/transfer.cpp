@@ -17,11 +17,12 @@ std::string shapeText(const std::vector<int64_t>& shape, torch::ScalarType dtype
   return fmt::format("[{}] {}", fmt::join(shape, ", "), c10::toString(dtype));
 }
 
-// The torch types a header may name, by a number of Shoal's own (never torch's enum values,
-// which are not a wire format).
-constexpr torch::ScalarType kWireTypes[] = {torch::kFloat32, torch::kFloat64, torch::kFloat16,
-                                            torch::kBFloat16, torch::kInt32,  torch::kInt64,
+// The torch types that may cross stages, numbered by Shoal (never torch's enum values, which
+// are not a wire format).
+constexpr torch::ScalarType kWireTypes[] = {torch::kFloat32,  torch::kFloat64, torch::kFloat16,
+                                            torch::kBFloat16, torch::kInt32,   torch::kInt64,
                                             torch::kUInt8};
+}  // namespace
 
 int64_t wireType(torch::ScalarType t) {
   for (size_t i = 0; i < std::size(kWireTypes); ++i) {
@@ -31,7 +32,10 @@ int64_t wireType(torch::ScalarType t) {
               c10::toString(t));
 }
 
-}  // namespace
+std::optional<torch::ScalarType> fromWireType(int64_t index) {
+  if (index < 0 || index >= static_cast<int64_t>(std::size(kWireTypes))) return std::nullopt;
+  return kWireTypes[index];
+}
 
 Transfers::Transfers(std::shared_ptr<comm::Group> pipe, const Schedule& schedule,
                      std::vector<BoundarySpec> boundaries, Options options)
@@ -59,9 +63,8 @@ void Transfers::beginStep(int64_t step, const std::vector<Action>& list) {
   }
 }
 
-void Transfers::checkShape(const Action& action, const char* what, int boundary,
-                           int64_t microBatch, const std::vector<int64_t>& shape,
-                           torch::ScalarType dtype) const {
+void Transfers::checkShape(const Action& action, const char* what, int boundary, int64_t microBatch,
+                           const std::vector<int64_t>& shape, torch::ScalarType dtype) const {
   const BoundarySpec& spec = boundaries_[boundary];
   const bool ok = dtype == spec.dtype && shape.size() == spec.sampleShape.size() + 1 &&
                   std::equal(spec.sampleShape.begin(), spec.sampleShape.end(), shape.begin() + 1);
@@ -111,15 +114,14 @@ torch::Tensor Transfers::recv(const Action& action) {
   pending.work->wait();
   const Header& h = *pending.header;
   const int peer = schedule_.peer(rank_, action);
-  if (h[0] != kHeaderMagic || h[3] < 0 || h[3] >= static_cast<int64_t>(std::size(kWireTypes)) ||
-      h[4] < 1 || h[4] > kMaxDims) {
+  if (h[0] != kHeaderMagic || !fromWireType(h[3]) || h[4] < 1 || h[4] > kMaxDims) {
     SHOAL_THROW(ProtocolError,
                 "pipeline rank {}: {} from pipeline rank {}: not a pipeline header (magic "
                 "{:#x}, type {}, {} dimensions)",
                 rank_, describe(action), peer, h[0], h[3], h[4]);
   }
   std::vector<int64_t> shape(h.begin() + 5, h.begin() + 5 + h[4]);
-  const torch::ScalarType dtype = kWireTypes[h[3]];
+  const torch::ScalarType dtype = *fromWireType(h[3]);
   // The size is checked before anything is allocated for it.
   size_t bytes = c10::elementSize(dtype);
   for (int64_t d : shape) {
@@ -137,8 +139,8 @@ torch::Tensor Transfers::recv(const Action& action) {
                 "{} instead (the ranks run different schedules)",
                 rank_, describe(action), step_, peer, h[2], h[1]);
   }
-  checkShape(action, grad ? "it received a gradient of" : "it received an activation of", b,
-             h[2], shape, dtype);
+  checkShape(action, grad ? "it received a gradient of" : "it received an activation of", b, h[2],
+             shape, dtype);
   torch::Tensor t = torch::empty(shape, torch::TensorOptions().dtype(dtype));
   comm::irecv(*pipe_, t.data_ptr(), static_cast<size_t>(t.numel()), toShoalType(dtype), peer,
               tag(b, grad, true))
@@ -174,6 +176,8 @@ void Transfers::abandon() {
   headers_.clear();
 }
 
-Transfers::~Transfers() { abandon(); }
+Transfers::~Transfers() {
+  abandon();
+}
 
 }  // namespace shoal::train::pipeline

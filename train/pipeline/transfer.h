@@ -28,6 +28,7 @@
 #include <deque>
 #include <map>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "comm/group.h"
@@ -41,6 +42,12 @@ struct BoundarySpec {
   std::vector<int64_t> sampleShape;
   torch::ScalarType dtype = torch::kFloat32;
 };
+
+// The number a header or a plan gives a torch type that may cross stages (float32, float64,
+// float16, bfloat16, int32, int64, uint8), and back (nothing for a number out of range).
+// InvalidArgument for another type.
+int64_t wireType(torch::ScalarType t);
+std::optional<torch::ScalarType> fromWireType(int64_t index);
 
 class Transfers {
  public:
