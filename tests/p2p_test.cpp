@@ -136,9 +136,9 @@ TEST_P(P2p, CountMismatchFailsTheReceiverAndThenTheSenderNamingBothSides) {
   }
 }
 
-// Note [Who drives] in comm/native/p2p_channel.cpp: works nobody waits on are completed by the channel's
-// worker. Rank 0 posts a send larger than the shared-memory ring and never waits on it; rank 1
-// never waits on its receive either: both learn of completion through onDone only.
+// Note [Who drives] in comm/native/p2p_channel.cpp: works nobody waits on are completed by the
+// channel's worker. Rank 0 posts a send larger than the shared-memory ring and never waits on it;
+// rank 1 never waits on its receive either: both learn of completion through onDone only.
 TEST_P(P2p, WorkNobodyWaitsOnStillCompletes) {
   const size_t n = (16u << 20) / sizeof(float);
   auto errors = runThreadRanks(2, testOptions(GetParam(), 30), [&](comm::Group& g) {
@@ -150,7 +150,9 @@ TEST_P(P2p, WorkNobodyWaitsOnStillCompletes) {
     auto f = done.get_future();
     ASSERT_EQ(f.wait_for(20s), std::future_status::ready) << "rank " << g.rank();
     EXPECT_EQ(f.get(), nullptr);
-    if (g.rank() == 1) EXPECT_EQ(buf, pattern(n, 0));
+    if (g.rank() == 1) {
+      EXPECT_EQ(buf, pattern(n, 0));
+    }
   });
   expectAll(errors);
 }

@@ -181,49 +181,50 @@ class MpiEngine final : public Engine {
     const MPI_Datatype t = mpiType(o.type);
     MPI_Request req = MPI_REQUEST_NULL;
     const char* call = "MPI";
-    switch (o.op) {
-      case op::kAllreduce:
+    // OpCode names only kNone: its values are compared as the numbers they are.
+    switch (static_cast<uint8_t>(o.op)) {
+      case static_cast<uint8_t>(op::kAllreduce):
         call = "MPI_Iallreduce";
         check(MPI_Iallreduce(MPI_IN_PLACE, o.recv, n, t, mpiOp(o.redop, o.type), comm_, &req),
               call);
         break;
-      case op::kBroadcast:
+      case static_cast<uint8_t>(op::kBroadcast):
         call = "MPI_Ibcast";
         check(MPI_Ibcast(o.recv, n, t, o.root, comm_, &req), call);
         break;
-      case op::kReduce:
+      case static_cast<uint8_t>(op::kReduce):
         call = "MPI_Ireduce";
         check(
             MPI_Ireduce(rank_ == o.root ? MPI_IN_PLACE : o.recv, rank_ == o.root ? o.recv : nullptr,
                         n, t, mpiOp(o.redop, o.type), o.root, comm_, &req),
             call);
         break;
-      case op::kAllgather:
+      case static_cast<uint8_t>(op::kAllgather):
         call = "MPI_Iallgather";
         check(MPI_Iallgather(o.send, n, t, o.recv, n, t, comm_, &req), call);
         break;
-      case op::kReduceScatter:
+      case static_cast<uint8_t>(op::kReduceScatter):
         call = "MPI_Ireduce_scatter_block";
         check(MPI_Ireduce_scatter_block(o.send, o.recv, n, t, mpiOp(o.redop, o.type), comm_, &req),
               call);
         break;
-      case op::kAlltoall:
+      case static_cast<uint8_t>(op::kAlltoall):
         call = "MPI_Ialltoall";
         check(MPI_Ialltoall(o.send, n, t, o.recv, n, t, comm_, &req), call);
         break;
-      case op::kGather:
+      case static_cast<uint8_t>(op::kGather):
         call = "MPI_Igather";
         check(MPI_Igather(o.send, n, t, o.recv, n, t, o.root, comm_, &req), call);
         break;
-      case op::kScatter:
+      case static_cast<uint8_t>(op::kScatter):
         call = "MPI_Iscatter";
         check(MPI_Iscatter(o.send, n, t, o.recv, n, t, o.root, comm_, &req), call);
         break;
-      case op::kBarrier:
+      case static_cast<uint8_t>(op::kBarrier):
         call = "MPI_Ibarrier";
         check(MPI_Ibarrier(comm_, &req), call);
         break;
-      case op::kSendRecv:
+      case static_cast<uint8_t>(op::kSendRecv):
         call = o.isSend ? "MPI_Isend" : "MPI_Irecv";
         check(o.isSend ? MPI_Isend(o.send, n, t, o.root, 0, comm_, &req)
                        : MPI_Irecv(o.recv, n, t, o.root, 0, comm_, &req),
