@@ -130,35 +130,47 @@ TEST(PipelineFailure, AStageThatSendsTheWrongShapeFailsBothSidesNamingIt) {
       << r.output;
 }
 
-TEST(PipelineCheckpoint, ResumedAfterAKillEndsBitwiseEqual) {
-  TempDir dir;
-  const std::string a = dir.path + "/a", b = dir.path + "/b";
-  auto full = job(2, fmt::format("--mode train --stages 2 --steps 6 --checkpoint-dir {} "
-                                 "--save-params {}/final-%r.pt",
-                                 a, a));
+// Trains 6 steps with a checkpoint every 2 into `dir`; kills `crashRank` before step 5 when
+// asked, and resumes when asked. Each rank saves its parameters into <dir>/final-<rank>.pt.
+Run trainJob(int n, int stages, const std::string& dir, const std::string& extra) {
+  return job(n, fmt::format("--mode train --stages {} --steps 6 --checkpoint-dir {} {}", stages,
+                            dir, extra));
+}
+
+void expectResumeEqualsUninterrupted(int n, int stages, const std::string& a,
+                                     const std::string& b) {
+  auto full = trainJob(n, stages, a, fmt::format("--save-params {}/final-%r.pt", a));
   ASSERT_EQ(full.code, 0) << full.output;
-  auto crashed = job(2, fmt::format("--mode train --stages 2 --steps 6 --checkpoint-dir {} "
-                                    "--crash-at-step 5 --crash-rank 1",
-                                    b));
+  auto crashed = trainJob(n, stages, b, fmt::format("--crash-at-step 5 --crash-rank {}", n - 1));
   EXPECT_NE(crashed.code, 0) << crashed.output;
-  auto resumed = job(2, fmt::format("--mode train --stages 2 --steps 6 --checkpoint-dir {} "
-                                    "--resume --save-params {}/final-%r.pt",
-                                    b, b));
+  auto resumed = trainJob(n, stages, b, fmt::format("--resume --save-params {}/final-%r.pt", b));
   ASSERT_EQ(resumed.code, 0) << resumed.output;
   EXPECT_NE(resumed.output.find("resumed at step 4"), std::string::npos) << resumed.output;
-  for (int rank : {0, 1}) {
+  for (int rank = 0; rank < n; ++rank) {
     std::vector<torch::Tensor> x, y;
     torch::load(x, fmt::format("{}/final-{}.pt", a, rank));
     torch::load(y, fmt::format("{}/final-{}.pt", b, rank));
     ASSERT_EQ(x.size(), y.size());
     for (size_t i = 0; i < x.size(); ++i) EXPECT_TRUE(torch::equal(x[i], y[i])) << rank << " " << i;
   }
+}
+
+TEST(PipelineCheckpoint, ResumedAfterAKillEndsBitwiseEqual) {
+  TempDir dir;
+  const std::string a = dir.path + "/a", b = dir.path + "/b";
+  expectResumeEqualsUninterrupted(2, 2, a, b);
   // The same checkpoints under another split are refused, naming both.
   auto other = job(2, fmt::format("--mode train --stages 2 --steps 6 --checkpoint-dir {} "
                                   "--resume --schedule interleaved --chunks 2",
                                   b));
   EXPECT_NE(other.code, 0) << other.output;
   EXPECT_NE(other.output.find("written by another split"), std::string::npos) << other.output;
+}
+
+// DP x PP: each stage's shard is written by its first replica and read back into both.
+TEST(PipelineCheckpoint, TwoReplicasResumeBitwiseEqual) {
+  TempDir dir;
+  expectResumeEqualsUninterrupted(4, 2, dir.path + "/a", dir.path + "/b");
 }
 
 }  // namespace
