@@ -62,6 +62,8 @@ int main(int argc, char** argv) {
   app.add_option("--blocks", blocks);
   app.add_option("--hidden", hidden);
   app.add_option("--split", split)->check(CLI::IsMember({"time", "parameters"}));
+  bool checkpointActivations = false;
+  app.add_flag("--checkpoint-activations", checkpointActivations);
   std::vector<int> boundaries;
   app.add_option("--boundaries", boundaries, "first layer of each stage after the first")
       ->delimiter(',');
@@ -101,6 +103,7 @@ int main(int argc, char** argv) {
         o.boundaries = boundaries;
       }
       o.printPlan = false;
+      o.checkpointActivations = checkpointActivations;
       pipe = std::make_unique<pp::Pipeline>(
           net, *grid, data[0].first.narrow(0, 0, std::max<int64_t>(1, batch / microBatches)),
           crossEntropy, o);
@@ -178,6 +181,7 @@ int main(int argc, char** argv) {
                             (static_cast<double>(s.chunks) * s.microBatches + s.stages - 1);
     row["peak_in_flight"] = inFlight;
     row["compute_ms"] = compute;  // per rank: forward + backward per step (median)
+    row["checkpoint_activations"] = checkpointActivations;
     row["peak_activation_bytes"] = bytes;
     row["plan_boundaries"] = pipe->plan().boundaries;
     if (!trace.empty()) pp::writeChromeTrace(*world.group, grid->stage, pipe->lastTrace(), trace);
