@@ -141,9 +141,11 @@ int trainMain(const Flags& f) {
     }
     const double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    // Test accuracy, through the pipeline (forward only); counted on the last stage.
+    // Test accuracy, through the pipeline (forward only): each replica takes every replicas-th
+    // slice of 1000, counted on its last stage and summed over the world.
     int64_t correct = 0;
-    for (int64_t at = 0; at < testSet.size(); at += 1000) {
+    for (int64_t at = static_cast<int64_t>(replica) * 1000; at < testSet.size();
+         at += 1000 * static_cast<int64_t>(replicas)) {
       const int64_t len = std::min<int64_t>(1000, testSet.size() - at);
       auto x = testSet.images.narrow(0, at, len);
       torch::Tensor out;
@@ -157,10 +159,12 @@ int trainMain(const Flags& f) {
         correct += out.argmax(1).eq(testSet.labels.narrow(0, at, len)).sum().item<int64_t>();
       }
     }
-    double accuracy = static_cast<double>(correct) / static_cast<double>(testSet.size());
     if (!plain) {
-      comm::broadcast(*grid->pipe, &accuracy, 1, DataType::kFloat64, stages - 1);
+      comm::allreduce(*world.group, &correct, 1, DataType::kInt64, ReduceOp::kSum);
+      // Each replica's loss is the mean over its equal share: their average is the batch's.
+      comm::allreduce(*world.group, &lossSum, 1, DataType::kFloat64, ReduceOp::kAvg);
     }
+    const double accuracy = static_cast<double>(correct) / static_cast<double>(testSet.size());
     if (lead) {
       fmt::print("epoch {}: mean loss {:.4f}, test accuracy {:.2f}%, {:.0f} samples/s\n", epoch + 1,
                  lossSum / static_cast<double>(std::max<int64_t>(perEpoch, 1)), 100 * accuracy,
