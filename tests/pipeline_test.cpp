@@ -80,7 +80,7 @@ std::vector<Bubble> bubbles(const std::string& output) {
 
 void expectBubble(const std::string& schedule, int stages, int m, int chunks, int peakAtMost) {
   auto r = job(stages, fmt::format("--mode bubble --stages {} --schedule {} --micro-batches {} "
-                                   "--chunks {} --steps 4 --fwd-ms 20 --bwd-ms 40",
+                                   "--chunks {} --steps 4 --fwd-ms 30 --bwd-ms 60",
                                    stages, schedule, m, chunks));
   ASSERT_EQ(r.code, 0) << r.output;
   auto b = bubbles(r.output);
