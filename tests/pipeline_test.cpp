@@ -17,22 +17,8 @@
 namespace shoal::test {
 namespace {
 
-struct Run {
-  int code;
-  std::string output;
-};
-
-Run shell(const std::string& cmd) {
-  std::string out;
-  FILE* p = ::popen((cmd + " 2>&1").c_str(), "r");
-  char buf[4096];
-  while (size_t n = std::fread(buf, 1, sizeof(buf), p)) out.append(buf, n);
-  const int status = ::pclose(p);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status), out};
-}
-
-Run job(int n, const std::string& args, int timeoutSeconds = 30) {
-  return shell(fmt::format(
+ShellRun job(int n, const std::string& args, int timeoutSeconds = 30) {
+  return runShell(fmt::format(
       "OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 timeout 300 {} run -n {} --timeout {} -- {} {}",
       SHOAL_BIN, n, timeoutSeconds, PIPELINE_WORKER_BIN, args));
 }
@@ -132,7 +118,7 @@ TEST(PipelineFailure, AStageThatSendsTheWrongShapeFailsBothSidesNamingIt) {
 
 // Trains 6 steps with a checkpoint every 2 into `dir`; kills `crashRank` before step 5 when
 // asked, and resumes when asked. Each rank saves its parameters into <dir>/final-<rank>.pt.
-Run trainJob(int n, int stages, const std::string& dir, const std::string& extra) {
+ShellRun trainJob(int n, int stages, const std::string& dir, const std::string& extra) {
   return job(n, fmt::format("--mode train --stages {} --steps 6 --checkpoint-dir {} {}", stages,
                             dir, extra));
 }

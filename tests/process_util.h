@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <exception>
 #include <filesystem>
 #include <fstream>
@@ -50,6 +51,22 @@ inline std::set<std::string> shmEntries() {
     if (!foreign) out.insert(e.path().string());
   }
   return out;
+}
+
+// A shell command's exit code (128 + signal if killed) and its output, stdout and stderr
+// together.
+struct ShellRun {
+  int code;
+  std::string output;
+};
+inline ShellRun runShell(const std::string& cmd) {
+  std::string out;
+  FILE* p = ::popen((cmd + " 2>&1").c_str(), "r");
+  if (p == nullptr) return {127, "popen failed"};
+  char buf[4096];
+  while (size_t n = std::fread(buf, 1, sizeof(buf), p)) out.append(buf, n);
+  const int status = ::pclose(p);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status), out};
 }
 
 inline std::string readFile(const std::string& path) {

@@ -22,20 +22,6 @@
 namespace shoal::test {
 namespace {
 
-struct Run {
-  int code;
-  std::string output;
-};
-
-Run shell(const std::string& cmd) {
-  std::string out;
-  FILE* p = ::popen((cmd + " 2>&1").c_str(), "r");
-  char buf[4096];
-  while (size_t n = std::fread(buf, 1, sizeof(buf), p)) out.append(buf, n);
-  int status = ::pclose(p);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status), out};
-}
-
 std::string trainCommand(const std::string& dir, const std::string& extra) {
   return fmt::format(
       "OPENBLAS_NUM_THREADS=1 timeout 300 {} run -n 2 --timeout 60 -- {} --epochs 2 "
@@ -52,17 +38,17 @@ std::vector<torch::Tensor> loadParams(const std::string& path) {
 TEST(TrainJob, KilledAndResumedEndsExactlyAsUninterrupted) {
   TempDir dir;
   const std::string a = dir.path + "/uninterrupted", b = dir.path + "/interrupted";
-  auto full = shell(trainCommand(a, "--save-params " + a + "/final.pt"));
+  auto full = runShell(trainCommand(a, "--save-params " + a + "/final.pt"));
   ASSERT_EQ(full.code, 0) << full.output;
 
   // 1024 samples / 2 ranks / 32 = 16 steps per epoch; the last rank dies after step 21, the
   // newest checkpoint is step 20 (epoch 2, batch 4).
-  auto crashed = shell(trainCommand(b, "--crash-at-step 21"));
+  auto crashed = runShell(trainCommand(b, "--crash-at-step 21"));
   EXPECT_EQ(crashed.code, 128 + 9) << crashed.output;
   EXPECT_NE(crashed.output.find("rank 1 (host localhost"), std::string::npos) << crashed.output;
   EXPECT_FALSE(std::filesystem::exists(b + "/final.pt"));
 
-  auto resumed = shell(trainCommand(b, "--resume latest --save-params " + b + "/final.pt"));
+  auto resumed = runShell(trainCommand(b, "--resume latest --save-params " + b + "/final.pt"));
   ASSERT_EQ(resumed.code, 0) << resumed.output;
   EXPECT_NE(
       resumed.output.find("resumed from " + b + "/ckpt-00000020.pt: epoch 2, batch 4, step 20"),
@@ -81,7 +67,7 @@ TEST(TrainJob, KilledAndResumedEndsExactlyAsUninterrupted) {
   // A truncated newest checkpoint: refused, named, and the newest intact one offered.
   auto all = train::Checkpointer(b, 3).list();
   std::filesystem::resize_file(all.back(), std::filesystem::file_size(all.back()) / 2);
-  auto refused = shell(trainCommand(b, "--resume latest"));
+  auto refused = runShell(trainCommand(b, "--resume latest"));
   EXPECT_NE(refused.code, 0);
   EXPECT_NE(refused.output.find(all.back() + ": truncated"), std::string::npos) << refused.output;
   EXPECT_NE(refused.output.find("the newest intact one is " + all[all.size() - 2]),
