@@ -1,0 +1,259 @@
+// One rank of the tensor-parallelism tests, run under `shoal run -n N`
+// (tests/tensor_parallel_test.cpp).
+//
+//   layers   every tensor-parallel layer over the N ranks against the one-process computation
+//            written with plain libtorch: forward outputs and every gradient (parameters and
+//            input) within rtol 1e-5; prints "OK <layer>" or "FAIL <layer>: ..." per check
+//   count    one transformer block's forward and backward: prints the number of all-reduces in
+//            each ("COUNT forward f backward b allgathers g")
+// Exit code 0 only if everything checked held.
+#include <fmt/format.h>
+
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "common/error.h"
+#include "run/init.h"
+#include "tests/process_util.h"
+#include "train/gpt.h"
+#include "train/tensor/attention.h"
+#include "train/tensor/column_linear.h"
+#include "train/tensor/mlp.h"
+#include "train/tensor/regions.h"
+#include "train/tensor/row_linear.h"
+#include "train/tensor/vocab_cross_entropy.h"
+#include "train/tensor/vocab_embedding.h"
+
+namespace tp = shoal::train::tensor;
+
+namespace {
+
+struct Checker {
+  int rank;
+  int failures = 0;
+  void operator()(const std::string& what, const torch::Tensor& got, const torch::Tensor& want) {
+    std::string why;
+    if (!got.defined() || !want.defined()) {
+      why = "undefined tensor";
+    } else if (got.sizes() != want.sizes()) {
+      why = fmt::format("shape {} vs {}", c10::str(got.sizes()), c10::str(want.sizes()));
+    } else {
+      // Relative to the tensor's scale: float sums in another order (a slice's partial products
+      // all-reduced instead of one matmul) differ by rounding, most visibly in elements near 0.
+      const double diff = (got - want).abs().max().item<double>();
+      const double scale = std::max(want.abs().max().item<double>(), 1e-30);
+      if (diff > 1e-5 * scale)
+        why = fmt::format("max difference {:.3g} (scale {:.3g})", diff, scale);
+    }
+    if (why.empty()) {
+      std::cout << fmt::format("OK {}\n", what);
+    } else {
+      ++failures;
+      std::cout << fmt::format("FAIL {}: {}\n", what, why);
+    }
+  }
+};
+
+torch::Tensor leaf(torch::Tensor t) {
+  return t.detach().clone().requires_grad_(true);
+}
+
+// Sum of out * weights: a loss whose gradient is `weights` (not all ones, so a transposed or
+// misplaced slice shows).
+torch::Tensor probe(const torch::Tensor& out, const torch::Tensor& weights) {
+  return (out * weights).sum();
+}
+
+int layers(const shoal::World& world) {
+  tp::TensorGroup tg{world.group};
+  const int r = tg.rank(), n = tg.size();
+  Checker check{world.rank};
+  torch::manual_seed(7);  // the same full tensors on every rank
+  const int64_t b = 2, s = 5, hidden = 48, heads = 12, inner = 96, vocab = 10;
+  torch::Tensor x = torch::randn({b, s, hidden});
+
+  // Column-parallel, output gathered and left split; fused blocks.
+  for (int blocks : {1, 3}) {
+    for (bool gather : {true, false}) {
+      const std::string name = fmt::format("column blocks {} gather {}", blocks, gather);
+      torch::Tensor w = torch::randn({blocks * inner, hidden}),
+                    bias = torch::randn({blocks * inner});
+      torch::Tensor refW = leaf(w), refB = leaf(bias), refX = leaf(x);
+      torch::Tensor refOut = torch::nn::functional::linear(refX, refW, refB);
+      torch::Tensor gradOut = torch::randn(refOut.sizes());
+      probe(refOut, gradOut).backward();
+
+      tp::ColumnParallelLinear layer(w, bias, tg,
+                                     tp::ColumnOptions{.gatherOutput = gather, .blocks = blocks});
+      torch::Tensor px = leaf(x);
+      torch::Tensor out = layer->forward(px);
+      const tp::Slice sl = layer->blockSlice();
+      torch::Tensor wantOut =
+          gather ? refOut
+                 : tp::sliceBlocks(refOut.detach().transpose(0, 2), blocks, sl).transpose(0, 2);
+      check(name + " output", out.detach(), wantOut.detach());
+      probe(out,
+            gather ? gradOut : tp::sliceBlocks(gradOut.transpose(0, 2), blocks, sl).transpose(0, 2))
+          .backward();
+      check(name + " weight grad", layer->weight.grad(), tp::sliceBlocks(refW.grad(), blocks, sl));
+      check(name + " bias grad", layer->bias.grad(), tp::sliceBlocks(refB.grad(), blocks, sl));
+      check(name + " input grad", px.grad(), refX.grad());
+      auto full = layer->gatherFull();
+      check(name + " gathered weight", full[0].second, w);
+      check(name + " gathered bias", full[1].second, bias);
+    }
+  }
+
+  // Row-parallel, input already split and split here.
+  for (bool parallelInput : {true, false}) {
+    const std::string name = fmt::format("row parallel input {}", parallelInput);
+    torch::Tensor w = torch::randn({hidden, inner}), bias = torch::randn({hidden});
+    torch::Tensor in = torch::randn({b, s, inner});
+    torch::Tensor refW = leaf(w), refB = leaf(bias), refX = leaf(in);
+    torch::Tensor refOut = torch::nn::functional::linear(refX, refW, refB);
+    torch::Tensor gradOut = torch::randn(refOut.sizes());
+    probe(refOut, gradOut).backward();
+
+    tp::RowParallelLinear layer(w, bias, tg, tp::RowOptions{.inputIsParallel = parallelInput});
+    const tp::Slice sl = tp::sliceOf(inner, r, n);
+    torch::Tensor px = leaf(parallelInput ? in.narrow(-1, sl.begin, sl.size) : in);
+    torch::Tensor out = layer->forward(px);
+    check(name + " output", out.detach(), refOut.detach());
+    probe(out, gradOut).backward();
+    check(name + " weight grad", layer->weight.grad(), refW.grad().narrow(1, sl.begin, sl.size));
+    check(name + " bias grad", layer->bias.grad(), refB.grad());
+    check(name + " input grad", px.grad(),
+          parallelInput ? refX.grad().narrow(-1, sl.begin, sl.size) : refX.grad());
+    check(name + " gathered weight", layer->gatherFull()[0].second, w);
+  }
+
+  // Vocabulary-parallel embedding (the vocabulary need not divide).
+  {
+    torch::Tensor w = torch::randn({vocab, hidden});
+    torch::Tensor ids = torch::randint(vocab, {b, s});
+    torch::Tensor refW = leaf(w);
+    torch::Tensor refOut = torch::embedding(refW, ids);
+    torch::Tensor gradOut = torch::randn(refOut.sizes());
+    probe(refOut, gradOut).backward();
+    tp::VocabParallelEmbedding layer(w, tg);
+    torch::Tensor out = layer->forward(ids);
+    check("embedding output", out.detach(), refOut.detach());
+    probe(out, gradOut).backward();
+    const tp::Slice sl = layer->vocabSlice();
+    check("embedding weight grad", layer->weight.grad(), refW.grad().narrow(0, sl.begin, sl.size));
+    check("embedding gathered weight", layer->gatherFull()[0].second, w);
+  }
+
+  // Vocabulary-parallel cross-entropy against libtorch's, on full logits.
+  {
+    torch::Tensor logits = torch::randn({b, s, vocab}) * 4;
+    torch::Tensor targets = torch::randint(vocab, {b, s});
+    torch::Tensor refL = leaf(logits);
+    torch::Tensor refLoss =
+        torch::nn::functional::cross_entropy(refL.view({-1, vocab}), targets.view({-1}));
+    refLoss.backward();
+    const tp::Slice sl = tp::sliceOf(vocab, r, n);
+    torch::Tensor local = leaf(logits.narrow(-1, sl.begin, sl.size));
+    torch::Tensor loss = tp::vocabParallelCrossEntropy(local, targets, sl.begin, tg).mean();
+    check("cross-entropy loss", loss.detach(), refLoss.detach());
+    loss.backward();
+    check("cross-entropy logits grad", local.grad(), refL.grad().narrow(-1, sl.begin, sl.size));
+  }
+
+  // Attention: plain libtorch reference (fused projection, per-head causal attention).
+  {
+    tp::AttentionWeights w{torch::randn({3 * hidden, hidden}) * 0.2, torch::randn({3 * hidden}),
+                           torch::randn({hidden, hidden}) * 0.2, torch::randn({hidden})};
+    torch::Tensor qkvW = leaf(w.qkvWeight), qkvB = leaf(w.qkvBias), pW = leaf(w.projWeight),
+                  pB = leaf(w.projBias), refX = leaf(x);
+    auto qkv = torch::nn::functional::linear(refX, qkvW, qkvB).chunk(3, -1);
+    const int64_t d = hidden / heads;
+    auto heads4 = [&](const torch::Tensor& t) { return t.view({b, s, heads, d}).transpose(1, 2); };
+    torch::Tensor scores =
+        torch::matmul(heads4(qkv[0]), heads4(qkv[1]).transpose(-2, -1)) / std::sqrt(double(d));
+    scores = scores + torch::full({s, s}, -1e30).triu(1);
+    torch::Tensor ctx = torch::matmul(torch::softmax(scores, -1), heads4(qkv[2]));
+    torch::Tensor refOut =
+        torch::nn::functional::linear(ctx.transpose(1, 2).reshape({b, s, hidden}), pW, pB);
+    torch::Tensor gradOut = torch::randn(refOut.sizes());
+    probe(refOut, gradOut).backward();
+
+    tp::ParallelSelfAttention layer(w, heads, tg);
+    torch::Tensor px = leaf(x);
+    torch::Tensor out = layer->forward(px);
+    check("attention output", out.detach(), refOut.detach());
+    probe(out, gradOut).backward();
+    const tp::Slice sl = layer->qkv->blockSlice();
+    check("attention qkv weight grad", layer->qkv->weight.grad(),
+          tp::sliceBlocks(qkvW.grad(), 3, sl));
+    check("attention qkv bias grad", layer->qkv->bias.grad(), tp::sliceBlocks(qkvB.grad(), 3, sl));
+    check("attention proj weight grad", layer->proj->weight.grad(),
+          pW.grad().narrow(1, sl.begin, sl.size));
+    check("attention proj bias grad", layer->proj->bias.grad(), pB.grad());
+    check("attention input grad", px.grad(), refX.grad());
+  }
+
+  // MLP: fc2(gelu(fc1(x))).
+  {
+    tp::MlpWeights w{torch::randn({inner, hidden}) * 0.2, torch::randn({inner}),
+                     torch::randn({hidden, inner}) * 0.2, torch::randn({hidden})};
+    torch::Tensor w1 = leaf(w.fc1Weight), b1 = leaf(w.fc1Bias), w2 = leaf(w.fc2Weight),
+                  b2 = leaf(w.fc2Bias), refX = leaf(x);
+    torch::Tensor refOut = torch::nn::functional::linear(
+        torch::gelu(torch::nn::functional::linear(refX, w1, b1)), w2, b2);
+    torch::Tensor gradOut = torch::randn(refOut.sizes());
+    probe(refOut, gradOut).backward();
+    tp::ParallelMlp layer(w, tg);
+    torch::Tensor px = leaf(x);
+    torch::Tensor out = layer->forward(px);
+    check("mlp output", out.detach(), refOut.detach());
+    probe(out, gradOut).backward();
+    const tp::Slice sl = tp::sliceOf(inner, r, n);
+    check("mlp fc1 weight grad", layer->fc1->weight.grad(), w1.grad().narrow(0, sl.begin, sl.size));
+    check("mlp fc1 bias grad", layer->fc1->bias.grad(), b1.grad().narrow(0, sl.begin, sl.size));
+    check("mlp fc2 weight grad", layer->fc2->weight.grad(), w2.grad().narrow(1, sl.begin, sl.size));
+    check("mlp fc2 bias grad", layer->fc2->bias.grad(), b2.grad());
+    check("mlp input grad", px.grad(), refX.grad());
+  }
+  std::cout << fmt::format("DONE failures {}\n", check.failures) << std::flush;
+  return check.failures == 0 ? 0 : 1;
+}
+
+// Megatron's count: a block costs two all-reduces forward and two backward, whatever the size.
+int count(const shoal::World& world) {
+  tp::TensorGroup tg{world.group};
+  shoal::train::GptConfig c{.vocabulary = 16, .sequence = 8, .hidden = 32, .heads = 4, .layers = 1};
+  auto net = shoal::train::makeGpt(c, tg);
+  auto block = net[1];
+  torch::Tensor x = torch::randn({2, 8, 32}, torch::requires_grad());
+  tg.counters->reset();
+  torch::Tensor out = net->ptr(1)->as<shoal::train::GptBlock>()->forward(x);
+  const auto fwd = *tg.counters;
+  out.sum().backward();
+  const auto all = *tg.counters;
+  std::cout << fmt::format("COUNT forward {} backward {} allgathers {} (forward pass: {} {})\n",
+                           all.forwardAllreduces, all.backwardAllreduces, all.allgathers,
+                           fwd.forwardAllreduces, fwd.backwardAllreduces)
+            << std::flush;
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    torch::set_num_threads(1);
+    const std::string mode = argc > 1 ? argv[1] : "layers";
+    shoal::World world = shoal::init();
+    if (mode == "layers") return layers(world);
+    if (mode == "count") return count(world);
+    SHOAL_THROW(InvalidArgument, "unknown mode {}", mode);
+  } catch (const shoal::Error& e) {
+    std::cerr << "ERROR " << shoal::test::typeName(e) << ": " << e.what() << "\n";
+    return 1;
+  } catch (const std::exception& e) {
+    std::cerr << "ERROR " << e.what() << "\n";
+    return 1;
+  }
+}
