@@ -27,6 +27,13 @@ Grid makeGrid(std::shared_ptr<comm::Group> world, int stages) {
 }
 
 std::string Grid::describe() const {
+  if (tensor != nullptr && tensor->size() > 1) {
+    return fmt::format(
+        "{} replica{} x {} stage{} x {} tensor; world rank {} = replica {}, stage "
+        "{}, tensor {}",
+        replicas, replicas == 1 ? "" : "s", stages, stages == 1 ? "" : "s", tensor->size(),
+        world->rank(), replica, stage, tensorRank);
+  }
   return fmt::format("{} replica{} x {} stage{}; world rank {} = replica {}, stage {}", replicas,
                      replicas == 1 ? "" : "s", stages, stages == 1 ? "" : "s", world->rank(),
                      replica, stage);

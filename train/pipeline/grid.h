@@ -1,10 +1,12 @@
-// The data x pipeline process grid: `replicas` copies of a pipeline of `stages` ranks. World
-// rank w is stage w % stages of replica w / stages, so one pipeline's stages are adjacent ranks
-// (on one host when ranks fill hosts in order: its point-to-point traffic uses shared memory,
-// while the replicas' all-reduce crosses hosts).
+// The data x pipeline process grid: `replicas` copies of a pipeline of `stages` ranks, as the
+// pipeline sees it. makeGrid() lays it out on the world: world rank w is stage w % stages of
+// replica w / stages, so one pipeline's stages are adjacent ranks (on one host when ranks fill
+// hosts in order: its point-to-point traffic uses shared memory, while the replicas' all-reduce
+// crosses hosts). train/process_grid.h makes one with a tensor dimension too, and in any layout
+// (ProcessGrid::pipelineGrid()); nothing in a Grid assumes makeGrid's layout.
 //
-// Collective over `world` (two Group::split calls); blocking, bounded by its timeout.
-// InvalidArgument if stages < 1 or does not divide the world size.
+// makeGrid: collective over `world` (two Group::split calls); blocking, bounded by its timeout.
+// InvalidArgument if stages < 1 or does not divide the world size. Leaves `tensor` null.
 #pragma once
 
 #include <memory>
@@ -22,9 +24,12 @@ struct Grid {
   int replicas = 1;
   int stage = 0;    // = pipe->rank()
   int replica = 0;  // = data->rank()
-  // The world rank of `stage` in this rank's replica.
-  int worldRankOfStage(int s) const { return replica * stages + s; }
-  // "2 replicas x 2 stages; world rank 3 = replica 1, stage 1".
+  // The ranks that split each layer of this stage (train/process_grid.h), ranked by tensor
+  // coordinate; every rank of `pipe` and `data` is tensor rank `tensorRank` of its own group.
+  std::shared_ptr<comm::Group> tensor;  // null or size 1: no tensor parallelism
+  int tensorRank = 0;                   // = tensor->rank() (0 without tensor parallelism)
+  // "2 replicas x 2 stages; world rank 3 = replica 1, stage 1", with "x 2 tensor; ...,
+  // tensor 1" under tensor parallelism.
   std::string describe() const;
 };
 
