@@ -6,10 +6,15 @@
 //            input) within rtol 1e-5; prints "OK <layer>" or "FAIL <layer>: ..." per check
 //   count    one transformer block's forward and backward: prints the number of all-reduces in
 //            each ("COUNT forward f backward b allgathers g")
+//   gpt D P T [schedule]
+//            the GPT on a data D x pipeline P x tensor T grid: after 3 SGD steps every full
+//            parameter (gathered) equals one-process training's on the same global batches
+//            within rtol 1e-4, and so does every step's loss; prints "OK gpt ..." or "FAIL ..."
 // Exit code 0 only if everything checked held.
 #include <fmt/format.h>
 
 #include <iostream>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -17,6 +22,8 @@
 #include "run/init.h"
 #include "tests/process_util.h"
 #include "train/gpt.h"
+#include "train/hybrid_parallel.h"
+#include "train/process_grid.h"
 #include "train/tensor/attention.h"
 #include "train/tensor/column_linear.h"
 #include "train/tensor/mlp.h"
@@ -239,6 +246,97 @@ int count(const shoal::World& world) {
   return 0;
 }
 
+// Float sums in another order (slices all-reduced, micro-batches accumulated, replicas averaged)
+// differ by rounding, which a few steps of training amplify: 1e-4 relative to each tensor's
+// scale is the bound (the layer tests hold 1e-5).
+int gpt(const shoal::World& world, int data, int pipelineStages, int tensorSize,
+        const std::string& schedule) {
+  namespace st = shoal::train;
+  st::ProcessGrid grid = st::makeProcessGrid(
+      world.group, {.data = data, .pipeline = pipelineStages, .tensor = tensorSize});
+  const st::GptConfig c{.vocabulary = 23,
+                        .sequence = 8,
+                        .hidden = 16,
+                        .heads = 4,
+                        .layers = 2,
+                        .inner = 32,
+                        .seed = 3};
+  const int64_t batch = 8;
+  auto batchAt = [&](int step) {
+    torch::Tensor t = torch::randint(c.vocabulary, {batch, c.sequence + 1},
+                                     at::detail::createCPUGenerator(100 + step));
+    return std::pair{t.narrow(1, 0, c.sequence).contiguous(),
+                     t.narrow(1, 1, c.sequence).contiguous()};
+  };
+  const int steps = 3;
+  const double lr = 0.5;
+
+  // One process: the same model, the whole batch.
+  st::tensor::TensorGroup one;
+  auto ref = st::makeGpt(c, one);
+  torch::optim::SGD refOpt(ref->parameters(), lr);
+  std::vector<double> refLoss;
+  for (int i = 0; i < steps; ++i) {
+    auto [x, y] = batchAt(i);
+    refOpt.zero_grad();
+    torch::Tensor l = st::gptLoss(ref->forward(x), y, c, one);
+    l.backward();
+    refOpt.step();
+    refLoss.push_back(l.item<double>());
+  }
+
+  st::tensor::TensorGroup tg{grid.tensor};
+  auto net = st::makeGpt(c, tg);
+  auto [x0, y0] = batchAt(0);
+  st::HybridOptions options;
+  options.pipeline.schedule = schedule;
+  options.pipeline.microBatches = 2;
+  options.pipeline.chunks = schedule == "interleaved" ? 2 : 1;
+  options.pipeline.split = shoal::train::pipeline::SplitMethod::kParameters;
+  options.pipeline.printPlan = false;
+  st::HybridParallel model(
+      net, grid, x0.narrow(0, 0, batch / data / 2),
+      [&](const torch::Tensor& out, const torch::Tensor& target) {
+        return st::gptLoss(out, target, c, tg);
+      },
+      options);
+  torch::optim::SGD opt(model.parameters(), lr);
+  Checker check{world.rank};
+  const std::string name = fmt::format("gpt data {} pipeline {} tensor {} {}", data, pipelineStages,
+                                       tensorSize, schedule);
+  for (int i = 0; i < steps; ++i) {
+    auto [x, y] = batchAt(i);
+    opt.zero_grad();
+    const double loss = model.step(x, y);
+    opt.step();
+    check(fmt::format("{} loss at step {}", name, i), torch::tensor(loss),
+          torch::tensor(refLoss[i]));
+  }
+  std::map<std::string, torch::Tensor> want;
+  for (const auto& p : ref->named_parameters()) want[p.key()] = p.value().detach();
+  st::FullState got = model.gatherFullState();
+  if (got.size() != want.size()) {
+    ++check.failures;
+    std::cout << fmt::format("FAIL {}: {} gathered tensors, the model has {}\n", name, got.size(),
+                             want.size());
+  }
+  int64_t bad = 0;
+  for (const auto& [key, t] : got) {
+    const double diff = (t - want.at(key)).abs().max().item<double>();
+    const double scale = want.at(key).abs().max().item<double>();
+    if (diff > 1e-4 * scale) {
+      ++bad;
+      std::cout << fmt::format("FAIL {}: {} differs by {:.3g} (scale {:.3g})\n", name, key, diff,
+                               scale);
+    }
+  }
+  check.failures += bad;
+  if (check.failures == 0)
+    std::cout << fmt::format("OK {}: {} parameters equal\n", name, got.size());
+  std::cout << std::flush;
+  return check.failures == 0 ? 0 : 1;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -248,6 +346,10 @@ int main(int argc, char** argv) {
     shoal::World world = shoal::init();
     if (mode == "layers") return layers(world);
     if (mode == "count") return count(world);
+    if (mode == "gpt" && argc >= 5) {
+      return gpt(world, std::stoi(argv[2]), std::stoi(argv[3]), std::stoi(argv[4]),
+                 argc > 5 ? argv[5] : "1f1b");
+    }
     SHOAL_THROW(InvalidArgument, "unknown mode {}", mode);
   } catch (const shoal::Error& e) {
     std::cerr << "ERROR " << shoal::test::typeName(e) << ": " << e.what() << "\n";

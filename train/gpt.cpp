@@ -141,19 +141,4 @@ torch::Tensor gatherLogits(const torch::Tensor& localLogits, const GptConfig& c,
   return tensor::allgatherLastDim(localLogits.detach(), tg, sizes);
 }
 
-std::vector<std::pair<std::string, torch::Tensor>> gatherFullState(const torch::nn::Module& model) {
-  std::vector<std::pair<std::string, torch::Tensor>> out;
-  for (const auto& item : model.named_modules()) {
-    const std::string prefix = item.key().empty() ? "" : item.key() + ".";
-    if (const auto* layer = dynamic_cast<const tensor::ParallelLayer*>(item.value().get())) {
-      for (auto& [name, full] : layer->gatherFull()) out.emplace_back(prefix + name, full);
-    } else {
-      for (const auto& p : item.value()->named_parameters(/*recurse=*/false)) {
-        out.emplace_back(prefix + p.key(), p.value().detach().clone());
-      }
-    }
-  }
-  return out;
-}
-
 }  // namespace shoal::train

@@ -99,9 +99,4 @@ torch::Tensor gptLoss(const torch::Tensor& output, const torch::Tensor& target,
 torch::Tensor gatherLogits(const torch::Tensor& localLogits, const GptConfig& config,
                            const tensor::TensorGroup& tg);
 
-// The full (one-process) parameters of `model` (or of any module built from these layers) under
-// the names the one-process model gives them: tensor-parallel layers are gathered, whole ones
-// copied. Collective over the tensor group; every rank gets the result.
-std::vector<std::pair<std::string, torch::Tensor>> gatherFullState(const torch::nn::Module& model);
-
 }  // namespace shoal::train

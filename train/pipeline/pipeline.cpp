@@ -89,13 +89,17 @@ Pipeline::Pipeline(torch::nn::Sequential model, const Grid& grid,
   const int layers = static_cast<int>(model->size());
   validate(request, layers);
   std::string bytes;
-  if (grid_.world->rank() == 0) {
+  // With tensor parallelism the layers' forward and backward are collective over the tensor
+  // group, so world rank 0's tensor-parallel peers (replica 0, stage 0) plan beside it, running
+  // the same collectives; only rank 0's plan is broadcast.
+  if (grid_.world->rank() == 0 || (grid_.replica == 0 && grid_.stage == 0)) {
     try {
       bytes = "ok\n" + encode(makePlan(model, sampleMicroBatch, request));
     } catch (const std::exception& e) {
       bytes = std::string("error\n") + e.what();
     }
   }
+  if (grid_.world->rank() != 0) bytes.clear();
   bytes = broadcastBytes(*grid_.world, std::move(bytes));
   if (bytes.rfind("error\n", 0) == 0) {
     SHOAL_THROW(InvalidArgument, "pipeline: planning on world rank 0 failed: {}", bytes.substr(6));

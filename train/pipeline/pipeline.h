@@ -73,6 +73,9 @@ class Pipeline {
  public:
   // Collective over grid.world. `sampleMicroBatch` (one micro-batch of inputs; used on world
   // rank 0 only, may be undefined elsewhere) is what the plan profiles and traces shapes with.
+  // With tensor parallelism (grid.tensor of size > 1) the model's layers are collective over the
+  // tensor group, so world rank 0's tensor-parallel peers (replica 0, stage 0) run the planning
+  // with it and need the same sample.
   Pipeline(torch::nn::Sequential model, const Grid& grid, const torch::Tensor& sampleMicroBatch,
            LossFn loss, PipelineOptions options = {});
   ~Pipeline();

@@ -1,0 +1,40 @@
+// A model's full (one-process) parameters, by name: what a model trained split over tensor and
+// pipeline ranks is gathered into, written as, and loaded from, so that it can be taken away
+// and run in one process (or resumed on another grid).
+//
+// The file is a sealed file (common/sealed_file.h: length and SHA-256 checked before anything is
+// deserialized, written atomically) holding a libtorch archive of the named tensors.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace shoal::train {
+
+using FullState = std::vector<std::pair<std::string, torch::Tensor>>;
+
+// The full parameters of `model` (or any module built from train/tensor/'s layers) under the
+// names the one-process model gives them: tensor-parallel layers (tensor::ParallelLayer) are
+// gathered, whole ones copied. Collective over every tensor group the layers use (every rank of
+// it calls this, in the same order); every rank gets the result.
+FullState gatherFullState(const torch::nn::Module& model);
+
+// The state as bytes (a libtorch archive) and back; decode throws InvalidArgument for bytes
+// that are not one (`what` names their source in the message).
+std::string encodeFullState(const FullState& state);
+FullState decodeFullState(const std::string& bytes, const std::string& what);
+
+// Writes / reads a sealed file. Reading throws InvalidArgument for a truncated, corrupt or
+// foreign file (naming it).
+void writeFullState(const std::string& path, const FullState& state);
+FullState readFullState(const std::string& path);
+
+// Copies `state` into `model`'s parameters by name. InvalidArgument, before anything is
+// copied, naming the first parameter missing from the state, left over in it, or of another
+// shape.
+void loadFullState(torch::nn::Module& model, const FullState& state);
+
+}  // namespace shoal::train

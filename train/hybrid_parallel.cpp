@@ -1,0 +1,84 @@
+#include "train/hybrid_parallel.h"
+
+#include <fmt/format.h>
+
+#include <regex>
+
+#include "comm/collectives.h"
+#include "common/error.h"
+
+namespace shoal::train {
+
+HybridParallel::HybridParallel(torch::nn::Sequential model, const ProcessGrid& grid,
+                               const torch::Tensor& sampleMicroBatch, pipeline::LossFn loss,
+                               HybridOptions options)
+    : grid_(grid), model_(std::move(model)), loss_(std::move(loss)) {
+  if (grid_.pipelineSize > 1) {
+    pipeline_ = std::make_unique<pipeline::Pipeline>(model_, grid_.pipelineGrid(), sampleMicroBatch,
+                                                     loss_, options.pipeline);
+  } else if (grid_.dataSize > 1) {
+    ddp_ = std::make_unique<DistributedDataParallel>(model_.ptr(), grid_.data, options.ddp);
+  }
+}
+
+HybridParallel::~HybridParallel() = default;
+
+torch::Tensor HybridParallel::share(const torch::Tensor& batch) const {
+  if (!batch.defined() || grid_.dataSize == 1) return batch;
+  if (batch.size(0) % grid_.dataSize != 0) {
+    SHOAL_THROW(InvalidArgument, "hybrid parallel: a batch of {} does not divide over data {}",
+                batch.size(0), grid_.dataSize);
+  }
+  const int64_t n = batch.size(0) / grid_.dataSize;
+  return batch.narrow(0, grid_.dataRank * n, n);
+}
+
+double HybridParallel::step(const torch::Tensor& inputs, const torch::Tensor& targets) {
+  torch::Tensor x = share(inputs), y = share(targets);
+  double loss = 0;
+  if (pipeline_) {
+    loss = pipeline_->step(x, y).item<double>();
+  } else {
+    if (ddp_) ddp_->beforeForward();
+    torch::Tensor l = loss_(model_->forward(x), y);
+    if (ddp_) {
+      ddp_->backward(l);
+    } else {
+      l.backward();
+    }
+    loss = l.item<double>();
+  }
+  // The replicas' losses are of equal shares: their mean is the global batch's.
+  if (grid_.dataSize > 1)
+    comm::allreduce(*grid_.data, &loss, 1, DataType::kFloat64, ReduceOp::kAvg);
+  return loss;
+}
+
+std::vector<torch::Tensor> HybridParallel::parameters() const {
+  return pipeline_ ? pipeline_->parameters() : model_->parameters();
+}
+
+FullState HybridParallel::gatherFullState() {
+  if (!pipeline_) return train::gatherFullState(*model_);
+  // The stage's chunks are named "chunk<c>.<layer name>": the layer names are the model's.
+  FullState mine = train::gatherFullState(pipeline_->stageModule());
+  static const std::regex chunk(R"(^chunk\d+\.)");
+  for (auto& [name, t] : mine) name = std::regex_replace(name, chunk, "");
+  // Each stage's gathered state, broadcast over the pipeline group in stage order.
+  FullState all;
+  const std::string encoded = encodeFullState(mine);
+  for (int s = 0; s < grid_.pipelineSize; ++s) {
+    std::string bytes = s == grid_.pipelineRank ? encoded : std::string();
+    int64_t n = static_cast<int64_t>(bytes.size());
+    comm::broadcast(*grid_.pipe, &n, 1, DataType::kInt64, s);
+    SHOAL_CHECK(n >= 0, "hybrid parallel: a state of {} bytes from stage {}", n, s);
+    bytes.resize(static_cast<size_t>(n));
+    comm::broadcast(*grid_.pipe, bytes.data(), bytes.size(), DataType::kUInt8, s);
+    FullState part =
+        s == grid_.pipelineRank ? mine : decodeFullState(bytes, fmt::format("stage {}", s));
+    all.insert(all.end(), part.begin(), part.end());
+  }
+  return all;
+}
+
+}  // namespace shoal::train
