@@ -10,6 +10,10 @@
 //            the GPT on a data D x pipeline P x tensor T grid: after 3 SGD steps every full
 //            parameter (gathered) equals one-process training's on the same global batches
 //            within rtol 1e-4, and so does every step's loss; prints "OK gpt ..." or "FAIL ..."
+//   export T PATH
+//            a GPT trained 2 steps with tensor parallelism T is gathered and written to PATH; a
+//            one-process model loaded from the file gives the same logits as the split model
+//            ("OK export ..." on world rank 0)
 // Exit code 0 only if everything checked held.
 #include <fmt/format.h>
 
@@ -18,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "comm/collectives.h"
 #include "common/error.h"
 #include "run/init.h"
 #include "tests/process_util.h"
@@ -337,6 +342,46 @@ int gpt(const shoal::World& world, int data, int pipelineStages, int tensorSize,
   return check.failures == 0 ? 0 : 1;
 }
 
+int exportModel(const shoal::World& world, int tensorSize, const std::string& path) {
+  namespace st = shoal::train;
+  st::ProcessGrid grid = st::makeProcessGrid(world.group, {.tensor = tensorSize});
+  const st::GptConfig c{
+      .vocabulary = 29, .sequence = 8, .hidden = 24, .heads = 6, .layers = 2, .seed = 5};
+  st::tensor::TensorGroup tg{grid.tensor};
+  auto net = st::makeGpt(c, tg);
+  st::HybridParallel model(net, grid, torch::Tensor(),
+                           [&](const torch::Tensor& out, const torch::Tensor& target) {
+                             return st::gptLoss(out, target, c, tg);
+                           });
+  torch::optim::Adam opt(model.parameters(), 0.01);
+  auto gen = at::detail::createCPUGenerator(9);
+  for (int i = 0; i < 2; ++i) {
+    torch::Tensor t = torch::randint(c.vocabulary, {4, c.sequence + 1}, gen);
+    opt.zero_grad();
+    model.step(t.narrow(1, 0, c.sequence), t.narrow(1, 1, c.sequence));
+    opt.step();
+  }
+  torch::Tensor probeTokens = torch::randint(c.vocabulary, {3, c.sequence}, gen);
+  torch::NoGradGuard noGrad;
+  torch::Tensor logits = st::gatherLogits(net->forward(probeTokens), c, tg);
+  st::FullState state = model.gatherFullState();
+  if (world.rank == 0) st::writeFullState(path, state);
+  shoal::comm::barrier(*world.group);
+
+  auto one = st::makeGpt({.vocabulary = c.vocabulary,
+                          .sequence = c.sequence,
+                          .hidden = c.hidden,
+                          .heads = c.heads,
+                          .layers = c.layers,
+                          .seed = 77},
+                         st::tensor::TensorGroup{});
+  st::loadFullState(*one, st::readFullState(path));
+  Checker check{world.rank};
+  check(fmt::format("export tensor {}: one-process logits from {}", tensorSize, path),
+        one->forward(probeTokens), logits);
+  return check.failures == 0 ? 0 : 1;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -346,6 +391,7 @@ int main(int argc, char** argv) {
     shoal::World world = shoal::init();
     if (mode == "layers") return layers(world);
     if (mode == "count") return count(world);
+    if (mode == "export" && argc >= 4) return exportModel(world, std::stoi(argv[2]), argv[3]);
     if (mode == "gpt" && argc >= 5) {
       return gpt(world, std::stoi(argv[2]), std::stoi(argv[3]), std::stoi(argv[4]),
                  argc > 5 ? argv[5] : "1f1b");

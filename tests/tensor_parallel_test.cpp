@@ -1,0 +1,102 @@
+// Tensor parallelism with real processes under `shoal run` (rank programs in
+// tests/tensor_worker.cpp): every parallel layer equals its one-process computation for 2, 3 and
+// 4 ranks; a block costs Megatron's two all-reduces forward and two backward; the GPT trained
+// on DP x PP x TP grids equals one-process training; a split model exports to one process; a
+// model the grid cannot split is the same one-line error on every rank.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "tests/process_util.h"
+
+namespace shoal::test {
+namespace {
+
+ShellRun job(int n, const std::string& args) {
+  return runShell(fmt::format(
+      "OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 timeout 300 {} run -n {} --timeout 60 -- {} {}",
+      SHOAL_BIN, n, TENSOR_WORKER_BIN, args));
+}
+
+size_t count(const std::string& text, const std::string& what) {
+  size_t c = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++c;
+  return c;
+}
+
+void expectLayers(int n) {
+  auto r = job(n, "layers");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_EQ(count(r.output, "FAIL"), 0u) << r.output;
+  // 51 checks per rank (tests/tensor_worker.cpp's layers()).
+  EXPECT_EQ(count(r.output, "] OK "), static_cast<size_t>(51 * n)) << r.output;
+  EXPECT_EQ(count(r.output, "DONE failures 0"), static_cast<size_t>(n)) << r.output;
+}
+
+TEST(TensorParallel, LayersOverTwoRanksEqualOneProcess) {
+  expectLayers(2);
+}
+TEST(TensorParallel, LayersOverThreeRanksEqualOneProcess) {
+  expectLayers(3);
+}
+TEST(TensorParallel, LayersOverFourRanksEqualOneProcess) {
+  expectLayers(4);
+}
+
+TEST(TensorParallel, BlockCostsMegatronsTwoAllreducesEachWay) {
+  for (int n : {2, 4}) {
+    auto r = job(n, "count");
+    ASSERT_EQ(r.code, 0) << r.output;
+    EXPECT_EQ(count(r.output, "COUNT forward 2 backward 2 allgathers 0 (forward pass: 2 0)"),
+              static_cast<size_t>(n))
+        << r.output;
+  }
+}
+
+void expectGpt(int data, int pipeline, int tensor, const std::string& schedule = "1f1b") {
+  const int n = data * pipeline * tensor;
+  auto r = job(n, fmt::format("gpt {} {} {} {}", data, pipeline, tensor, schedule));
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_EQ(count(r.output, "FAIL"), 0u) << r.output;
+  EXPECT_EQ(count(r.output, "parameters equal"), static_cast<size_t>(n)) << r.output;
+  EXPECT_EQ(count(r.output, "] OK gpt"), static_cast<size_t>(4 * n)) << r.output;  // + 3 losses
+}
+
+TEST(TensorParallel, GptTensorTwoEqualsOneProcess) {
+  expectGpt(1, 1, 2);
+}
+TEST(TensorParallel, GptPipelineTwoTensorTwoEqualsOneProcess) {
+  expectGpt(1, 2, 2);
+}
+TEST(TensorParallel, GptDataTwoTensorTwoEqualsOneProcess) {
+  expectGpt(2, 1, 2);
+}
+TEST(TensorParallel, GptDataTwoPipelineTwoTensorTwoOnEightRanksEqualsOneProcess) {
+  expectGpt(2, 2, 2);
+}
+TEST(TensorParallel, GptInterleavedPipelineWithTensorTwoEqualsOneProcess) {
+  expectGpt(1, 2, 2, "interleaved");
+}
+
+TEST(TensorParallel, TensorTwoModelExportsToOneProcess) {
+  TempDir dir;
+  auto r = job(2, fmt::format("export 2 {}/model.pt", dir.path));
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_EQ(count(r.output, "] OK export tensor 2: one-process logits"), 2u) << r.output;
+}
+
+TEST(TensorParallel, HeadsThatDoNotDivideAreOneErrorOnEveryRank) {
+  // 4 heads over tensor 3.
+  auto r = job(3, "gpt 1 1 3");
+  EXPECT_NE(r.code, 0) << r.output;
+  EXPECT_EQ(
+      count(r.output,
+            "] ERROR InvalidArgument: tensor parallelism: 4 attention heads do not divide over "
+            "tensor 3"),
+      3u)
+      << r.output;
+}
+
+}  // namespace
+}  // namespace shoal::test
