@@ -6,7 +6,9 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <regex>
 #include <string>
+#include <vector>
 
 #include "tests/process_util.h"
 
@@ -96,6 +98,38 @@ TEST(TensorParallel, HeadsThatDoNotDivideAreOneErrorOnEveryRank) {
             "tensor 3"),
       3u)
       << r.output;
+}
+
+// "step N: loss L, validation loss V" from the example's output.
+std::vector<std::pair<double, double>> losses(const std::string& output) {
+  std::vector<std::pair<double, double>> out;
+  std::regex re(R"(step \d+: loss ([0-9.]+), validation loss ([0-9.]+))");
+  for (std::sregex_iterator it(output.begin(), output.end(), re), end; it != end; ++it) {
+    out.emplace_back(std::stod((*it)[1]), std::stod((*it)[2]));
+  }
+  return out;
+}
+
+// The README's promise: any grid shape with the same global batch follows one process's loss
+// curve (AdamW, 8 steps; printed to 4 decimals, compared within 1e-3 relative).
+TEST(TensorParallel, ExampleOnEightRanksFollowsOneProcessLossCurve) {
+  const std::string args = "--steps 8 --eval-every 2 --batch 16 --generate 0";
+  auto one =
+      runShell(fmt::format("OPENBLAS_NUM_THREADS=1 timeout 300 {} {}", GPT_EXAMPLE_BIN, args));
+  ASSERT_EQ(one.code, 0) << one.output;
+  auto grid = runShell(
+      fmt::format("OPENBLAS_NUM_THREADS=1 timeout 300 {} run -n 8 -- {} --tensor-parallel 2 "
+                  "--pipeline-stages 2 --data-parallel 2 {}",
+                  SHOAL_BIN, GPT_EXAMPLE_BIN, args));
+  ASSERT_EQ(grid.code, 0) << grid.output;
+  auto a = losses(one.output), b = losses(grid.output);
+  ASSERT_EQ(a.size(), 4u) << one.output;
+  ASSERT_EQ(b.size(), 4u) << grid.output;
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_NEAR(a[i].first, b[i].first, 1e-3 * a[i].first) << "loss, report " << i;
+    EXPECT_NEAR(a[i].second, b[i].second, 1e-3 * a[i].second) << "validation, report " << i;
+  }
+  EXPECT_LT(a.back().first, a.front().first) << one.output;  // it learns
 }
 
 }  // namespace

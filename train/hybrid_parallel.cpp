@@ -54,6 +54,21 @@ double HybridParallel::step(const torch::Tensor& inputs, const torch::Tensor& ta
   return loss;
 }
 
+double HybridParallel::evaluate(const torch::Tensor& inputs, const torch::Tensor& targets) {
+  torch::NoGradGuard noGrad;
+  torch::Tensor x = share(inputs), y = share(targets);
+  // {loss, 1} on every rank that has the model's output (the last stage's tensor-parallel
+  // ranks, which agree, of every replica): the mean over them is the global batch's.
+  double sums[2] = {0, 0};
+  torch::Tensor out = pipeline_ ? pipeline_->predict(x) : model_->forward(x);
+  if (out.defined()) {
+    sums[0] = loss_(out, y).item<double>();
+    sums[1] = 1;
+  }
+  comm::allreduce(*grid_.world, sums, 2, DataType::kFloat64, ReduceOp::kSum);
+  return sums[0] / sums[1];
+}
+
 std::vector<torch::Tensor> HybridParallel::parameters() const {
   return pipeline_ ? pipeline_->parameters() : model_->parameters();
 }

@@ -52,6 +52,9 @@ class HybridParallel {
   // rank. InvalidArgument if the batch does not divide over the replicas.
   double step(const torch::Tensor& inputs, const torch::Tensor& targets);
 
+  // The global batch's mean loss, forward only (no graph, no gradients), on every rank.
+  double evaluate(const torch::Tensor& inputs, const torch::Tensor& targets);
+
   // This rank's parameters (its slices of its stage's layers), for its optimizer.
   std::vector<torch::Tensor> parameters() const;
 

@@ -1,0 +1,239 @@
+// A small GPT-style byte-level language model (train/gpt.h) trained on Debian's fortune files
+// (train/byte_corpus.h) on a data x pipeline x tensor process grid, then asked to write.
+//
+//   build/gpt_fortunes                                            # one process
+//   shoal run -n 2 -- build/gpt_fortunes --tensor-parallel 2
+//   shoal run -n 8 -- build/gpt_fortunes --tensor-parallel 2 --pipeline-stages 2 --data-parallel 2
+//   build/gpt_fortunes --generate-from model.pt --prompt "Q: "    # a saved model, one process
+//
+// Every rank builds the same full model from --seed and keeps its slices; every rank reads the
+// same global batches (--batch, split over the data replicas): any grid shape follows the same
+// loss curve as one process, up to float rounding. The loss and the validation perplexity are
+// printed every --eval-every steps; at the end the model is gathered (--save writes it, a
+// sealed file loadable by one process) and world rank 0 generates --generate bytes from
+// --prompt.
+#include <fmt/format.h>
+
+#include <CLI/CLI.hpp>
+#include <chrono>
+#include <cmath>
+#include <iostream>
+
+#include "common/error.h"
+#include "examples/numeric_flags.h"
+#include "run/init.h"
+#include "train/byte_corpus.h"
+#include "train/full_state.h"
+#include "train/gpt.h"
+#include "train/hybrid_parallel.h"
+#include "train/process_grid.h"
+
+using namespace shoal;
+
+namespace {
+
+struct Flags {
+  int tensor = 1;
+  int pipeline = 1;
+  int data = 0;  // 0: world / (pipeline x tensor)
+  std::string order = "tensor,pipeline,data";
+  int microBatches = 4;
+  std::string schedule = "1f1b";
+  int64_t steps = 300;
+  int64_t batch = 32;
+  int64_t sequence = 64;
+  int64_t hidden = 128;
+  int64_t heads = 4;
+  int64_t layers = 4;
+  double lr = 3e-3;
+  int64_t seed = 1;
+  int64_t evalEvery = 100;
+  int64_t evalBatches = 4;
+  int64_t generate = 200;
+  double temperature = 0.8;
+  std::string prompt = "The ";
+  std::string corpus = "/usr/share/games/fortunes";
+  std::string save;
+  std::string generateFrom;
+};
+
+train::GptConfig configOf(const Flags& f) {
+  return {.vocabulary = train::ByteCorpus::kVocabSize,
+          .sequence = f.sequence,
+          .hidden = f.hidden,
+          .heads = f.heads,
+          .layers = f.layers,
+          .seed = static_cast<uint64_t>(f.seed)};
+}
+
+// Samples `count` bytes after `prompt` from a one-process model (the last --sequence bytes are
+// the context), with a generator seeded from --seed so that a run is repeatable.
+std::string generate(torch::nn::Sequential& model, const train::GptConfig& c, const Flags& f) {
+  torch::NoGradGuard noGrad;
+  std::vector<int64_t> tokens(f.prompt.begin(), f.prompt.end());
+  for (auto& t : tokens) t &= 0xff;
+  if (tokens.empty()) tokens.push_back('\n');
+  auto gen = at::detail::createCPUGenerator(static_cast<uint64_t>(f.seed) + 17);
+  train::tensor::TensorGroup one;
+  for (int64_t i = 0; i < f.generate; ++i) {
+    const int64_t n = std::min<int64_t>(static_cast<int64_t>(tokens.size()), c.sequence);
+    torch::Tensor context =
+        torch::tensor(std::vector<int64_t>(tokens.end() - n, tokens.end())).unsqueeze(0);
+    torch::Tensor logits = model->forward(context).select(1, n - 1).squeeze(0);
+    torch::Tensor probs = torch::softmax(logits / std::max(f.temperature, 1e-3), -1);
+    tokens.push_back(torch::multinomial(probs, 1, false, gen).item<int64_t>());
+  }
+  return train::ByteCorpus::decode(torch::tensor(tokens));
+}
+
+int generateOnly(const Flags& f) {
+  const train::GptConfig c = configOf(f);
+  auto model = train::makeGpt(c, train::tensor::TensorGroup{});
+  train::loadFullState(*model, train::readFullState(f.generateFrom));
+  fmt::print("{}\n", generate(model, c, f));
+  return 0;
+}
+
+int trainMain(const Flags& f) {
+  auto world = shoal::init();
+  torch::set_num_threads(1);
+  const bool lead = world.rank == 0;
+  const train::GptConfig c = configOf(f);
+  // Every rank checks the model against the grid before any group is split or layer built.
+  const int data = f.data > 0 ? f.data : world.size / std::max(1, f.pipeline * f.tensor);
+  train::validate(c, f.tensor, f.pipeline);
+  train::ProcessGrid grid = train::makeProcessGrid(
+      world.group, {.data = data, .pipeline = f.pipeline, .tensor = f.tensor, .order = f.order});
+  if (lead) fmt::print("{}\nmodel: {}\n", grid.describe(), c.describe());
+  if (f.batch % grid.dataSize != 0 ||
+      (grid.pipelineSize > 1 && f.batch / grid.dataSize < f.microBatches)) {
+    SHOAL_THROW(InvalidArgument,
+                "--batch {} must divide over data {} into at least --micro-batches {} each",
+                f.batch, grid.dataSize, f.microBatches);
+  }
+  train::ByteCorpus corpus({.directory = f.corpus, .seed = static_cast<uint64_t>(f.seed)});
+  using Split = train::ByteCorpus::Split;
+
+  train::tensor::TensorGroup tg{grid.tensor};
+  auto net = train::makeGpt(c, tg);
+  train::HybridOptions options;
+  options.pipeline.schedule = f.schedule;
+  options.pipeline.microBatches = f.microBatches;
+  options.pipeline.chunks = f.schedule == "interleaved" ? 2 : 1;
+  options.pipeline.printPlan = lead;
+  const torch::Tensor sample =
+      corpus.batch(f.batch / grid.dataSize / f.microBatches, c.sequence, 0, Split::kTrain)
+          .narrow(1, 0, c.sequence);
+  train::HybridParallel model(
+      net, grid, sample,
+      [&](const torch::Tensor& out, const torch::Tensor& y) {
+        return train::gptLoss(out, y, c, tg);
+      },
+      options);
+  torch::optim::AdamW opt(model.parameters(), torch::optim::AdamWOptions(f.lr).weight_decay(0.01));
+
+  auto split = [&](const torch::Tensor& b) {
+    return std::pair{b.narrow(1, 0, c.sequence), b.narrow(1, 1, c.sequence)};
+  };
+  const auto start = std::chrono::steady_clock::now();
+  double lossSum = 0;
+  int64_t lossCount = 0;
+  for (int64_t step = 0; step < f.steps; ++step) {
+    auto [x, y] =
+        split(corpus.batch(f.batch, c.sequence, static_cast<uint64_t>(step), Split::kTrain));
+    opt.zero_grad();
+    lossSum += model.step(x, y);
+    ++lossCount;
+    opt.step();
+    if ((step + 1) % f.evalEvery == 0 || step + 1 == f.steps) {
+      double val = 0;
+      for (int64_t b = 0; b < f.evalBatches; ++b) {
+        auto [vx, vy] =
+            split(corpus.batch(f.batch, c.sequence, static_cast<uint64_t>(b), Split::kValidation));
+        val += model.evaluate(vx, vy);
+      }
+      val /= static_cast<double>(f.evalBatches);
+      const double seconds =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      if (lead) {
+        fmt::print(
+            "step {}: loss {:.4f}, validation loss {:.4f}, perplexity {:.2f}, {:.0f} tokens/s\n",
+            step + 1, lossSum / static_cast<double>(lossCount), val, std::exp(val),
+            static_cast<double>((step + 1) * f.batch * c.sequence) / seconds);
+        std::cout << std::flush;
+      }
+      lossSum = 0;
+      lossCount = 0;
+    }
+  }
+  train::FullState state = model.gatherFullState();
+  if (lead) {
+    if (!f.save.empty()) {
+      train::writeFullState(f.save, state);
+      fmt::print("saved the full model to {} (load it in one process with --generate-from)\n",
+                 f.save);
+    }
+    auto one = train::makeGpt(c, train::tensor::TensorGroup{});
+    train::loadFullState(*one, state);
+    if (f.generate > 0) fmt::print("--- sample ---\n{}\n--- end ---\n", generate(one, c, f));
+    std::cout << std::flush;
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"Shoal: a GPT-style byte-level language model on fortunes, on a DP x PP x TP grid"};
+  Flags f;
+  examples::NumericFlags numbers;
+  numbers.integer(app, "--tensor-parallel", f.tensor, 1, 4096, "ranks splitting each layer");
+  numbers.integer(app, "--pipeline-stages", f.pipeline, 1, 4096, "pipeline stages");
+  numbers.integer(app, "--data-parallel", f.data, 0, 1 << 20,
+                  "replicas (0: world / (pipeline x tensor))");
+  app.add_option("--order", f.order, "grid dimensions, fastest-varying (adjacent ranks) first")
+      ->capture_default_str();
+  numbers.integer(app, "--micro-batches", f.microBatches, 1, 1 << 16, "pipeline micro-batches");
+  app.add_option("--schedule", f.schedule, "gpipe, 1f1b or interleaved")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"gpipe", "1f1b", "interleaved"}));
+  numbers.integer(app, "--steps", f.steps, 1, int64_t{1} << 40, "training steps");
+  numbers.integer(app, "--batch", f.batch, 1, 1 << 20, "global batch (sequences)");
+  numbers.integer(app, "--sequence", f.sequence, 2, 1 << 16, "context length (bytes)");
+  numbers.integer(app, "--hidden", f.hidden, 1, 1 << 16, "model width");
+  numbers.integer(app, "--heads", f.heads, 1, 4096, "attention heads");
+  numbers.integer(app, "--layers", f.layers, 1, 4096, "transformer blocks");
+  numbers.number(app, "--lr", f.lr, 1e-12, 10, "AdamW learning rate");
+  numbers.integer(app, "--seed", f.seed, 0, int64_t{1} << 40, "model and data seed");
+  numbers.integer(app, "--eval-every", f.evalEvery, 1, int64_t{1} << 40,
+                  "steps between validations");
+  numbers.integer(app, "--eval-batches", f.evalBatches, 1, 1 << 20, "validation batches");
+  numbers.integer(app, "--generate", f.generate, 0, 1 << 20, "bytes to generate at the end");
+  numbers.number(app, "--temperature", f.temperature, 0, 100, "sampling temperature");
+  app.add_option("--prompt", f.prompt, "text to continue")->capture_default_str();
+  app.add_option("--corpus", f.corpus, "fortune files")->capture_default_str();
+  app.add_option("--save", f.save, "write the trained full model (a sealed file) on rank 0");
+  app.add_option("--generate-from", f.generateFrom,
+                 "no training: load a saved model into one process and generate");
+  try {
+    app.parse(argc, argv);
+    numbers.parseAll();
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    fmt::print(stderr, "gpt_fortunes: error: {}\n", e.what());
+    return 2;
+  } catch (const InvalidArgument& e) {
+    fmt::print(stderr, "gpt_fortunes: error: {}\n", e.what());
+    return 2;
+  }
+  try {
+    return f.generateFrom.empty() ? trainMain(f) : generateOnly(f);
+  } catch (const InvalidArgument& e) {
+    fmt::print(stderr, "gpt_fortunes: error: {}\n", e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "gpt_fortunes: {}\n", e.what());
+    return 1;
+  }
+}
