@@ -88,6 +88,23 @@ TEST(TensorParallel, TensorTwoModelExportsToOneProcess) {
   EXPECT_EQ(count(r.output, "] OK export tensor 2: one-process logits"), 2u) << r.output;
 }
 
+void expectResume(int data, int pipeline, int tensor) {
+  TempDir dir;
+  auto r = job(data * pipeline * tensor,
+               fmt::format("resume {} {} {} {}", data, pipeline, tensor, dir.path));
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_EQ(count(r.output, "parameters bitwise equal"),
+            static_cast<size_t>(data * pipeline * tensor))
+      << r.output;
+}
+
+TEST(TensorParallel, ShardedCheckpointResumesExactlyWithTensorTwo) {
+  expectResume(2, 1, 2);
+}
+TEST(TensorParallel, ShardedCheckpointResumesExactlyWithPipelineTwoTensorTwo) {
+  expectResume(1, 2, 2);
+}
+
 TEST(TensorParallel, HeadsThatDoNotDivideAreOneErrorOnEveryRank) {
   // 4 heads over tensor 3.
   auto r = job(3, "gpt 1 1 3");

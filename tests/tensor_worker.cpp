@@ -10,6 +10,10 @@
 //            the GPT on a data D x pipeline P x tensor T grid: after 3 SGD steps every full
 //            parameter (gathered) equals one-process training's on the same global batches
 //            within rtol 1e-4, and so does every step's loss; prints "OK gpt ..." or "FAIL ..."
+//   resume D P T DIR
+//            4 Adam steps straight, and 2 steps + a sharded checkpoint in DIR + a new model and
+//            optimizer resumed from it + 2 steps: the full parameters must be bitwise equal
+//            ("OK resume ...")
 //   export T PATH
 //            a GPT trained 2 steps with tensor parallelism T is gathered and written to PATH; a
 //            one-process model loaded from the file gives the same logits as the split model
@@ -342,6 +346,67 @@ int gpt(const shoal::World& world, int data, int pipelineStages, int tensorSize,
   return check.failures == 0 ? 0 : 1;
 }
 
+int resume(const shoal::World& world, int data, int pipelineStages, int tensorSize,
+           const std::string& dir) {
+  namespace st = shoal::train;
+  st::ProcessGrid grid = st::makeProcessGrid(
+      world.group, {.data = data, .pipeline = pipelineStages, .tensor = tensorSize});
+  const st::GptConfig c{
+      .vocabulary = 19, .sequence = 6, .hidden = 16, .heads = 4, .layers = 2, .seed = 8};
+  st::tensor::TensorGroup tg{grid.tensor};
+  auto batchAt = [&](int step) {
+    torch::Tensor t = torch::randint(c.vocabulary, {8, c.sequence + 1},
+                                     at::detail::createCPUGenerator(300 + step));
+    return std::pair{t.narrow(1, 0, c.sequence), t.narrow(1, 1, c.sequence)};
+  };
+  st::HybridOptions options;
+  options.pipeline.microBatches = 2;
+  options.pipeline.split = shoal::train::pipeline::SplitMethod::kParameters;
+  options.pipeline.printPlan = false;
+  // A fresh model and optimizer trained over steps [from, to), resumed from `dir` first if asked,
+  // checkpointed at the end if asked; returns the full parameters.
+  auto run = [&](int from, int to, bool resumeFirst, bool saveAtEnd) {
+    auto net = st::makeGpt(c, tg);
+    st::HybridParallel model(
+        net, grid, batchAt(0).first.narrow(0, 0, 8 / data / 2),
+        [&](const torch::Tensor& out, const torch::Tensor& target) {
+          return st::gptLoss(out, target, c, tg);
+        },
+        options);
+    torch::optim::Adam opt(model.parameters(), 0.01);
+    auto ckpt = model.checkpointer(dir, 2);
+    if (resumeFirst) {
+      auto progress = ckpt->resumeLatest(opt);
+      SHOAL_CHECK(progress && progress->step == from, "resumed at {}, expected {}",
+                  progress ? progress->step : -1, from);
+    }
+    for (int i = from; i < to; ++i) {
+      auto [x, y] = batchAt(i);
+      opt.zero_grad();
+      model.step(x, y);
+      opt.step();
+    }
+    if (saveAtEnd) ckpt->save(opt, {.step = to});
+    return model.gatherFullState();
+  };
+  st::FullState straight = run(0, 4, false, false);
+  run(0, 2, false, true);
+  st::FullState resumed = run(2, 4, true, false);
+  int bad = 0;
+  for (size_t i = 0; i < straight.size(); ++i) {
+    if (straight[i].first != resumed[i].first || !straight[i].second.equal(resumed[i].second)) {
+      ++bad;
+      std::cout << fmt::format("FAIL resume: {} differs\n", straight[i].first);
+    }
+  }
+  if (bad == 0) {
+    std::cout << fmt::format(
+        "OK resume data {} pipeline {} tensor {}: {} parameters bitwise equal\n", data,
+        pipelineStages, tensorSize, straight.size());
+  }
+  return bad == 0 ? 0 : 1;
+}
+
 int exportModel(const shoal::World& world, int tensorSize, const std::string& path) {
   namespace st = shoal::train;
   st::ProcessGrid grid = st::makeProcessGrid(world.group, {.tensor = tensorSize});
@@ -391,6 +456,9 @@ int main(int argc, char** argv) {
     shoal::World world = shoal::init();
     if (mode == "layers") return layers(world);
     if (mode == "count") return count(world);
+    if (mode == "resume" && argc >= 6) {
+      return resume(world, std::stoi(argv[2]), std::stoi(argv[3]), std::stoi(argv[4]), argv[5]);
+    }
     if (mode == "export" && argc >= 4) return exportModel(world, std::stoi(argv[2]), argv[3]);
     if (mode == "gpt" && argc >= 5) {
       return gpt(world, std::stoi(argv[2]), std::stoi(argv[3]), std::stoi(argv[4]),

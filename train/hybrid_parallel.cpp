@@ -6,6 +6,7 @@
 
 #include "comm/collectives.h"
 #include "common/error.h"
+#include "train/pipeline/stage_checkpoint.h"
 
 namespace shoal::train {
 
@@ -67,6 +68,18 @@ double HybridParallel::evaluate(const torch::Tensor& inputs, const torch::Tensor
   }
   comm::allreduce(*grid_.world, sums, 2, DataType::kFloat64, ReduceOp::kSum);
   return sums[0] / sums[1];
+}
+
+std::unique_ptr<ShardedCheckpointer> HybridParallel::checkpointer(const std::string& dir,
+                                                                  int keep) {
+  if (pipeline_) {
+    return std::make_unique<ShardedCheckpointer>(dir, keep, pipeline::shardPlace(*pipeline_),
+                                                 pipeline_->stageModule());
+  }
+  ShardPlace place{grid_.world, grid_.data,
+                   grid_.tensorSize > 1 ? fmt::format("tensor-{}", grid_.tensorRank) : "model",
+                   fmt::format("tensor layout v1: tensor {}", grid_.tensorSize)};
+  return std::make_unique<ShardedCheckpointer>(dir, keep, std::move(place), *model_);
 }
 
 std::vector<torch::Tensor> HybridParallel::parameters() const {

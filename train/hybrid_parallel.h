@@ -28,6 +28,7 @@
 #include "train/full_state.h"
 #include "train/pipeline/pipeline.h"
 #include "train/process_grid.h"
+#include "train/sharded_checkpoint.h"
 
 namespace shoal::train {
 
@@ -61,6 +62,10 @@ class HybridParallel {
   // The full model's parameters on every rank, named as in the one-process Sequential
   // (gathered over the tensor group, then over the pipeline's stages).
   FullState gatherFullState();
+
+  // Checkpoints of every rank's shard in `dir` (train/sharded_checkpoint.h), for an exact
+  // resume on the same pipeline and tensor split (any number of replicas). Not collective.
+  std::unique_ptr<ShardedCheckpointer> checkpointer(const std::string& dir, int keep);
 
   const ProcessGrid& grid() const { return grid_; }
   // Null without pipeline parallelism.

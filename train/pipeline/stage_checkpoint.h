@@ -1,12 +1,12 @@
-// Checkpoints of a pipeline: each stage saves its own shard, sealed and atomic like every
-// Shoal checkpoint (train/checkpoint.h), into <dir>/stage-<s> (written by replica 0 of the
-// stage, the other replicas hold the same parameters), next to <dir>/layout, which records the
-// cut (virtual stages, ranks, chunks, layer boundaries).
+// Checkpoints of a pipeline (train/sharded_checkpoint.h): each stage saves its own shard into
+// <dir>/stage-<s> (with tensor parallelism, each slice into <dir>/stage-<s>-tensor-<t>), written
+// by replica 0 of the stage (the other replicas hold the same parameters), next to <dir>/layout,
+// which records the cut (virtual stages, ranks, chunks, layer boundaries, tensor size).
 //
 // Resuming restores every stage at the newest step that every stage has (a crash between two
 // stages' writes leaves one stage a step ahead: the older step is taken). A checkpoint written
 // under another split is refused with both layouts named (resharding to a new split is not
-// supported).
+// supported; train/full_state.h gathers the whole model for one process).
 //
 // Collective over the pipeline's world: every rank calls save() and resume() with its own
 // optimizer. Blocking, bounded by the groups' timeouts. Errors: SystemError when a write fails,
@@ -20,8 +20,12 @@
 
 #include "train/checkpoint.h"
 #include "train/pipeline/pipeline.h"
+#include "train/sharded_checkpoint.h"
 
 namespace shoal::train::pipeline {
+
+// Where this rank's stage shard goes, and the pipeline's layout line.
+ShardPlace shardPlace(const Pipeline& pipeline);
 
 class StageCheckpointer {
  public:
@@ -35,10 +39,7 @@ class StageCheckpointer {
   std::optional<Progress> resumeLatest(torch::optim::Optimizer& opt);
 
  private:
-  std::string layoutText() const;
-  std::string dir_;
-  Pipeline& pipeline_;
-  Checkpointer shard_;
+  ShardedCheckpointer shards_;
 };
 
 }  // namespace shoal::train::pipeline
