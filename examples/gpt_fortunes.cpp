@@ -55,6 +55,9 @@ struct Flags {
   std::string corpus = "/usr/share/games/fortunes";
   std::string save;
   std::string generateFrom;
+  std::string checkpointDir;
+  int64_t checkpointEvery = 100;
+  bool resume = false;
 };
 
 train::GptConfig configOf(const Flags& f) {
@@ -132,19 +135,31 @@ int trainMain(const Flags& f) {
       options);
   torch::optim::AdamW opt(model.parameters(), torch::optim::AdamWOptions(f.lr).weight_decay(0.01));
 
+  std::unique_ptr<train::ShardedCheckpointer> checkpoints;
+  int64_t firstStep = 0;
+  if (!f.checkpointDir.empty()) {
+    checkpoints = model.checkpointer(f.checkpointDir, 3);
+    if (f.resume) {
+      if (auto p = checkpoints->resumeLatest(opt)) firstStep = p->step;
+      if (lead) fmt::print("resumed at step {}\n", firstStep);
+    }
+  }
   auto split = [&](const torch::Tensor& b) {
     return std::pair{b.narrow(1, 0, c.sequence), b.narrow(1, 1, c.sequence)};
   };
   const auto start = std::chrono::steady_clock::now();
   double lossSum = 0;
   int64_t lossCount = 0;
-  for (int64_t step = 0; step < f.steps; ++step) {
+  for (int64_t step = firstStep; step < f.steps; ++step) {
     auto [x, y] =
         split(corpus.batch(f.batch, c.sequence, static_cast<uint64_t>(step), Split::kTrain));
     opt.zero_grad();
     lossSum += model.step(x, y);
     ++lossCount;
     opt.step();
+    if (checkpoints && (step + 1) % f.checkpointEvery == 0) {
+      checkpoints->save(opt, {.step = step + 1});
+    }
     if ((step + 1) % f.evalEvery == 0 || step + 1 == f.steps) {
       double val = 0;
       for (int64_t b = 0; b < f.evalBatches; ++b) {
@@ -215,6 +230,11 @@ int main(int argc, char** argv) {
   app.add_option("--save", f.save, "write the trained full model (a sealed file) on rank 0");
   app.add_option("--generate-from", f.generateFrom,
                  "no training: load a saved model into one process and generate");
+  app.add_option("--checkpoint-dir", f.checkpointDir,
+                 "every rank's shard every --checkpoint-every steps (exact resume, same split)");
+  numbers.integer(app, "--checkpoint-every", f.checkpointEvery, 1, int64_t{1} << 40,
+                  "steps between checkpoints");
+  app.add_flag("--resume", f.resume, "continue from the newest checkpoint every shard has");
   try {
     app.parse(argc, argv);
     numbers.parseAll();
