@@ -201,6 +201,17 @@ TEST(Autocast, RoundToHalfRoundsValuesAndGradients) {
   EXPECT_EQ(x.grad()[1].item<float>(), 3.0f);
   EXPECT_EQ(x.grad()[2].item<float>(), 0.0f);
   EXPECT_THROW(train::roundToHalf(torch::ones({2}, torch::kBFloat16)), InvalidArgument);
+  // The vectorized path equals libtorch's conversion: normal, subnormal, overflowing and odd-sized
+  // (a tail past the last group of 8), contiguous or not, float32 or float64.
+  torch::manual_seed(2);
+  for (double range : {1.0, 1e-6, 1e5}) {
+    auto v = torch::randn({37, 21}) * range;
+    auto viaTorch = [](const torch::Tensor& t) { return t.to(torch::kHalf).to(t.scalar_type()); };
+    EXPECT_TRUE(torch::equal(train::roundToHalf(v), viaTorch(v))) << range;
+    EXPECT_TRUE(torch::equal(train::roundToHalf(v.t()), viaTorch(v.t()))) << range;
+    auto d = v.to(torch::kFloat64);
+    EXPECT_TRUE(torch::equal(train::roundToHalf(d), viaTorch(d))) << range;
+  }
 }
 
 // Measured on this machine (AMD EPYC with avx512_bf16, libtorch 1.13.1), 150 Adam steps on 4096
