@@ -9,12 +9,13 @@
 //                512, post-norm), mean pooling, -> 10; 32 sequences of 32 tokens per batch
 //
 // Labels come from a fixed random teacher plus noise, so there is something to learn and a
-// floor above zero. Each (workload, precision) trains --runs times from the same initialization;
-// ms/step is the median step time of a run (after --warmup steps), and the table gives the
-// median of the runs with their min and max. The loss is the trained weights' mean loss on a
-// held-out set, evaluated in fp32 (no autocast, no rounding), with its accuracy. fp16 also
-// reports the steps its loss scaler skipped and its final scale. One process, one intra-op
-// thread; prints a markdown table.
+// floor above zero; every step draws a fresh batch. Each (workload, precision) trains --runs times
+// from the same initialization; ms/step is the median step time of a run (after --warmup steps),
+// and the table gives the median of the runs with their min and max, and the median CPU time per
+// step of this process (which moves less than the wall clock when other programs share the cores).
+// The loss is the trained weights' mean loss on a held-out set, evaluated in fp32 (no autocast, no
+// rounding), with its accuracy. fp16 also reports the steps its loss scaler skipped and its final
+// scale. One process, one intra-op thread; prints a markdown table.
 #include "train/mixed_precision.h"
 
 #include <fmt/format.h>
@@ -23,7 +24,9 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <ctime>
 #include <fstream>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -76,42 +79,65 @@ struct TransformerImpl : torch::nn::Module {
 };
 TORCH_MODULE(Transformer);
 
-struct Data {
-  torch::Tensor x, y, testX, testY;
-  int64_t batch;
+// A task: fresh batches from a fixed random teacher plus noise (every step sees new samples, so
+// the held-out loss measures learning, not memorization), and a held-out set.
+struct Task {
+  virtual ~Task() = default;
+  virtual std::pair<torch::Tensor, torch::Tensor> sample(int64_t n, uint64_t seed) const = 0;
+  int64_t batch = 0;
 };
 
-Data mlpData(int64_t train, int64_t test) {
-  auto gen = at::detail::createCPUGenerator(17);
-  torch::Tensor x = torch::randn({train + test, 1, 28, 28}, gen);
-  torch::Tensor w = torch::randn({28 * 28, 10}, gen) / 28.0;
-  torch::Tensor y = (x.flatten(1).mm(w) + 0.5 * torch::randn({train + test, 10}, gen)).argmax(1);
-  return {x.narrow(0, 0, train), y.narrow(0, 0, train), x.narrow(0, train, test),
-          y.narrow(0, train, test), 128};
+struct MlpTask : Task {
+  MlpTask() {
+    batch = 128;
+    auto gen = at::detail::createCPUGenerator(17);
+    teacher = torch::randn({28 * 28, 10}, gen) / 28.0;
+  }
+  std::pair<torch::Tensor, torch::Tensor> sample(int64_t n, uint64_t seed) const override {
+    auto gen = at::detail::createCPUGenerator(seed);
+    torch::Tensor x = torch::randn({n, 1, 28, 28}, gen);
+    return {x, (x.flatten(1).mm(teacher) + 0.5 * torch::randn({n, 10}, gen)).argmax(1)};
+  }
+  torch::Tensor teacher;
+};
+
+struct TransformerTask : Task {
+  TransformerTask() {
+    batch = 32;
+    auto gen = at::detail::createCPUGenerator(23);
+    scores = torch::randn({256, 10}, gen);
+  }
+  // The teacher scores each token, sums over the sequence, and adds noise.
+  std::pair<torch::Tensor, torch::Tensor> sample(int64_t n, uint64_t seed) const override {
+    auto gen = at::detail::createCPUGenerator(seed);
+    torch::Tensor tokens = torch::randint(0, 256, {n, 32}, gen);
+    torch::Tensor logits = scores.index_select(0, tokens.flatten()).view({n, 32, 10}).sum(1) / 5.0;
+    return {tokens, (logits + 0.5 * torch::randn({n, 10}, gen)).argmax(1)};
+  }
+  torch::Tensor scores;
+};
+
+double processCpuMs() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) * 1e3 + static_cast<double>(ts.tv_nsec) * 1e-6;
 }
 
-Data transformerData(int64_t train, int64_t test) {
-  auto gen = at::detail::createCPUGenerator(23);
-  torch::Tensor tokens = torch::randint(0, 256, {train + test, 32}, gen);
-  // The teacher scores each token, sums over the sequence, and adds noise.
-  torch::Tensor scores = torch::randn({256, 10}, gen);
-  torch::Tensor y =
-      (scores.index_select(0, tokens.flatten()).view({train + test, 32, 10}).sum(1) / 5.0 +
-       0.5 * torch::randn({train + test, 10}, gen))
-          .argmax(1);
-  return {tokens.narrow(0, 0, train), y.narrow(0, 0, train), tokens.narrow(0, train, test),
-          y.narrow(0, train, test), 32};
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
 }
 
 struct RunResult {
-  double msPerStep;  // median over the run's timed steps
+  double msPerStep;     // median over the run's timed steps, wall clock
+  double cpuMsPerStep;  // the same in CPU time of this process (moves less with other load)
   double testLoss, testAccuracy;
   int64_t skipped;
   double scale;
 };
 
 template <class Net>
-RunResult trainOnce(const Data& d, Precision p, int steps, int warmup) {
+RunResult trainOnce(const Task& task, Precision p, int steps, int warmup) {
   torch::manual_seed(5);
   Net net;
   const bool half = p == Precision::kFloat16;
@@ -119,12 +145,11 @@ RunResult trainOnce(const Data& d, Precision p, int steps, int warmup) {
   torch::optim::Adam opt(params, torch::optim::AdamOptions(1e-3));
   train::LossScaler scaler(p);
   train::Fp16Weights fp16(params);
-  std::vector<double> ms;
-  const int64_t n = d.x.size(0);
+  std::vector<double> ms, cpuMs;
   for (int k = 0; k < steps; ++k) {
-    const int64_t at = (k * d.batch) % (n - d.batch + 1);
-    const torch::Tensor x = d.x.narrow(0, at, d.batch), y = d.y.narrow(0, at, d.batch);
+    const auto [x, y] = task.sample(task.batch, 1000 + static_cast<uint64_t>(k));
     const auto t0 = std::chrono::steady_clock::now();
+    const double c0 = processCpuMs();
     opt.zero_grad();
     {
       std::optional<train::Fp16Weights::Scope> scope;
@@ -138,14 +163,20 @@ RunResult trainOnce(const Data& d, Precision p, int steps, int warmup) {
     }
     scaler.step(opt, params, {});
     const auto t1 = std::chrono::steady_clock::now();
-    if (k >= warmup) ms.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
+    if (k >= warmup) {
+      ms.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
+      cpuMs.push_back(processCpuMs() - c0);
+    }
   }
-  std::sort(ms.begin(), ms.end());
   torch::NoGradGuard noGrad;
-  torch::Tensor logits = net->forward(d.testX, false);
-  return {ms[ms.size() / 2], torch::nn::functional::cross_entropy(logits, d.testY).item<double>(),
-          logits.argmax(1).eq(d.testY).to(torch::kFloat64).mean().item<double>(),
-          scaler.skippedSteps(), scaler.currentScale()};
+  const auto [testX, testY] = task.sample(2048, 7);
+  torch::Tensor logits = net->forward(testX, false);
+  return {median(ms),
+          median(cpuMs),
+          torch::nn::functional::cross_entropy(logits, testY).item<double>(),
+          logits.argmax(1).eq(testY).to(torch::kFloat64).mean().item<double>(),
+          scaler.skippedSteps(),
+          scaler.currentScale()};
 }
 
 bool cpuHas(const std::string& flag) {
@@ -178,34 +209,43 @@ int main(int argc, char** argv) {
                 cpuHas("avx512_bf16") ? "yes" : "no", cpuHas("amx_bf16") ? "yes" : "no",
                 torch::get_num_threads());
     std::printf(
-        "| workload | precision | ms/step (median of %d runs) | min..max | vs fp32 | test loss | "
-        "test accuracy | skipped steps | final scale |\n",
+        "| workload | precision | ms/step (median of %d runs) | min..max | vs fp32 | CPU ms/step | "
+        "test loss | test accuracy | skipped steps | final scale |\n",
         runs);
-    std::printf("|---|---|---|---|---|---|---|---|---|\n");
+    std::printf("|---|---|---|---|---|---|---|---|---|---|\n");
     for (const auto& w : workloads) {
       if (w != "mlp" && w != "transformer") {
         SHOAL_THROW(InvalidArgument, "--workloads: unknown '{}' (mlp, transformer)", w);
       }
-      const Data d = w == "mlp" ? mlpData(8192, 2048) : transformerData(8192, 2048);
-      double fp32Ms = 0;
-      for (const auto& name : precisions) {
-        const Precision p = train::parsePrecision(name);
-        std::vector<RunResult> rs;
-        for (int r = 0; r < runs; ++r) {
-          rs.push_back(w == "mlp" ? trainOnce<Mlp>(d, p, steps, warmup)
-                                  : trainOnce<Transformer>(d, p, steps, warmup));
+      std::unique_ptr<Task> task;
+      if (w == "mlp") task = std::make_unique<MlpTask>();
+      if (w == "transformer") task = std::make_unique<TransformerTask>();
+      // Runs of the precisions interleave (fp32, bf16, fp16, fp32, ...), so that load from other
+      // programs that comes and goes weighs on each precision alike.
+      std::vector<std::vector<RunResult>> rs(precisions.size());
+      for (int r = 0; r < runs; ++r) {
+        for (size_t i = 0; i < precisions.size(); ++i) {
+          const Precision p = train::parsePrecision(precisions[i]);
+          rs[i].push_back(w == "mlp" ? trainOnce<Mlp>(*task, p, steps, warmup)
+                                     : trainOnce<Transformer>(*task, p, steps, warmup));
         }
-        std::vector<double> ms;
-        for (const auto& r : rs) ms.push_back(r.msPerStep);
+      }
+      double fp32Ms = 0;
+      for (size_t i = 0; i < precisions.size(); ++i) {
+        std::vector<double> ms, cpuMs;
+        for (const auto& r : rs[i]) {
+          ms.push_back(r.msPerStep);
+          cpuMs.push_back(r.cpuMsPerStep);
+        }
         std::sort(ms.begin(), ms.end());
-        const double median = ms[ms.size() / 2];
-        if (p == Precision::kFloat32) fp32Ms = median;
+        const double wall = median(ms);
+        if (precisions[i] == "fp32") fp32Ms = wall;
         // Same initialization and batches: the runs differ in time only, not in loss.
-        const RunResult& r = rs.front();
-        std::printf("| %s | %s | %.2f | %.2f..%.2f | %s | %.4f | %.1f%% | %lld | %g |\n", w.c_str(),
-                    name.c_str(), median, ms.front(), ms.back(),
-                    fp32Ms > 0 ? fmt::format("{:.2f}x", median / fp32Ms).c_str() : "-", r.testLoss,
-                    100 * r.testAccuracy, static_cast<long long>(r.skipped), r.scale);
+        const RunResult& r = rs[i].front();
+        std::printf("| %s | %s | %.2f | %.2f..%.2f | %s | %.2f | %.4f | %.1f%% | %lld | %g |\n",
+                    w.c_str(), precisions[i].c_str(), wall, ms.front(), ms.back(),
+                    fp32Ms > 0 ? fmt::format("{:.2f}x", wall / fp32Ms).c_str() : "-", median(cpuMs),
+                    r.testLoss, 100 * r.testAccuracy, static_cast<long long>(r.skipped), r.scale);
         std::fflush(stdout);
       }
     }
