@@ -117,12 +117,13 @@ bool hasAutocastCpuKernel(const char* op) {
 // Note [Autocast policy for norms]: once per process, and only for ops that have no CPU autocast
 // kernel yet, so a libtorch that brings its own keeps it.
 void registerNormPolicies() {
+  // Never destroyed (the dispatcher is a process-wide static of libtorch's, and unregistering at
+  // exit would race its own destruction), but reachable, so leak checkers do not count it.
+  static torch::Library* library = nullptr;
   static std::once_flag once;
   std::call_once(once, [] {
-    // Never destroyed: the dispatcher is a process-wide static of libtorch's, and unregistering
-    // at exit would race its own destruction.
-    auto* library = new torch::Library(torch::Library::IMPL, "aten", c10::DispatchKey::AutocastCPU,
-                                       __FILE__, __LINE__);
+    library = new torch::Library(torch::Library::IMPL, "aten", c10::DispatchKey::AutocastCPU,
+                                 __FILE__, __LINE__);
     if (!hasAutocastCpuKernel("aten::layer_norm")) {
       library->impl("layer_norm", TORCH_FN(layerNormInFp32));
     }

@@ -167,7 +167,7 @@ struct LossScalerState {
   double scale = 1.0;
   int64_t growthTracker = 0;  // good steps since the last growth or skip
   int64_t skippedSteps = 0;
-  int64_t steps = 0;  // update() calls: steps taken + skipped
+  int64_t steps = 0;  // update() calls while enabled: steps taken + skipped
 };
 
 // Multiplies the loss by a scale before backward, divides the gradients by it afterwards,
