@@ -57,6 +57,7 @@ struct Flags {
   std::string generateFrom;
   std::string checkpointDir;
   int64_t checkpointEvery = 100;
+  std::string precision = "fp32";
   bool resume = false;
 };
 
@@ -124,6 +125,7 @@ int trainMain(const Flags& f) {
   options.pipeline.microBatches = f.microBatches;
   options.pipeline.chunks = f.schedule == "interleaved" ? 2 : 1;
   options.pipeline.printPlan = lead;
+  options.precision = train::parsePrecision(f.precision);
   const torch::Tensor sample =
       corpus.batch(f.batch / grid.dataSize / f.microBatches, c.sequence, 0, Split::kTrain)
           .narrow(1, 0, c.sequence);
@@ -156,7 +158,7 @@ int trainMain(const Flags& f) {
     opt.zero_grad();
     lossSum += model.step(x, y);
     ++lossCount;
-    opt.step();
+    model.optimizerStep(opt);  // with fp16, skipped when a gradient overflowed
     if (checkpoints && (step + 1) % f.checkpointEvery == 0) {
       checkpoints->save(opt, {.step = step + 1});
     }
@@ -180,6 +182,10 @@ int trainMain(const Flags& f) {
       lossSum = 0;
       lossCount = 0;
     }
+  }
+  if (lead && model.scaler().enabled()) {
+    fmt::print("loss scaling: {} of {} steps skipped, scale {}\n", model.scaler().skippedSteps(),
+               model.scaler().steps(), model.scaler().currentScale());
   }
   train::FullState state = model.gatherFullState();
   if (lead) {
@@ -230,6 +236,10 @@ int main(int argc, char** argv) {
   app.add_option("--save", f.save, "write the trained full model (a sealed file) on rank 0");
   app.add_option("--generate-from", f.generateFrom,
                  "no training: load a saved model into one process and generate");
+  app.add_option("--precision", f.precision,
+                 "fp32, bf16 (CPU autocast) or fp16 (emulated, with loss scaling)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
   app.add_option("--checkpoint-dir", f.checkpointDir,
                  "every rank's shard every --checkpoint-every steps (exact resume, same split)");
   numbers.integer(app, "--checkpoint-every", f.checkpointEvery, 1, int64_t{1} << 40,

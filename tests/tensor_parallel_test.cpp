@@ -105,6 +105,23 @@ TEST(TensorParallel, ShardedCheckpointResumesExactlyWithPipelineTwoTensorTwo) {
   expectResume(1, 2, 2);
 }
 
+// bf16 and fp16 (loss scaling) reach fp32's loss; an overflow on one tensor-parallel rank is
+// skipped by every rank of the grid.
+void expectPrecision(int data, int pipeline, int tensor) {
+  const int n = data * pipeline * tensor;
+  auto r = job(n, fmt::format("precision {} {} {}", data, pipeline, tensor));
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_EQ(count(r.output, "] OK bf16"), static_cast<size_t>(n)) << r.output;
+  EXPECT_EQ(count(r.output, "] OK fp16"), static_cast<size_t>(n)) << r.output;
+}
+
+TEST(TensorParallel, MixedPrecisionWithTensorTwo) {
+  expectPrecision(1, 1, 2);
+}
+TEST(TensorParallel, MixedPrecisionWithPipelineTwoTensorTwo) {
+  expectPrecision(1, 2, 2);
+}
+
 TEST(TensorParallel, HeadsThatDoNotDivideAreOneErrorOnEveryRank) {
   // 4 heads over tensor 3.
   auto r = job(3, "gpt 1 1 3");

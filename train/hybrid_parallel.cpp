@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <optional>
 #include <regex>
 
 #include "comm/collectives.h"
@@ -13,13 +14,23 @@ namespace shoal::train {
 HybridParallel::HybridParallel(torch::nn::Sequential model, const ProcessGrid& grid,
                                const torch::Tensor& sampleMicroBatch, pipeline::LossFn loss,
                                HybridOptions options)
-    : grid_(grid), model_(std::move(model)), loss_(std::move(loss)) {
+    : grid_(grid),
+      model_(std::move(model)),
+      loss_(std::move(loss)),
+      precision_(options.precision),
+      scaler_(options.precision, options.scaler) {
   if (grid_.pipelineSize > 1) {
-    pipeline_ = std::make_unique<pipeline::Pipeline>(model_, grid_.pipelineGrid(), sampleMicroBatch,
-                                                     loss_, options.pipeline);
+    // The pipeline runs the loss on the last stage: there it is scaled for backward.
+    pipeline::LossFn scaled = [this](const torch::Tensor& out, const torch::Tensor& y) {
+      return scaler_.scale(loss_(out, y));
+    };
+    AutocastGuard autocast(precision_);  // the plan's shapes and dtypes are those of training
+    pipeline_ = std::make_unique<pipeline::Pipeline>(model_, grid_.pipelineGrid(),
+                                                     sampleMicroBatch, scaled, options.pipeline);
   } else if (grid_.dataSize > 1) {
     ddp_ = std::make_unique<DistributedDataParallel>(model_.ptr(), grid_.data, options.ddp);
   }
+  if (precision_ == Precision::kFloat16) fp16_ = std::make_unique<Fp16Weights>(parameters());
 }
 
 HybridParallel::~HybridParallel() = default;
@@ -37,15 +48,22 @@ torch::Tensor HybridParallel::share(const torch::Tensor& batch) const {
 double HybridParallel::step(const torch::Tensor& inputs, const torch::Tensor& targets) {
   torch::Tensor x = share(inputs), y = share(targets);
   double loss = 0;
+  std::optional<Fp16Weights::Scope> fp16;
+  if (fp16_) fp16.emplace(fp16_->scope());
   if (pipeline_) {
-    loss = pipeline_->step(x, y).item<double>();
+    AutocastGuard autocast(precision_);
+    loss = pipeline_->step(x, y).item<double>() / scaler_.currentScale();
   } else {
     if (ddp_) ddp_->beforeForward();
-    torch::Tensor l = loss_(model_->forward(x), y);
+    torch::Tensor l;
+    {
+      AutocastGuard autocast(precision_);
+      l = loss_(model_->forward(x), y);
+    }
     if (ddp_) {
-      ddp_->backward(l);
+      ddp_->backward(scaler_.scale(l));
     } else {
-      l.backward();
+      scaler_.scale(l).backward();
     }
     loss = l.item<double>();
   }
@@ -55,8 +73,17 @@ double HybridParallel::step(const torch::Tensor& inputs, const torch::Tensor& ta
   return loss;
 }
 
+bool HybridParallel::optimizerStep(torch::optim::Optimizer& optimizer) {
+  if (!scaler_.enabled()) {
+    optimizer.step();
+    return true;
+  }
+  return scaler_.step(optimizer, parameters(), {grid_.tensor, grid_.pipe, grid_.data});
+}
+
 double HybridParallel::evaluate(const torch::Tensor& inputs, const torch::Tensor& targets) {
   torch::NoGradGuard noGrad;
+  AutocastGuard autocast(precision_);
   torch::Tensor x = share(inputs), y = share(targets);
   // {loss, 1} on every rank that has the model's output (the last stage's tensor-parallel
   // ranks, which agree, of every replica): the mean over them is the global batch's.

@@ -26,6 +26,7 @@
 
 #include "train/ddp.h"
 #include "train/full_state.h"
+#include "train/mixed_precision.h"
 #include "train/pipeline/pipeline.h"
 #include "train/process_grid.h"
 #include "train/sharded_checkpoint.h"
@@ -35,6 +36,12 @@ namespace shoal::train {
 struct HybridOptions {
   pipeline::PipelineOptions pipeline;  // used when the grid's pipeline size > 1
   DdpOptions ddp;                      // used when data > 1 without a pipeline
+  // train/mixed_precision.h: bf16 runs the forward under CPU autocast (the pipeline's plan too,
+  // so bf16 activations cross stages); fp16 holds fp16 roundings of the weights through forward
+  // and backward and rounds the weight gradients to fp16 (the emulation of Note [What fp16 is
+  // on this CPU]), with dynamic loss scaling. Master weights and optimizer state stay fp32.
+  Precision precision = Precision::kFloat32;
+  LossScalerOptions scaler;  // enabled for fp16 unless set
 };
 
 class HybridParallel {
@@ -52,6 +59,13 @@ class HybridParallel {
   // parameters hold the gradients of the global batch's mean loss. Returns that loss on every
   // rank. InvalidArgument if the batch does not divide over the replicas.
   double step(const torch::Tensor& inputs, const torch::Tensor& targets);
+
+  // The optimizer step after step(): with loss scaling, unscales the gradients and steps only
+  // if no rank of the grid found an inf or nan (agreed over the tensor, pipeline and data
+  // groups), then updates the scale; otherwise plain optimizer.step(). Returns whether it
+  // stepped. Collective over the grid.
+  bool optimizerStep(torch::optim::Optimizer& optimizer);
+  const LossScaler& scaler() const { return scaler_; }
 
   // The global batch's mean loss, forward only (no graph, no gradients), on every rank.
   double evaluate(const torch::Tensor& inputs, const torch::Tensor& targets);
@@ -77,6 +91,9 @@ class HybridParallel {
   ProcessGrid grid_;
   torch::nn::Sequential model_;
   pipeline::LossFn loss_;
+  Precision precision_;
+  LossScaler scaler_;
+  std::unique_ptr<Fp16Weights> fp16_;
   std::unique_ptr<pipeline::Pipeline> pipeline_;
   std::unique_ptr<DistributedDataParallel> ddp_;
 };
