@@ -229,8 +229,8 @@ def main():
     os.makedirs(a.out, exist_ok=True)
     info = machine()
     info["load_before"] = os.getloadavg()
-    info["command"] = "/usr/bin/python3 bench/run_tensor_parallel.py " + " ".join(
-        shlex.quote(x) for x in sys.argv[1:])
+    info["command"] = ("/usr/bin/python3 bench/run_tensor_parallel.py " + " ".join(
+        shlex.quote(x) for x in sys.argv[1:])).strip()
     rows, failures = [], []
     start = time.time()
     for rep in range(a.reps):

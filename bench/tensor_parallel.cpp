@@ -25,6 +25,7 @@
 // matmuls in bf16, weights kept in fp32; block: backward outside autocast; model: around
 // HybridParallel's construction and each step(), since a pipeline interleaves forward and
 // backward inside step(); the cast cache is cleared after each step).
+// --no-malloc-tuning leaves glibc's malloc at its defaults (train/allocator.h not applied).
 // --threads sets torch::set_num_threads; OMP_NUM_THREADS and OPENBLAS_NUM_THREADS must match
 // (the driver sets them): OpenBLAS reads its own variable only.
 #include <ATen/autocast_mode.h>
@@ -75,6 +76,7 @@ struct Options {
   int64_t vocabulary = 256, layers = 4;
   int data = 1, pipeline = 1, tensor = 1, microBatches = 4;
   std::string schedule = "1f1b";
+  bool mallocTuning = true;
   double lr = 3e-3;  // the example's (examples/gpt_fortunes.cpp), as its AdamW weight decay
 };
 
@@ -392,12 +394,16 @@ int main(int argc, char** argv) {
   app.add_option("--micro-batches", o.microBatches);
   app.add_option("--schedule", o.schedule)->check(CLI::IsMember({"gpipe", "1f1b", "interleaved"}));
   app.add_option("--lr", o.lr);
+  bool noMallocTuning = false;
+  app.add_flag("--no-malloc-tuning", noMallocTuning,
+               "leave glibc malloc at its defaults (train/allocator.h not applied)");
   CLI11_PARSE(app, argc, argv);
+  o.mallocTuning = !noMallocTuning;
   try {
     torch::set_num_threads(o.threads);
     // Activations reuse freed heap memory instead of fresh mmap pages every step (as
     // bench/pipeline_train.cpp; train/allocator.h has the numbers).
-    shoal::train::keepFreedMemoryForReuse();
+    if (o.mallocTuning) shoal::train::keepFreedMemoryForReuse();
     auto world = shoal::init();
     if (o.mode == "block") return block(world, o);
     if (o.mode == "allreduce") return allreduce(world, o);
