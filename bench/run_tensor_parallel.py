@@ -378,8 +378,9 @@ def write_report(rows, failures, info, a, path):
                      f"{4 * ms:.1f} | {fmt_list(inblock)} | "
                      f"{fmt_list([x - 4 * ms for x in inblock])} |")
             blocks[(prec, "plain")] = ms
-        L += ["", "Where the TP2 block's time goes (ms per iteration; TP2 compute: the iteration less the "
-              "smaller of the ranks' all-reduce times, the rank that waited least):", "",
+        L += ["", "Where the TP2 block's time goes (ms per iteration; TP2 compute: the "
+              "iteration less the smaller of the ranks' all-reduce times, the rank that waited "
+              "least):", "",
               "| precision | 1 process 1 thread | half of it (TP2's ideal) | one of 2 independent "
               "1-thread processes running at once | TP2 iteration | TP2 compute (iteration - "
               "all-reduces) | TP2 all-reduces | of which moving data (4 x plain) | ceiling for "
