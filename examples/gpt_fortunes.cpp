@@ -22,6 +22,7 @@
 #include "common/error.h"
 #include "examples/numeric_flags.h"
 #include "run/init.h"
+#include "train/allocator.h"
 #include "train/byte_corpus.h"
 #include "train/full_state.h"
 #include "train/gpt.h"
@@ -101,6 +102,9 @@ int generateOnly(const Flags& f) {
 int trainMain(const Flags& f) {
   auto world = shoal::init();
   torch::set_num_threads(1);
+  // glibc would hand freed activation memory back to the kernel every step and fault it in
+  // again: a step takes 1.7x as long without this (bench/results/tensor_parallel.md).
+  train::keepFreedMemoryForReuse();
   const bool lead = world.rank == 0;
   const train::GptConfig c = configOf(f);
   // Every rank checks the model against the grid before any group is split or layer built.
