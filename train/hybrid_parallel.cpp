@@ -25,8 +25,8 @@ HybridParallel::HybridParallel(torch::nn::Sequential model, const ProcessGrid& g
       return scaler_.scale(loss_(out, y));
     };
     AutocastGuard autocast(precision_);  // the plan's shapes and dtypes are those of training
-    pipeline_ = std::make_unique<pipeline::Pipeline>(model_, grid_.pipelineGrid(),
-                                                     sampleMicroBatch, scaled, options.pipeline);
+    pipeline_ = std::make_unique<pipeline::Pipeline>(model_, grid_.pipelineGrid(), sampleMicroBatch,
+                                                     scaled, options.pipeline);
   } else if (grid_.dataSize > 1) {
     ddp_ = std::make_unique<DistributedDataParallel>(model_.ptr(), grid_.data, options.ddp);
   }
