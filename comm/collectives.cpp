@@ -117,6 +117,19 @@ std::shared_ptr<Work> broadcastAsync(Group& g, void* data, size_t count, DataTyp
   return broadcastImpl(g, true, data, count, type, root, call);
 }
 
+std::string broadcastBytes(Group& g, std::string bytes, int root, size_t maxBytes,
+                           const CallOptions& call) {
+  int64_t n = static_cast<int64_t>(bytes.size());
+  broadcast(g, &n, 1, DataType::kInt64, root, call);
+  if (n < 0 || static_cast<uint64_t>(n) > maxBytes) {
+    SHOAL_THROW(InvalidArgument, "broadcastBytes: rank {} sends {} bytes, more than the {} allowed",
+                root, n, maxBytes);
+  }
+  bytes.resize(static_cast<size_t>(n));
+  broadcast(g, bytes.data(), bytes.size(), DataType::kUInt8, root, call);
+  return bytes;
+}
+
 void reduce(Group& g, void* data, size_t count, DataType type, ReduceOp op, int root,
             const CallOptions& call) {
   reduceImpl(g, false, data, count, type, op, root, call);

@@ -13,6 +13,7 @@
 #pragma once
 
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "comm/group.h"
@@ -30,6 +31,12 @@ void broadcast(Group& g, void* data, size_t count, DataType type, int root,
                const CallOptions& call = {});
 std::shared_ptr<Work> broadcastAsync(Group& g, void* data, size_t count, DataType type, int root,
                                      const CallOptions& call = {});
+
+// root's `bytes` on every rank, whatever their length (the length is broadcast first; other
+// ranks' `bytes` are ignored). A length above maxBytes is an InvalidArgument on the ranks that
+// receive it (checked before anything is allocated for it).
+std::string broadcastBytes(Group& g, std::string bytes, int root = 0,
+                           size_t maxBytes = size_t{1} << 30, const CallOptions& call = {});
 
 // root's data = op over all ranks' data; other ranks' data is left unchanged.
 void reduce(Group& g, void* data, size_t count, DataType type, ReduceOp op, int root,

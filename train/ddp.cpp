@@ -26,15 +26,6 @@ std::vector<std::string> splitLines(const std::string& s) {
   return out;
 }
 
-// Rank 0's string on every rank.
-std::string broadcastString(comm::Group& g, std::string s) {
-  int64_t len = static_cast<int64_t>(s.size());
-  comm::broadcast(g, &len, 1, DataType::kInt64, 0);
-  s.resize(static_cast<size_t>(len));
-  comm::broadcast(g, s.data(), s.size(), DataType::kUInt8, 0);
-  return s;
-}
-
 }  // namespace
 
 DistributedDataParallel::DistributedDataParallel(std::shared_ptr<torch::nn::Module> module,
@@ -74,7 +65,7 @@ void DistributedDataParallel::checkSameParameters() {
   for (auto& b : module_->named_buffers(true)) {
     mine += describeParam("buffer " + b.key(), b.value()) + "\n";
   }
-  const std::string reference = broadcastString(*group_, mine);
+  const std::string reference = comm::broadcastBytes(*group_, mine);
   std::string difference;
   if (mine != reference) {
     auto a = splitLines(mine), b = splitLines(reference);

@@ -123,12 +123,8 @@ FullState HybridParallel::gatherFullState() {
   FullState all;
   const std::string encoded = encodeFullState(mine);
   for (int s = 0; s < grid_.pipelineSize; ++s) {
-    std::string bytes = s == grid_.pipelineRank ? encoded : std::string();
-    int64_t n = static_cast<int64_t>(bytes.size());
-    comm::broadcast(*grid_.pipe, &n, 1, DataType::kInt64, s);
-    SHOAL_CHECK(n >= 0, "hybrid parallel: a state of {} bytes from stage {}", n, s);
-    bytes.resize(static_cast<size_t>(n));
-    comm::broadcast(*grid_.pipe, bytes.data(), bytes.size(), DataType::kUInt8, s);
+    const std::string bytes = comm::broadcastBytes(
+        *grid_.pipe, s == grid_.pipelineRank ? encoded : std::string(), s, SIZE_MAX);
     FullState part =
         s == grid_.pipelineRank ? mine : decodeFullState(bytes, fmt::format("stage {}", s));
     all.insert(all.end(), part.begin(), part.end());

@@ -26,14 +26,6 @@ constexpr int64_t kNone = -1;     // no checkpoint yet
 constexpr int64_t kCorrupt = -2;  // the newest is damaged
 constexpr int64_t kNotMine = -3;  // another replica of the shard reads it
 
-std::string broadcastText(comm::Group& g, std::string text) {
-  int64_t n = static_cast<int64_t>(text.size());
-  comm::broadcast(g, &n, 1, DataType::kInt64, 0);
-  text.resize(static_cast<size_t>(std::clamp<int64_t>(n, 0, 4096)));
-  comm::broadcast(g, text.data(), text.size(), DataType::kUInt8, 0);
-  return text;
-}
-
 }  // namespace
 
 ShardedCheckpointer::ShardedCheckpointer(std::string dir, int keep, ShardPlace place,
@@ -100,7 +92,7 @@ std::optional<Progress> ShardedCheckpointer::resumeLatest(torch::optim::Optimize
       verdict = e.what();
     }
   }
-  verdict = broadcastText(world, std::move(verdict));
+  verdict = comm::broadcastBytes(world, std::move(verdict), 0, size_t{1} << 20);
   if (!verdict.empty()) SHOAL_THROW(InvalidArgument, "resume: {}", verdict);
   std::string path;
   for (const auto& p : shard_.list()) {

@@ -14,16 +14,6 @@ namespace shoal::train::pipeline {
 
 namespace {
 
-// Rank 0's bytes on every rank of `g` (length first, then the bytes).
-std::string broadcastBytes(comm::Group& g, std::string bytes) {
-  int64_t n = static_cast<int64_t>(bytes.size());
-  comm::broadcast(g, &n, 1, DataType::kInt64, 0);
-  SHOAL_CHECK(n >= 0 && n <= (int64_t{1} << 24), "pipeline: a plan of {} bytes", n);
-  bytes.resize(static_cast<size_t>(n));
-  comm::broadcast(g, bytes.data(), bytes.size(), DataType::kUInt8, 0);
-  return bytes;
-}
-
 // A failure of this rank's own making (a stage that produced the wrong shape, a layer that
 // threw, a bad header) fails the group with its text, so that a peer waiting on this rank
 // reports it as the cause (Note [Root cause] in comm/native/native_engine.cpp) instead of a
@@ -100,7 +90,7 @@ Pipeline::Pipeline(torch::nn::Sequential model, const Grid& grid,
     }
   }
   if (grid_.world->rank() != 0) bytes.clear();
-  bytes = broadcastBytes(*grid_.world, std::move(bytes));
+  bytes = comm::broadcastBytes(*grid_.world, std::move(bytes), 0, size_t{1} << 24);
   if (bytes.rfind("error\n", 0) == 0) {
     SHOAL_THROW(InvalidArgument, "pipeline: planning on world rank 0 failed: {}", bytes.substr(6));
   }
