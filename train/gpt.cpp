@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "common/error.h"
+#include "train/process_grid.h"
 #include "train/tensor/regions.h"
 #include "train/tensor/vocab_cross_entropy.h"
 
@@ -37,16 +38,8 @@ void validate(const GptConfig& c, int tensor, int stages) {
   if (c.hidden % c.heads != 0) {
     SHOAL_THROW(InvalidArgument, "gpt: {} heads do not divide hidden size {}", c.heads, c.hidden);
   }
-  if (c.heads % tensor != 0) {
-    SHOAL_THROW(InvalidArgument,
-                "tensor parallelism: {} attention heads do not divide over tensor {}", c.heads,
-                tensor);
-  }
-  if (c.innerSize() % tensor != 0) {
-    SHOAL_THROW(InvalidArgument,
-                "tensor parallelism: feed-forward size {} does not divide over tensor {}",
-                c.innerSize(), tensor);
-  }
+  requireDivisible("attention heads", c.heads, "tensor", tensor);
+  requireDivisible("feed-forward units", c.innerSize(), "tensor", tensor);
   if (c.vocabulary < tensor) {
     SHOAL_THROW(InvalidArgument, "tensor parallelism: a vocabulary of {} over tensor {}",
                 c.vocabulary, tensor);

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "common/error.h"
+#include "train/process_grid.h"
 
 namespace shoal::train::tensor {
 
@@ -12,12 +13,7 @@ ParallelSelfAttentionImpl::ParallelSelfAttentionImpl(const AttentionWeights& ful
   if (heads < 1 || hidden % heads != 0) {
     SHOAL_THROW(InvalidArgument, "attention: {} heads do not divide hidden size {}", heads, hidden);
   }
-  if (heads % tg.size() != 0) {
-    SHOAL_THROW(
-        InvalidArgument,
-        "tensor parallelism: {} attention heads do not divide over {} tensor-parallel ranks", heads,
-        tg.size());
-  }
+  requireDivisible("attention heads", heads, "tensor", tg.size());
   localHeads_ = heads / tg.size();
   headDim_ = hidden / heads;
   qkv = register_module(
