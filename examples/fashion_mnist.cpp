@@ -397,26 +397,6 @@ int main(int argc, char** argv) {
   numbers.integer(app, "--staleness", f.staleness, 0, 1000000,
                   "ps-ssp: steps a worker may run ahead of the slowest");
   // Configuration errors, from CLI11, the numbers or the environment: one line, exit code 2.
-  try {
-    app.parse(argc, argv);
-    numbers.parseAll();
-  } catch (const CLI::CallForHelp& e) {
-    return app.exit(e);
-  } catch (const CLI::ParseError& e) {
-    fmt::print(stderr, "fashion_mnist: error: {}\n", e.what());
-    return 2;
-  } catch (const InvalidArgument& e) {
-    fmt::print(stderr, "fashion_mnist: error: {}\n", e.what());
-    return 2;
-  }
-  try {
-    return trainMain(f);
-  } catch (const InvalidArgument& e) {
-    // A bad SHOAL_* variable, a missing data set, an unusable checkpoint folder or file.
-    fmt::print(stderr, "fashion_mnist: error: {}\n", e.what());
-    return 2;
-  } catch (const std::exception& e) {
-    fmt::print(stderr, "fashion_mnist: {}\n", e.what());
-    return 1;
-  }
+  return examples::runExample("fashion_mnist", app, numbers, argc, argv,
+                              [&] { return trainMain(f); });
 }

@@ -249,25 +249,7 @@ int main(int argc, char** argv) {
   numbers.integer(app, "--checkpoint-every", f.checkpointEvery, 1, int64_t{1} << 40,
                   "steps between checkpoints");
   app.add_flag("--resume", f.resume, "continue from the newest checkpoint every shard has");
-  try {
-    app.parse(argc, argv);
-    numbers.parseAll();
-  } catch (const CLI::CallForHelp& e) {
-    return app.exit(e);
-  } catch (const CLI::ParseError& e) {
-    fmt::print(stderr, "gpt_fortunes: error: {}\n", e.what());
-    return 2;
-  } catch (const InvalidArgument& e) {
-    fmt::print(stderr, "gpt_fortunes: error: {}\n", e.what());
-    return 2;
-  }
-  try {
+  return examples::runExample("gpt_fortunes", app, numbers, argc, argv, [&] {
     return f.generateFrom.empty() ? trainMain(f) : generateOnly(f);
-  } catch (const InvalidArgument& e) {
-    fmt::print(stderr, "gpt_fortunes: error: {}\n", e.what());
-    return 2;
-  } catch (const std::exception& e) {
-    fmt::print(stderr, "gpt_fortunes: {}\n", e.what());
-    return 1;
-  }
+  });
 }

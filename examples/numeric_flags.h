@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "common/env.h"
+#include "common/error.h"
 
 namespace shoal::examples {
 
@@ -39,5 +40,34 @@ struct NumericFlags {
     for (auto& p : parsers) p();
   }
 };
+
+// An example's main(): parses the command line (CLI11, then the numeric flags), then runs
+// `body`. Configuration errors (a bad flag, a bad SHOAL_* variable, a missing data set: CLI11's
+// errors and InvalidArgument) print one line "<name>: error: ..." and exit 2; any other
+// failure prints "<name>: ..." and exits 1.
+inline int runExample(const char* name, CLI::App& app, NumericFlags& numbers, int argc, char** argv,
+                      const std::function<int()>& body) {
+  try {
+    app.parse(argc, argv);
+    numbers.parseAll();
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    fmt::print(stderr, "{}: error: {}\n", name, e.what());
+    return 2;
+  } catch (const InvalidArgument& e) {
+    fmt::print(stderr, "{}: error: {}\n", name, e.what());
+    return 2;
+  }
+  try {
+    return body();
+  } catch (const InvalidArgument& e) {
+    fmt::print(stderr, "{}: error: {}\n", name, e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "{}: {}\n", name, e.what());
+    return 1;
+  }
+}
 
 }  // namespace shoal::examples

@@ -214,25 +214,6 @@ int main(int argc, char** argv) {
   app.add_option("--trace", f.trace, "write the last step's timeline (Chrome trace JSON)");
   app.add_option("--checkpoint-dir", f.checkpointDir, "a shard per stage every 50 steps");
   app.add_flag("--resume", f.resume, "continue from the newest checkpoint every stage has");
-  try {
-    app.parse(argc, argv);
-    numbers.parseAll();
-  } catch (const CLI::CallForHelp& e) {
-    return app.exit(e);
-  } catch (const CLI::ParseError& e) {
-    fmt::print(stderr, "pipeline_mnist: error: {}\n", e.what());
-    return 2;
-  } catch (const InvalidArgument& e) {
-    fmt::print(stderr, "pipeline_mnist: error: {}\n", e.what());
-    return 2;
-  }
-  try {
-    return trainMain(f);
-  } catch (const InvalidArgument& e) {
-    fmt::print(stderr, "pipeline_mnist: error: {}\n", e.what());
-    return 2;
-  } catch (const std::exception& e) {
-    fmt::print(stderr, "pipeline_mnist: {}\n", e.what());
-    return 1;
-  }
+  return examples::runExample("pipeline_mnist", app, numbers, argc, argv,
+                              [&] { return trainMain(f); });
 }
