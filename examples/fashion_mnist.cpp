@@ -54,6 +54,7 @@ struct Flags {
   int64_t batch = 64;  // per rank
   int64_t epochs = 8;
   bool lrScaling = false;
+  int64_t referenceBatch = 0;  // with lrScaling: scale by global batch / this, not by world size
   std::string lrDecay = "cosine";
   int64_t warmupSteps = 0;
   uint64_t seed = 1;
@@ -209,9 +210,18 @@ int trainMain(const Flags& f) {
     pc.warmupSteps = f.warmupSteps;
     pc.totalSteps = totalSteps;
   }
-  const LrSchedule schedule =
-      usePs ? pc.schedule(g.size())
-            : LrSchedule(f.lr, g.size(), f.lrScaling, f.warmupSteps, totalSteps);
+  // Linear scaling multiplies the rate by the world size, or, with --reference-batch, by how many
+  // reference batches the global batch holds (warm-up then starts from the reference's rate).
+  int scale = g.size();
+  if (f.referenceBatch > 0) {
+    const int64_t global = f.batch * g.size();
+    SHOAL_CHECK(global % f.referenceBatch == 0,
+                "--reference-batch {} must divide the global batch {}", f.referenceBatch, global);
+    scale = static_cast<int>(global / f.referenceBatch);
+  }
+  const LrSchedule schedule = usePs
+                                  ? pc.schedule(g.size())
+                                  : LrSchedule(f.lr, scale, f.lrScaling, f.warmupSteps, totalSteps);
 
   std::optional<train::DistributedDataParallel> ddp;
   std::unique_ptr<torch::optim::Optimizer> optimizer;
@@ -368,6 +378,8 @@ int main(int argc, char** argv) {
   numbers.integer(app, "--batch", f.batch, 1, 1 << 20, "samples per rank per step");
   numbers.integer(app, "--epochs", f.epochs, 1, 10000, "epochs");
   app.add_flag("--lr-scaling", f.lrScaling, "multiply the learning rate by the world size");
+  numbers.integer(app, "--reference-batch", f.referenceBatch, 0, 1 << 30,
+                  "with --lr-scaling (ddp): multiply by global batch / this instead (0: off)");
   app.add_option("--lr-decay", f.lrDecay, "cosine (to zero at the last step) or none")
       ->capture_default_str()
       ->check(CLI::IsMember({"cosine", "none"}));

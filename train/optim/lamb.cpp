@@ -88,19 +88,19 @@ torch::Tensor Lamb::step(LossClosure closure) {
   }
 
   // Phase 2, per segment: weight decay, then this process's part of each layer's two norms.
+  auto options = [&](const LayerSegment& seg) -> const LambOptions& {
+    return static_cast<const LambOptions&>(param_groups_[params[seg.tensor].group].options());
+  };
   auto excluded = [&](const LayerSegment& seg) {
-    const auto& o =
-        static_cast<const LambOptions&>(param_groups_[params[seg.tensor].group].options());
-    return o.exclude_one_dim() && layers.oneDim[seg.layer];
+    return options(seg).exclude_one_dim() && layers.oneDim[seg.layer];
   };
   std::vector<double> sums(2 * numLayers, 0.0);
   for (const auto& seg : layers.segments) {
     if (!update[seg.tensor].defined()) continue;
-    const auto& o =
-        static_cast<const LambOptions&>(param_groups_[params[seg.tensor].group].options());
+    const auto& o = options(seg);
+    if (excluded(seg)) continue;  // ratio 1, no decay: its norms are not needed
     const auto w = segmentOf(params[seg.tensor].tensor, seg);
     auto u = segmentOf(update[seg.tensor], seg);
-    if (excluded(seg)) continue;  // ratio 1: its norms are not needed
     if (o.weight_decay() != 0) u.add_(w, o.weight_decay());
     sums[seg.layer] += w.square().sum(torch::kFloat64).item<double>();
     sums[numLayers + seg.layer] += u.square().sum(torch::kFloat64).item<double>();
@@ -113,8 +113,7 @@ torch::Tensor Lamb::step(LossClosure closure) {
   // Phase 3: the step, scaled by the layer's trust ratio.
   for (const auto& seg : layers.segments) {
     if (!update[seg.tensor].defined()) continue;
-    const auto& o =
-        static_cast<const LambOptions&>(param_groups_[params[seg.tensor].group].options());
+    const auto& o = options(seg);
     double ratio = 1;
     if (!excluded(seg)) {
       const double wNorm = std::sqrt(sums[seg.layer]);
