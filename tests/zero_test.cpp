@@ -7,8 +7,12 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <fstream>
 #include <regex>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "tests/process_util.h"
 
@@ -28,8 +32,11 @@ size_t count(const std::string& text, const std::string& what) {
 }
 
 // Each rank prints one OK line per comparison (vs DDP, vs one process).
+// Three ranks also run LAMB and LARS, whose per-layer norms are summed across the shards.
 void expectEqual(int stage, int n) {
-  for (const char* config : {"sgd 0 1", "adam 0.5 0", "rmsprop 0.5 1"}) {
+  std::vector<std::string> configs = {"sgd 0 1", "adam 0.5 0", "rmsprop 0.5 1"};
+  if (n == 3) configs.insert(configs.end(), {"lamb 0 1", "lars 0.5 0"});
+  for (const auto& config : configs) {
     auto r = job(n, fmt::format("equal {} {}", stage, config));
     ASSERT_EQ(r.code, 0) << config << "\n" << r.output;
     EXPECT_EQ(count(r.output, "] OK equal"), static_cast<size_t>(2 * n)) << config << r.output;
@@ -96,6 +103,75 @@ TEST(ZeroErrors, BadOptionsAndDifferentModelsAreOneLineOnEveryRank) {
   auto r = job(2, "errors");
   ASSERT_EQ(r.code, 0) << r.output;
   EXPECT_EQ(count(r.output, "] OK error"), 6u) << r.output;
+}
+
+// Saves with `saver` at `from` ranks, then resumes with each (kind, ranks): equal to one
+// process trained straight.
+void expectReshard(const std::string& saver, int from,
+                   const std::vector<std::pair<std::string, int>>& resumes) {
+  TempDir dir;
+  auto saved = job(from, fmt::format("reshard save {} {}", saver, dir.path));
+  ASSERT_EQ(saved.code, 0) << saved.output;
+  for (auto& [kind, n] : resumes) {
+    auto r = job(n, fmt::format("reshard resume {} {}", kind, dir.path));
+    ASSERT_EQ(r.code, 0) << kind << " at " << n << "\n" << r.output;
+    EXPECT_EQ(count(r.output, "] OK resume"), static_cast<size_t>(n)) << r.output;
+  }
+}
+
+TEST(ZeroReshard, Stage2SavedAtFourResumesAtTwoAndThree) {
+  expectReshard("2", 4, {{"zero2", 2}, {"zero2", 3}, {"zero1", 3}, {"zero3", 2}});
+}
+
+TEST(ZeroReshard, Stage3SavedAtTwoLoadsIntoDdpAtThree) {
+  expectReshard("3", 2, {{"ddp", 3}, {"zero1", 4}});
+}
+
+TEST(ZeroReshard, DdpSavedAtThreeLoadsIntoStage3AtTwo) {
+  expectReshard("ddp", 3, {{"zero3", 2}, {"ddp", 4}});
+}
+
+TEST(ZeroReshard, ConsolidatedFileLoadsIntoOneProcess) {
+  TempDir dir;
+  auto saved = job(3, fmt::format("reshard save 1 {}", dir.path));
+  ASSERT_EQ(saved.code, 0) << saved.output;
+  auto tool = runShell(fmt::format("{} {} {}/model.pt", CONSOLIDATE_BIN, dir.path, dir.path));
+  ASSERT_EQ(tool.code, 0) << tool.output;
+  auto loaded = job(1, fmt::format("consolidated {}/model.pt", dir.path));
+  ASSERT_EQ(loaded.code, 0) << loaded.output;
+  EXPECT_EQ(count(loaded.output, "OK consolidated"), 1u) << loaded.output;
+}
+
+TEST(ZeroReshard, ACorruptOrMissingShardIsNamedOnEveryRank) {
+  TempDir dir;
+  auto saved = job(4, fmt::format("reshard save 2 {}", dir.path));
+  ASSERT_EQ(saved.code, 0) << saved.output;
+  const std::string step = dir.path + "/step-00000003/";
+  {
+    // One byte of rank 1's file flipped, near its end (the pieces' data).
+    std::fstream f(step + "rank-1-of-4.shard", std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(-40, std::ios::end);
+    char c = 0;
+    f.get(c);
+    f.seekp(-40, std::ios::end);
+    f.put(static_cast<char>(c ^ 0x5a));
+  }
+  auto corrupt = job(2, fmt::format("reshard resume zero2 {}", dir.path), 20);
+  EXPECT_NE(corrupt.code, 0) << corrupt.output;
+  EXPECT_EQ(count(corrupt.output, "OK resume"), 0u) << corrupt.output;
+  for (int r : {0, 1}) {
+    EXPECT_TRUE(std::regex_search(
+        corrupt.output, std::regex(fmt::format(R"(\[{}\] ERROR .*rank-1-of-4\.shard)", r))))
+        << corrupt.output;
+  }
+  std::filesystem::remove(step + "rank-2-of-4.shard");
+  auto missing = job(3, fmt::format("reshard resume zero1 {}", dir.path), 20);
+  EXPECT_NE(missing.code, 0) << missing.output;
+  for (int r : {0, 1, 2}) {
+    EXPECT_TRUE(std::regex_search(
+        missing.output, std::regex(fmt::format(R"(\[{}\] ERROR .*rank-[12]-of-4\.shard)", r))))
+        << missing.output;
+  }
 }
 
 TEST(ZeroFailure, AKilledRankFailsEveryOtherRankNamingIt) {

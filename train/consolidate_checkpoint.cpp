@@ -78,6 +78,26 @@ size_t consolidate(const std::string& dir, int64_t step, const std::string& outP
       ++count;
     }
   }
+  // Submodules without tensors (an activation in a Sequential) still need their (empty)
+  // archive: torch::load reads one per child. Checkpoints of training jobs list them.
+  if (auto it = reader.meta().find("modules"); it != reader.meta().end()) {
+    size_t start = 0;
+    while (start < it->second.size()) {
+      size_t end = it->second.find('\n', start);
+      if (end == std::string::npos) end = it->second.size();
+      ModuleNode* node = &root;
+      const std::string path = it->second.substr(start, end - start);
+      for (size_t at = 0; at <= path.size() && !path.empty();) {
+        size_t dot = path.find('.', at);
+        if (dot == std::string::npos) dot = path.size();
+        const std::string part = path.substr(at, dot - at);
+        if (part.empty() || node->hasLeaf(part)) break;
+        node = &node->children[part];
+        at = dot + 1;
+      }
+      start = end + 1;
+    }
+  }
   const std::string tmp = outPath + ".tmp";
   try {
     torch::serialize::OutputArchive archive;

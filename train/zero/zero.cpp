@@ -13,8 +13,10 @@
 #include "comm/collectives.h"
 #include "common/error.h"
 #include "train/autograd_hooks.h"
+#include "train/optimizer_state.h"
 #include "train/replica_sync.h"
 #include "train/tensor_types.h"
+#include "train/zero/zero_impl.h"
 
 namespace shoal::train::zero {
 
@@ -65,93 +67,7 @@ void freeStorage(const torch::Tensor& flat) {
   s->set_nbytes(0);
 }
 
-// The optimizer state tensors of one parameter (for the memory report).
-std::vector<torch::Tensor> stateTensors(torch::optim::Optimizer& opt, const torch::Tensor& p) {
-  auto it = opt.state().find(c10::guts::to_string(p.unsafeGetTensorImpl()));
-  if (it == opt.state().end()) return {};
-  auto* state = it->second.get();
-  if (auto* a = dynamic_cast<torch::optim::AdamParamState*>(state)) {
-    return {a->exp_avg(), a->exp_avg_sq(), a->max_exp_avg_sq()};
-  }
-  if (auto* s = dynamic_cast<torch::optim::SGDParamState*>(state)) return {s->momentum_buffer()};
-  if (auto* r = dynamic_cast<torch::optim::RMSpropParamState*>(state)) {
-    return {r->square_avg(), r->momentum_buffer(), r->grad_avg()};
-  }
-  return {};
-}
-
-struct Unit {
-  std::vector<size_t> params;    // indices into Impl::params
-  std::vector<int64_t> offsets;  // each parameter's first element in the unit
-  int64_t numel = 0;             // elements of the parameters
-  int64_t padded = 0;            // numel rounded up to a multiple of N
-  int64_t shard = 0;             // padded / N: this rank's part
-  torch::Tensor flat;            // the full parameters (compute dtype); the module's alias it
-  bool gathered = true;
-  std::shared_ptr<comm::Work> gatherWork;  // stage 3: an all-gather in flight
-  torch::Tensor gatherSend;                // its source, while it runs (a cast master)
-  torch::Tensor fullGrad;  // the full gradients being accumulated (stage 1: always there)
-  torch::Tensor lowGrad;   // a bf16/fp16 module's reduce-scatter target, while it runs
-  torch::Tensor master;    // this rank's shard of the parameters: what the optimizer steps
-  size_t pending = 0;      // parameters without their gradient this iteration
-  bool started = false;
-  std::shared_ptr<comm::Work> reduceWork;
-};
-
 }  // namespace
-
-struct ZeroDataParallel::Impl {
-  std::shared_ptr<torch::nn::Module> module;
-  torch::nn::Sequential sequential{nullptr};
-  std::shared_ptr<comm::Group> group;
-  ZeroOptions options;
-  int rank = 0, size = 1;
-  std::vector<torch::Tensor> params;
-  std::vector<std::string> names;
-  std::vector<torch::Tensor> buffers;
-  std::vector<Unit> units;  // reduction order (Note [Shard units])
-  std::vector<size_t> unitOf;
-  std::vector<int64_t> offsetOf;
-  std::vector<char> arrived;   // per parameter, this iteration
-  std::vector<int> childUnit;  // stage 3: Sequential child -> unit, -1 without parameters
-  torch::ScalarType computeType = torch::kFloat;
-  torch::ScalarType masterType = torch::kFloat;
-  bool mixed = false;  // the module computes in bf16/fp16; the masters are fp32
-  std::unique_ptr<torch::optim::Optimizer> optimizer;
-  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators;
-  std::vector<uintptr_t> postHookKeys;
-  size_t nextToStart = 0;
-  bool sync = true;  // of the iteration in progress
-  std::exception_ptr hookFailure;
-  std::shared_ptr<bool> alive = std::make_shared<bool>(true);
-
-  Impl(std::shared_ptr<torch::nn::Module> m, torch::nn::Sequential seq,
-       std::shared_ptr<comm::Group> g, ZeroOptions o);
-  ~Impl();
-
-  void buildUnits();
-  void shardUnits();
-  void registerHooks();
-  DataType wireType() const { return toShoalType(computeType); }
-  torch::Tensor shardOf(const torch::Tensor& full, const Unit& u) const {
-    return full.narrow(0, rank * u.shard, u.shard);
-  }
-
-  // Stage 3.
-  void startGather(Unit& u);
-  void ensureGathered(size_t unit);
-  void release(Unit& u);
-  void gatherForBackward(size_t unit);
-
-  void onGradient(size_t param);
-  void startReady();
-  void startReduce(Unit& u);
-  void finishIteration();
-  std::exception_ptr drain() noexcept;
-  void resetIteration();
-  double clipGradients();
-  void gatherAfterStep();
-};
 
 namespace {
 
@@ -228,7 +144,7 @@ ZeroDataParallel::Impl::Impl(std::shared_ptr<torch::nn::Module> m, torch::nn::Se
   shardUnits();
   std::vector<torch::Tensor> masters;
   for (auto& u : units) masters.push_back(u.master);
-  optimizer = makeOptimizer(masters, options.optimizer);
+  optimizer = makeOptimizer(masters, options.optimizer, layerMap());
   registerHooks();
   resetIteration();
 }
@@ -306,6 +222,37 @@ void ZeroDataParallel::Impl::buildUnits() {
     u.shard = u.padded / size;
     units.push_back(std::move(u));
   }
+}
+
+// LAMB and LARS need each layer's norms: a layer (a parameter) is split over units' shards and
+// ranks, so the map says where its pieces lie here and the partial sums are all-reduced.
+// Padding is a layer of its own, excluded like a 1-D one (its elements stay zero).
+LayerMap ZeroDataParallel::Impl::layerMap() const {
+  LayerMap map;
+  const size_t padding = params.size();
+  map.oneDim.resize(params.size() + 1);
+  for (size_t i = 0; i < params.size(); ++i) map.oneDim[i] = params[i].dim() <= 1;
+  map.oneDim[padding] = true;
+  for (size_t t = 0; t < units.size(); ++t) {
+    const Unit& u = units[t];
+    const int64_t base = rank * u.shard;
+    int64_t covered = 0;
+    for (size_t k = 0; k < u.params.size(); ++k) {
+      auto [first, last] = heldOf(u, k);
+      if (first == last) continue;
+      map.segments.push_back({t, first - base, last - first, u.params[k]});
+      covered += last - first;
+    }
+    // What is left of the shard is the unit's padding, at its end.
+    if (covered < u.shard) map.segments.push_back({t, covered, u.shard - covered, padding});
+  }
+  if (size > 1) {
+    auto g = group;
+    map.sumAcrossShards = [g](std::vector<double>& sums) {
+      comm::allreduce(*g, sums.data(), sums.size(), DataType::kFloat64, ReduceOp::kSum);
+    };
+  }
+  return map;
 }
 
 void ZeroDataParallel::Impl::shardUnits() {
@@ -667,8 +614,10 @@ MemoryReport ZeroDataParallel::memory() const {
     add(u.master.grad(), r.gradientBytes);
     add(u.lowGrad, r.gradientBytes);
   }
-  for (auto& u : m.units) {
-    for (auto& t : stateTensors(*m.optimizer, u.master)) add(t, r.optimizerBytes);
+  for (size_t t = 0; t < m.units.size(); ++t) {
+    if (auto state = exportState(*m.optimizer, t)) {
+      for (auto& [key, tensor] : state->tensors) add(tensor, r.optimizerBytes);
+    }
   }
   r.peakResidentBytes = peakResidentBytes();
   return r;

@@ -1,0 +1,101 @@
+// ZeroDataParallel's internals, shared by its files (zero.cpp: sharding, gradients, the step;
+// zero_checkpoint.cpp: sharded checkpoints). Not a public header.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <exception>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "comm/collectives.h"
+#include "train/optim/layer_map.h"
+#include "train/tensor_types.h"
+#include "train/zero/zero.h"
+
+namespace shoal::train::zero {
+
+struct Unit {
+  std::vector<size_t> params;    // indices into Impl::params
+  std::vector<int64_t> offsets;  // each parameter's first element in the unit
+  int64_t numel = 0;             // elements of the parameters
+  int64_t padded = 0;            // numel rounded up to a multiple of N
+  int64_t shard = 0;             // padded / N: this rank's part
+  torch::Tensor flat;            // the full parameters (compute dtype); the module's alias it
+  bool gathered = true;
+  std::shared_ptr<comm::Work> gatherWork;  // stage 3: an all-gather in flight
+  torch::Tensor gatherSend;                // its source, while it runs (a cast master)
+  torch::Tensor fullGrad;  // the full gradients being accumulated (stage 1: always there)
+  torch::Tensor lowGrad;   // a bf16/fp16 module's reduce-scatter target, while it runs
+  torch::Tensor master;    // this rank's shard of the parameters: what the optimizer steps
+  size_t pending = 0;      // parameters without their gradient this iteration
+  bool started = false;
+  std::shared_ptr<comm::Work> reduceWork;
+};
+
+struct ZeroDataParallel::Impl {
+  std::shared_ptr<torch::nn::Module> module;
+  torch::nn::Sequential sequential{nullptr};
+  std::shared_ptr<comm::Group> group;
+  ZeroOptions options;
+  int rank = 0, size = 1;
+  std::vector<torch::Tensor> params;
+  std::vector<std::string> names;
+  std::vector<torch::Tensor> buffers;
+  std::vector<Unit> units;  // reduction order (Note [Shard units])
+  std::vector<size_t> unitOf;
+  std::vector<int64_t> offsetOf;
+  std::vector<char> arrived;   // per parameter, this iteration
+  std::vector<int> childUnit;  // stage 3: Sequential child -> unit, -1 without parameters
+  torch::ScalarType computeType = torch::kFloat;
+  torch::ScalarType masterType = torch::kFloat;
+  bool mixed = false;  // the module computes in bf16/fp16; the masters are fp32
+  std::unique_ptr<torch::optim::Optimizer> optimizer;
+  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators;
+  std::vector<uintptr_t> postHookKeys;
+  size_t nextToStart = 0;
+  bool sync = true;  // of the iteration in progress
+  std::exception_ptr hookFailure;
+  std::shared_ptr<bool> alive = std::make_shared<bool>(true);
+
+  Impl(std::shared_ptr<torch::nn::Module> m, torch::nn::Sequential seq,
+       std::shared_ptr<comm::Group> g, ZeroOptions o);
+  ~Impl();
+
+  void buildUnits();
+  LayerMap layerMap() const;
+  void shardUnits();
+  void registerHooks();
+  DataType wireType() const { return toShoalType(computeType); }
+  // Elements [first, last) of the unit's parameter k that this rank's shard holds, as offsets
+  // into the unit (first == last: none).
+  std::pair<int64_t, int64_t> heldOf(const Unit& u, size_t k) const {
+    const int64_t begin = u.offsets[k], end = begin + params[u.params[k]].numel();
+    const int64_t first = std::max(begin, rank * u.shard);
+    const int64_t last = std::min(end, (rank + 1) * u.shard);
+    return {first, std::max(first, last)};
+  }
+  torch::Tensor shardOf(const torch::Tensor& full, const Unit& u) const {
+    return full.narrow(0, rank * u.shard, u.shard);
+  }
+
+  // Stage 3.
+  void startGather(Unit& u);
+  void ensureGathered(size_t unit);
+  void release(Unit& u);
+  void gatherForBackward(size_t unit);
+
+  void onGradient(size_t param);
+  void startReady();
+  void startReduce(Unit& u);
+  void finishIteration();
+  std::exception_ptr drain() noexcept;
+  void resetIteration();
+  double clipGradients();
+  void gatherAfterStep();
+};
+
+}  // namespace shoal::train::zero
