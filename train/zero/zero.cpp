@@ -135,9 +135,10 @@ ZeroDataParallel::Impl::Impl(std::shared_ptr<torch::nn::Module> m, torch::nn::Se
 
   if (size > 1) {
     checkSameParameters(*group, names, params, *module, "ZeroDataParallel");
-    std::vector<torch::Tensor> state(params.begin(), params.end());
-    state.insert(state.end(), buffers.begin(), buffers.end());
-    broadcastFromRankZero(*group, state);
+    // The parameters go from rank 0 unit by unit in shardUnits(), straight into their flat
+    // buffers: one broadcast of everything would first copy the whole model (twice its bytes
+    // at the peak, which is what limits the largest model stage 3 can hold).
+    broadcastFromRankZero(*group, buffers);
   }
   if (!options.broadcastBuffers) buffers.clear();
   buildUnits();
@@ -263,7 +264,11 @@ void ZeroDataParallel::Impl::shardUnits() {
     for (size_t k = 0; k < u.params.size(); ++k) {
       auto& p = params[u.params[k]];
       u.flat.narrow(0, u.offsets[k], p.numel()).copy_(p.reshape(-1));
+      // The parameter's own memory is freed here (the module holds the same tensor).
       p.set_data(aliasOf(u.flat, u.offsets[k], p.sizes()));
+    }
+    if (size > 1) {
+      comm::broadcast(*group, u.flat.data_ptr(), static_cast<size_t>(u.padded), wireType(), 0);
     }
     // Stages 1-2 with an fp32 module: the master shard is the rank's part of the parameters
     // themselves, so stepping it updates them in place and the all-gather sends from there.
@@ -307,6 +312,7 @@ void ZeroDataParallel::Impl::resetIteration() {
     u.reduceWork.reset();
   }
   nextToStart = 0;
+  inFlight.clear();
   hookFailure = nullptr;
 }
 
@@ -390,6 +396,30 @@ void ZeroDataParallel::Impl::startReduce(Unit& u) {
   if (mixed) into = u.lowGrad = torch::empty({u.shard}, u.flat.options());
   u.reduceWork = comm::reduceScatterAsync(*group, u.fullGrad.data_ptr(), into.data_ptr(),
                                           static_cast<size_t>(u.shard), wireType(), ReduceOp::kAvg);
+  // Each reduction in flight holds its unit's full gradients: when communication falls behind
+  // backward (ranks sharing cores), waiting here bounds the memory instead of letting every
+  // unit's gradients pile up.
+  inFlight.push_back(&u);
+  const size_t limit = options.maxInFlightReductions;
+  while (limit > 0 && inFlight.size() > limit) {
+    Unit* oldest = inFlight.front();
+    inFlight.pop_front();
+    completeReduce(*oldest);
+  }
+}
+
+void ZeroDataParallel::Impl::completeReduce(Unit& u) {
+  if (!u.reduceWork) return;
+  auto work = std::move(u.reduceWork);
+  u.reduceWork.reset();
+  work->wait();
+  if (options.stage == 1) {
+    if (mixed) u.master.mutable_grad().copy_(shardOf(u.fullGrad, u));
+    return;
+  }
+  if (mixed) u.master.mutable_grad().copy_(u.lowGrad);
+  u.lowGrad = torch::Tensor();
+  u.fullGrad = torch::Tensor();  // sent: ZeRO-2/3 keep only the shard
 }
 
 void ZeroDataParallel::Impl::finishIteration() {
@@ -397,17 +427,7 @@ void ZeroDataParallel::Impl::finishIteration() {
   if (sync) {
     // Units some parameter of which got no gradient start now (with zeros for it), in order.
     for (; nextToStart < units.size(); ++nextToStart) startReduce(units[nextToStart]);
-    for (auto& u : units) {
-      if (u.reduceWork) u.reduceWork->wait();
-      u.reduceWork.reset();
-      if (options.stage == 1) {
-        if (mixed) u.master.mutable_grad().copy_(shardOf(u.fullGrad, u));
-      } else {
-        if (mixed) u.master.mutable_grad().copy_(u.lowGrad);
-        u.lowGrad = torch::Tensor();
-        u.fullGrad = torch::Tensor();  // sent: ZeRO-2/3 keep only the shard
-      }
-    }
+    for (auto& u : units) completeReduce(u);
   }
   if (options.stage == 3) {
     for (auto& u : units) {

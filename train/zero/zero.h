@@ -80,6 +80,9 @@ struct ZeroOptions {
   bool keepParametersForBackward = false;
   // Stage 3: gather the next unit's parameters while the current one computes.
   bool prefetch = true;
+  // Stages 2-3: at most this many units' gradient reductions in flight (each holds its unit's full
+  // gradients until sent); backward waits for the oldest beyond it. 0: no limit.
+  size_t maxInFlightReductions = 2;
   // Copy rank 0's buffers (BatchNorm statistics) to every rank in beforeForward().
   bool broadcastBuffers = true;
 };

@@ -5,6 +5,7 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <deque>
 #include <exception>
 #include <memory>
 #include <string>
@@ -57,7 +58,8 @@ struct ZeroDataParallel::Impl {
   std::vector<std::shared_ptr<torch::autograd::Node>> accumulators;
   std::vector<uintptr_t> postHookKeys;
   size_t nextToStart = 0;
-  bool sync = true;  // of the iteration in progress
+  std::deque<Unit*> inFlight;  // reductions started and not yet completed
+  bool sync = true;            // of the iteration in progress
   std::exception_ptr hookFailure;
   std::shared_ptr<bool> alive = std::make_shared<bool>(true);
 
@@ -91,6 +93,7 @@ struct ZeroDataParallel::Impl {
   void onGradient(size_t param);
   void startReady();
   void startReduce(Unit& u);
+  void completeReduce(Unit& u);
   void finishIteration();
   std::exception_ptr drain() noexcept;
   void resetIteration();
