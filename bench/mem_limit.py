@@ -14,7 +14,12 @@ largest-model experiment of bench/run_zero.py, where every rank gets the same bu
   --mechanism rlimit  RLIMIT_AS (address space): an allocation past it fails (std::bad_alloc,
                       libtorch's "can't allocate memory", Python's MemoryError). Counts
                       reserved address space, not memory used: thread stacks, glibc's per-thread
-                      arenas and libraries' mappings count although untouched.
+                      arenas and libraries' mappings count although untouched (a Shoal rank of
+                      zero_train with a tiny model fails at 600 MiB, runs at 1200 MiB, with a
+                      188 MiB RSS). Worse, OpenBLAS's buffer thread retries its failed 128 MiB
+                      mmap forever and exit() then waits for it (blas_shutdown joins the thread):
+                      a rank that ran out of address space HANGS instead of exiting, so only the
+                      caller's timeout ends the run. Use cgroup where it is available.
 
 usage: mem_limit.py --bytes B --mechanism cgroup|rlimit [--cgroup-parent NAME] -- COMMAND ...
        mem_limit.py --probe      prints which mechanisms this machine allows (exit 0)"""

@@ -22,11 +22,11 @@ Writes bench/results/<name>.md and <name>.jsonl (name: zero). Keep the machine o
 usage: /usr/bin/python3 bench/run_zero.py [--quick] [--reps 3] [--steps 8] [--warmup 2]
        [--ranks 2,4] [--width 2048] [--depth 6] [--batch 32]
        [--variants ddp,zero1,zero2,zero3,torch-ddp,torch-zero]
-       [--fit-variants ddp,zero3] [--fit-ranks 4] [--fit-budget-mb 1536] [--fit-depth 16]
-       [--fit-batch 8] [--fit-mechanism cgroup|rlimit|auto] [--no-fit] [--timeout 300]
-       [--name zero]
---quick: 1 repetition, 3 timed steps after 1 warm-up, a 768 MiB budget: a smoke test of the
-harness, not a measurement. See bench/results/zero.md for the run time of the defaults."""
+       [--fit-variants ddp,zero3] [--fit-ranks 4] [--fit-budget-mb 1024] [--fit-depth 16]
+       [--fit-batch 8] [--fit-steps 1] [--fit-tolerance 0.05] [--fit-mechanism cgroup|rlimit|auto]
+       [--no-fit | --fit-only] [--timeout 300] [--name zero] [--out DIR]
+--quick: 1 repetition, 3 timed steps after 1 warm-up, a 512 MiB budget and a 10% bracket: a
+smoke test of the harness, not a measurement. See bench/results/zero.md for the run time of the defaults."""
 import argparse, json, math, os, platform, shlex, statistics, subprocess, sys, time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -170,21 +170,21 @@ def largest(a, rows, mechanism):
             return row is not None
 
         # A first guess from the header's bytes per parameter (the unit gathered in stage 3
-        # and its gradient, twice with prefetching), then grow or shrink by 1.5x until the
+        # and its gradient, twice with prefetching), then grow or shrink by 1.25x until the
         # boundary is bracketed, then halve the bracket down to --fit-tolerance.
         bpp = expected_bytes(v, 1, n) + (12 / depth if v == "zero3" else 0)
-        usable = max(budget - 250 * MiB, 32 * MiB) * 0.8
+        usable = max(budget - 120 * MiB, 32 * MiB) * 0.9
         w = max(g, int(math.sqrt(usable / bpp / depth)) // g * g)
         lo = hi = None
         while lo is None or hi is None:
             if fits(w):
                 lo = w
                 if hi is None:
-                    w = int(w * 1.5) // g * g
+                    w = int(w * 1.25) // g * g
             else:
                 hi = w
                 if lo is None:
-                    w = int(w / 1.5) // g * g
+                    w = int(w / 1.25) // g * g
                     if w < g:
                         break
             if lo is not None and hi is not None:
@@ -218,12 +218,13 @@ def main():
     p.add_argument("--fit-variants", default="ddp,zero3",
                    help="also possible: zero1, zero2, torch-ddp, torch-zero")
     p.add_argument("--fit-ranks", type=int, default=4)
-    p.add_argument("--fit-budget-mb", type=int, default=1536, help="per process")
+    p.add_argument("--fit-budget-mb", type=int, default=1024, help="per process")
     p.add_argument("--fit-depth", type=int, default=16)
     p.add_argument("--fit-batch", type=int, default=8)
-    p.add_argument("--fit-steps", type=int, default=2, help="after 1 warm-up step")
+    p.add_argument("--fit-steps", type=int, default=1,
+                   help="after 1 warm-up step (which creates Adam's state)")
     p.add_argument("--fit-granularity", type=int, default=64, help="widths are multiples")
-    p.add_argument("--fit-tolerance", type=float, default=0.04,
+    p.add_argument("--fit-tolerance", type=float, default=0.05,
                    help="stop when the bracket is within this fraction of the width")
     p.add_argument("--fit-mechanism", choices=["auto", "cgroup", "rlimit"], default="auto")
     p.add_argument("--timeout", type=int, default=300, help="seconds per run")
@@ -234,7 +235,9 @@ def main():
     if a.quick:
         a.reps, a.steps, a.warmup = 1, 3, 1
         if "--fit-budget-mb" not in " ".join(sys.argv):
-            a.fit_budget_mb = 768
+            a.fit_budget_mb = 512
+        if "--fit-tolerance" not in " ".join(sys.argv):
+            a.fit_tolerance = 0.1
     a.shoal = os.path.join(a.build, "shoal")
     a.zero_train = os.path.join(a.build, "bench", "zero_train")
     for b in (a.shoal, a.zero_train):
