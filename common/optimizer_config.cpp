@@ -11,7 +11,9 @@ OptimizerKind parseOptimizer(std::string_view name) {
   if (name == "sgd") return OptimizerKind::kSgd;
   if (name == "adam") return OptimizerKind::kAdam;
   if (name == "rmsprop") return OptimizerKind::kRmsprop;
-  SHOAL_THROW(InvalidArgument, "optimizer '{}': expected sgd, adam or rmsprop", name);
+  if (name == "lamb") return OptimizerKind::kLamb;
+  if (name == "lars") return OptimizerKind::kLars;
+  SHOAL_THROW(InvalidArgument, "optimizer '{}': expected sgd, adam, rmsprop, lamb or lars", name);
 }
 
 std::string_view toString(OptimizerKind kind) {
@@ -22,6 +24,10 @@ std::string_view toString(OptimizerKind kind) {
       return "adam";
     case OptimizerKind::kRmsprop:
       return "rmsprop";
+    case OptimizerKind::kLamb:
+      return "lamb";
+    case OptimizerKind::kLars:
+      return "lars";
   }
   return "invalid";
 }

@@ -9,17 +9,22 @@
 
 namespace shoal {
 
-enum class OptimizerKind { kSgd, kAdam, kRmsprop };
-OptimizerKind parseOptimizer(std::string_view name);  // sgd | adam | rmsprop
+// kLamb and kLars are layer-wise (train/optim/lamb.h, lars.h): data-parallel training only, the
+// parameter server's elementwise kernels do not apply them.
+enum class OptimizerKind { kSgd, kAdam, kRmsprop, kLamb, kLars };
+OptimizerKind parseOptimizer(std::string_view name);  // sgd | adam | rmsprop | lamb | lars
 std::string_view toString(OptimizerKind kind);
 
 // Hyper-parameters follow libtorch's defaults and formulas (Adam betas 0.9/0.999, eps 1e-8;
-// RMSprop alpha 0.99, eps 1e-8).
+// RMSprop alpha 0.99, eps 1e-8), and the papers' for LAMB (betas 0.9/0.999, eps 1e-6) and LARS
+// (eta 0.001, momentum 0.9).
 struct OptimizerOptions {
   OptimizerKind kind = OptimizerKind::kSgd;
   double lr = 0.01;
-  double momentum = 0.9;  // SGD's and RMSprop's
+  double momentum = 0.9;  // SGD's, RMSprop's and LARS's
   double weightDecay = 0;
+  double eta = 0.001;         // LARS's trust coefficient
+  bool excludeOneDim = true;  // LAMB, LARS: 1-D layers get ratio 1 and no weight decay
 };
 
 class LrSchedule {

@@ -359,9 +359,10 @@ int main(int argc, char** argv) {
   Flags f;
   examples::NumericFlags numbers;
   constexpr int64_t kMaxSteps = int64_t{1} << 40;
-  app.add_option("--optimizer", f.optimizer, "sgd, adam or rmsprop")
+  app.add_option("--optimizer", f.optimizer,
+                 "sgd, adam, rmsprop, or the layer-wise lamb and lars (ddp mode only)")
       ->capture_default_str()
-      ->check(CLI::IsMember({"sgd", "adam", "rmsprop"}));
+      ->check(CLI::IsMember({"sgd", "adam", "rmsprop", "lamb", "lars"}));
   numbers.number(app, "--lr", f.lr, 1e-12, 1e3,
                  "learning rate (per rank's batch; see --lr-scaling)");
   numbers.integer(app, "--batch", f.batch, 1, 1 << 20, "samples per rank per step");

@@ -81,6 +81,13 @@ TrainingConfig TrainingConfig::parse(std::string_view text) {
 }
 
 void TrainingConfig::validate() const {
+  // Layer-wise optimizers need whole-layer norms; a server holds slices of layers and applies
+  // elementwise kernels (ps/server_optimizer.h).
+  if (optimizer.kind == OptimizerKind::kLamb || optimizer.kind == OptimizerKind::kLars) {
+    SHOAL_THROW(InvalidArgument,
+                "the parameter server does not support {} (layer-wise); use sgd, adam or rmsprop",
+                toString(optimizer.kind));
+  }
   SHOAL_CHECK(optimizer.lr > 0, "parameter server: learning rate {} must be positive",
               optimizer.lr);
   SHOAL_CHECK(optimizer.momentum >= 0 && optimizer.momentum < 1,

@@ -37,7 +37,7 @@ struct TrainingConfig {
   // "key=value" pairs, and back (ProtocolError / InvalidArgument on bad text or values).
   std::string toText() const;
   static TrainingConfig parse(std::string_view text);
-  // Throws InvalidArgument on an out-of-range value.
+  // Throws InvalidArgument on an out-of-range value or a layer-wise optimizer (lamb, lars).
   void validate() const;
 };
 

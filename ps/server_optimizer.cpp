@@ -2,7 +2,19 @@
 
 #include <cmath>
 
+#include "common/error.h"
+
 namespace shoal::ps {
+
+namespace {
+
+// TrainingConfig::validate rejects the layer-wise kinds first; this guards direct callers.
+[[noreturn]] void unsupported(OptimizerKind kind) {
+  SHOAL_THROW(InvalidArgument, "the parameter server does not support {} (layer-wise)",
+              toString(kind));
+}
+
+}  // namespace
 
 int optimizerStateSlots(const OptimizerOptions& o) {
   switch (o.kind) {
@@ -12,6 +24,9 @@ int optimizerStateSlots(const OptimizerOptions& o) {
       return 2;
     case OptimizerKind::kRmsprop:
       return o.momentum != 0 ? 2 : 1;
+    case OptimizerKind::kLamb:
+    case OptimizerKind::kLars:
+      unsupported(o.kind);
   }
   return 0;
 }
@@ -66,6 +81,9 @@ void applyUpdate(const OptimizerOptions& o, double lr, int64_t count, float grad
       }
       return;
     }
+    case OptimizerKind::kLamb:
+    case OptimizerKind::kLars:
+      unsupported(o.kind);
   }
 }
 

@@ -10,6 +10,9 @@
 
 namespace shoal::ps {
 
+// Only the elementwise kinds (sgd, adam, rmsprop): both calls throw InvalidArgument for lamb and
+// lars, which need whole-layer norms a server's shard does not have.
+
 // How many state floats per parameter the optimizer keeps (0, 1 or 2).
 int optimizerStateSlots(const OptimizerOptions& o);
 

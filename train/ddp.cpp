@@ -7,26 +7,10 @@
 
 #include "comm/collectives.h"
 #include "common/error.h"
+#include "train/replica_sync.h"
 #include "train/tensor_types.h"
 
 namespace shoal::train {
-
-namespace {
-
-std::string describeParam(const std::string& name, const torch::Tensor& t) {
-  std::ostringstream s;
-  s << name << " " << t.sizes() << " " << t.dtype();
-  return s.str();
-}
-
-std::vector<std::string> splitLines(const std::string& s) {
-  std::vector<std::string> out;
-  std::istringstream in(s);
-  for (std::string l; std::getline(in, l);) out.push_back(l);
-  return out;
-}
-
-}  // namespace
 
 DistributedDataParallel::DistributedDataParallel(std::shared_ptr<torch::nn::Module> module,
                                                  std::shared_ptr<comm::Group> group,
@@ -42,10 +26,10 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<torch::nn::Modu
   }
   if (group_->size() == 1) return;  // a world of one: nothing to check, move or hook
 
-  checkSameParameters();
+  checkSameParameters(*group_, names_, params_, *module_, "DistributedDataParallel");
   std::vector<torch::Tensor> state(params_.begin(), params_.end());
   for (auto& b : module_->buffers(/*recurse=*/true)) state.push_back(b);
-  broadcastFromRankZero(state);
+  broadcastFromRankZero(*group_, state);
   if (options_.broadcastBuffers) packBuffers();
 
   ddp::ReducerOptions r;
@@ -58,68 +42,6 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<torch::nn::Modu
 }
 
 DistributedDataParallel::~DistributedDataParallel() = default;
-
-void DistributedDataParallel::checkSameParameters() {
-  std::string mine;
-  for (size_t i = 0; i < params_.size(); ++i) mine += describeParam(names_[i], params_[i]) + "\n";
-  for (auto& b : module_->named_buffers(true)) {
-    mine += describeParam("buffer " + b.key(), b.value()) + "\n";
-  }
-  const std::string reference = comm::broadcastBytes(*group_, mine);
-  std::string difference;
-  if (mine != reference) {
-    auto a = splitLines(mine), b = splitLines(reference);
-    size_t i = 0;
-    while (i < a.size() && i < b.size() && a[i] == b[i]) ++i;
-    difference = fmt::format("rank {} has {} where rank 0 has {}", group_->rank(),
-                             i < a.size() ? "'" + a[i] + "'" : "no more parameters",
-                             i < b.size() ? "'" + b[i] + "'" : "no more parameters");
-  }
-  // Every rank learns every difference, so every rank fails with the same message.
-  int64_t len = static_cast<int64_t>(difference.size());
-  comm::allreduce(*group_, &len, 1, DataType::kInt64, ReduceOp::kMax);
-  if (len == 0) return;
-  std::string mineFixed = difference;
-  mineFixed.resize(static_cast<size_t>(len), '\0');
-  std::string all(static_cast<size_t>(len) * group_->size(), '\0');
-  comm::allgather(*group_, mineFixed.data(), all.data(), static_cast<size_t>(len),
-                  DataType::kUInt8);
-  for (int r = 0; r < group_->size(); ++r) {
-    std::string d = all.substr(static_cast<size_t>(r * len), static_cast<size_t>(len));
-    d = d.substr(0, d.find('\0'));
-    if (!d.empty()) {
-      SHOAL_THROW(MismatchError,
-                  "rank {}: DistributedDataParallel: the ranks registered different parameters: {}",
-                  group_->rank(), d);
-    }
-  }
-}
-
-void DistributedDataParallel::broadcastFromRankZero(const std::vector<torch::Tensor>& tensors) {
-  torch::NoGradGuard noGrad;
-  // One broadcast per dtype: a flat copy of all tensors of that type.
-  std::vector<torch::ScalarType> types;
-  for (auto& t : tensors) {
-    if (std::find(types.begin(), types.end(), t.scalar_type()) == types.end()) {
-      types.push_back(t.scalar_type());
-    }
-  }
-  for (auto type : types) {
-    std::vector<torch::Tensor> parts;
-    for (auto& t : tensors) {
-      if (t.scalar_type() == type) parts.push_back(t.reshape(-1));
-    }
-    auto flat = torch::cat(parts).contiguous();
-    comm::broadcast(*group_, flat.data_ptr(), static_cast<size_t>(flat.numel()), toShoalType(type),
-                    0);
-    int64_t at = 0;
-    for (auto& t : tensors) {
-      if (t.scalar_type() != type) continue;
-      t.copy_(flat.narrow(0, at, t.numel()).view_as(t));
-      at += t.numel();
-    }
-  }
-}
 
 std::vector<std::vector<size_t>> DistributedDataParallel::bucketLayout() const {
   return reducer_ ? reducer_->bucketLayout() : std::vector<std::vector<size_t>>{};

@@ -124,8 +124,6 @@ class DistributedDataParallel {
 
  private:
   void setSync(bool sync);
-  void checkSameParameters();
-  void broadcastFromRankZero(const std::vector<torch::Tensor>& tensors);
   void packBuffers();
 
   std::shared_ptr<torch::nn::Module> module_;

@@ -10,52 +10,9 @@
 
 #include "comm/collectives.h"
 #include "common/error.h"
+#include "train/autograd_hooks.h"
 
 namespace shoal::train::ddp {
-
-namespace {
-
-using torch::autograd::variable_list;
-
-// Runs before a parameter's AccumulateGrad node: the gradient is not in .grad yet.
-class BeforeAccumulate : public torch::autograd::FunctionPreHook {
- public:
-  explicit BeforeAccumulate(std::function<void()> fn) : fn_(std::move(fn)) {}
-  variable_list operator()(const variable_list& grads) override {
-    fn_();
-    return grads;
-  }
-
- private:
-  std::function<void()> fn_;
-};
-
-// Runs after it: .grad holds the accumulated gradient.
-class AfterAccumulate : public torch::autograd::FunctionPostHook {
- public:
-  explicit AfterAccumulate(std::function<void()> fn) : fn_(std::move(fn)) {}
-  variable_list operator()(const variable_list& outputs, const variable_list&) override {
-    fn_();
-    return outputs;
-  }
-
- private:
-  std::function<void()> fn_;
-};
-
-// A tensor of `sizes` over buffer's storage from element `offset`, without autograd's view
-// tracking: libtorch 1.13's Optimizer::zero_grad() calls detach_() on every gradient, which
-// autograd refuses for a view ("Can't detach views in-place"); a plain alias of the storage is
-// not a view to autograd, so zero_grad() detaches it (a no-op) and zeroes it in place.
-torch::Tensor aliasOf(const torch::Tensor& buffer, int64_t offset, c10::IntArrayRef sizes) {
-  std::vector<int64_t> strides(sizes.size(), 1);
-  for (size_t d = sizes.size(); d-- > 1;)
-    strides[d - 1] = strides[d] * std::max<int64_t>(sizes[d], 1);
-  return torch::empty({0}, buffer.options())
-      .set_(buffer.storage(), buffer.storage_offset() + offset, sizes, strides);
-}
-
-}  // namespace
 
 Reducer::Reducer(std::vector<torch::Tensor> params, std::vector<std::string> names,
                  std::shared_ptr<comm::Group> group, ReducerOptions options,

@@ -87,11 +87,11 @@ struct ZeroOptions {
 // Bytes this rank holds, from the tensors themselves (each storage counted once, at its
 // current size).
 struct MemoryReport {
-  int64_t parameterBytes = 0;  // the module's parameters as allocated now (+ fp32 master
-                               // shards when they are the parameters, stage 3 fp32)
-  int64_t gradientBytes = 0;   // full gradient buffers allocated now + the gradient shards
-  int64_t optimizerBytes = 0;  // optimizer state of the shard (+ fp32 masters of a bf16/fp16
-                               // module)
+  int64_t parameterBytes = 0;     // the module's parameters as allocated now (+ fp32 master
+                                  // shards when they are the parameters, stage 3 fp32)
+  int64_t gradientBytes = 0;      // full gradient buffers allocated now + the gradient shards
+  int64_t optimizerBytes = 0;     // optimizer state of the shard (+ fp32 masters of a bf16/fp16
+                                  // module)
   int64_t peakResidentBytes = 0;  // the process's peak RSS (VmHWM)
   int64_t total() const { return parameterBytes + gradientBytes + optimizerBytes; }
 };
