@@ -44,9 +44,7 @@
 #include "train/allocator.h"
 #include "train/ddp.h"
 #include "train/optim.h"
-#if SHOAL_BENCH_HAVE_ZERO
 #include "train/zero/zero.h"
-#endif
 
 using namespace shoal;
 using Clock = std::chrono::steady_clock;
@@ -131,24 +129,17 @@ int trainMlp(const World& world, const Options& o) {
   const OptimizerOptions adam{OptimizerKind::kAdam, o.lr};
   std::optional<train::DistributedDataParallel> ddp;
   std::unique_ptr<torch::optim::Optimizer> opt;
-#if SHOAL_BENCH_HAVE_ZERO
   std::optional<train::zero::ZeroDataParallel> zero;
-#endif
   if (ddpVariant) {
     train::DdpOptions d;
     ddp.emplace(net.ptr(), world.group, d);
     opt = train::makeOptimizer(net->parameters(), adam);
   } else {
-#if SHOAL_BENCH_HAVE_ZERO
     train::zero::ZeroOptions z;
     z.stage = o.variant.back() - '0';
     z.optimizer = adam;
     z.bucketBytes = o.bucketMb << 20;
     zero.emplace(net, world.group, z);
-#else
-    SHOAL_THROW(InvalidArgument, "--variant {}: built without train/zero (zero.cpp absent)",
-                o.variant);
-#endif
   }
 
   // Rank 0's memory after the last backward: parameters, gradients, optimizer state, peak RSS.
@@ -179,7 +170,6 @@ int trainMlp(const World& world, const Options& o) {
       }
       opt->step();
     } else {
-#if SHOAL_BENCH_HAVE_ZERO
       zero->beforeForward();
       l = torch::mse_loss(o.variant == "zero3" ? zero->forward(x) : net->forward(x), y);
       zero->backward(l);
@@ -191,7 +181,6 @@ int trainMlp(const World& world, const Options& o) {
         mem[3] = std::max(r.peakResidentBytes, peakRss());
       }
       zero->step();
-#endif
     }
     loss = l.item<double>();
     if (k >= o.warmup) stepS.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
