@@ -21,7 +21,9 @@
 // Adam's state tensors; each storage once, at its size: DDP's .grad are views into its
 // buckets). peak_rss is rank 0's VmHWM, peak_rss_max the largest over the ranks. loss: rank 0's
 // loss at the last step; every variant computes the same one (same seed, same data) within
-// rounding, so a broken variant shows here before it shows in the timings.
+// rounding, so a broken variant shows here before it shows in the timings. rss_start: rank 0's
+// VmRSS before the model is built (libraries, the job's connections); peak_rss_built: its VmHWM
+// once the model and its wrapper (and DDP's optimizer) are built, before the first step.
 //
 // bench/run_zero.py also runs it under a per-process memory limit to find the largest model each
 // variant trains: a rank that cannot allocate exits 3 (std::bad_alloc, "out of memory") or is
@@ -58,7 +60,7 @@ struct Options {
   double lr = 1e-3;
   uint64_t seed = 1;
   size_t bucketMb = 25;
-  bool mallocTuning = true;
+  bool mallocTuning = true, traceMemory = false;
 };
 
 torch::nn::Sequential makeMlp(int64_t width, int64_t depth) {
@@ -98,15 +100,16 @@ std::vector<torch::Tensor> adamState(torch::optim::Optimizer& opt) {
   return out;
 }
 
-// The process's peak resident set (VmHWM), bytes.
-int64_t peakRss() {
+// A field of /proc/self/status in bytes: VmHWM (the peak resident set), VmRSS.
+int64_t statusBytes(const std::string& field) {
   std::ifstream f("/proc/self/status");
   std::string line;
   while (std::getline(f, line)) {
-    if (line.rfind("VmHWM:", 0) == 0) return std::stoll(line.substr(6)) * 1024;
+    if (line.rfind(field + ":", 0) == 0) return std::stoll(line.substr(field.size() + 1)) * 1024;
   }
   return -1;
 }
+int64_t peakRss() { return statusBytes("VmHWM"); }
 
 double median(std::vector<double> v) {
   if (v.empty()) return 0;
@@ -116,6 +119,7 @@ double median(std::vector<double> v) {
 }
 
 int trainMlp(const World& world, const Options& o) {
+  const int64_t rssStart = statusBytes("VmRSS");
   torch::manual_seed(o.seed);  // the same initial model on every rank and in every variant
   auto net = makeMlp(o.width, o.depth);
   int64_t params = 0;
@@ -141,6 +145,7 @@ int trainMlp(const World& world, const Options& o) {
     z.bucketBytes = o.bucketMb << 20;
     zero.emplace(net, world.group, z);
   }
+  const int64_t peakBuilt = peakRss();
 
   // Rank 0's memory after the last backward: parameters, gradients, optimizer state, peak RSS.
   int64_t mem[4] = {0, 0, 0, 0};
@@ -155,11 +160,20 @@ int trainMlp(const World& world, const Options& o) {
     const auto t0 = Clock::now();
     const bool last = k + 1 == o.warmup + o.steps;
     torch::Tensor l;
+    auto trace = [&](const char* phase) {
+      if (o.traceMemory && world.rank == 0) {
+        std::fprintf(stderr, "MEMORY step=%d after=%s rss=%lld peak_rss=%lld\n", k, phase,
+                     static_cast<long long>(statusBytes("VmRSS")),
+                     static_cast<long long>(peakRss()));
+      }
+    };
     if (ddp) {
       opt->zero_grad();
       ddp->beforeForward();
       l = torch::mse_loss(net->forward(x), y);
+      trace("forward");
       ddp->backward(l);
+      trace("backward");
       if (last) {
         mem[0] = storageBytes(net->parameters());
         std::vector<torch::Tensor> grads;
@@ -169,10 +183,13 @@ int trainMlp(const World& world, const Options& o) {
         mem[3] = peakRss();
       }
       opt->step();
+      trace("step");
     } else {
       zero->beforeForward();
       l = torch::mse_loss(o.variant == "zero3" ? zero->forward(x) : net->forward(x), y);
+      trace("forward");
       zero->backward(l);
+      trace("backward");
       if (last) {
         const auto r = zero->memory();
         mem[0] = r.parameterBytes;
@@ -181,6 +198,7 @@ int trainMlp(const World& world, const Options& o) {
         mem[3] = std::max(r.peakResidentBytes, peakRss());
       }
       zero->step();
+      trace("step");
     }
     loss = l.item<double>();
     if (k >= o.warmup) stepS.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
@@ -193,14 +211,15 @@ int trainMlp(const World& world, const Options& o) {
     std::printf(
         "RESULT variant=%s ranks=%d width=%lld depth=%lld batch=%lld params=%lld steps=%d "
         "seconds=%.4f samples_per_s=%.2f step_ms=%.2f loss=%.6g param_bytes=%lld grad_bytes=%lld "
-        "optim_bytes=%lld peak_rss=%lld peak_rss_max=%lld\n",
+        "optim_bytes=%lld peak_rss=%lld peak_rss_max=%lld rss_start=%lld peak_rss_built=%lld\n",
         o.variant.c_str(), world.size, static_cast<long long>(o.width),
         static_cast<long long>(o.depth), static_cast<long long>(o.batch),
         static_cast<long long>(params), o.steps, seconds,
         static_cast<double>(o.steps * o.batch * world.size) / seconds, median(stepS) * 1e3, loss,
         static_cast<long long>(mem[0]), static_cast<long long>(mem[1]),
         static_cast<long long>(mem[2]), static_cast<long long>(mem[3]),
-        static_cast<long long>(peakMax));
+        static_cast<long long>(peakMax), static_cast<long long>(rssStart),
+        static_cast<long long>(peakBuilt));
     std::fflush(stdout);
   }
   return 0;
@@ -225,6 +244,8 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(size_t{1}, size_t{4096}));
   app.add_option("--threads", o.threads, "intra-op threads (torch::set_num_threads)")
       ->check(CLI::Range(1, 256));
+  app.add_flag("--trace-memory", o.traceMemory,
+               "rank 0: VmRSS and VmHWM after every forward, backward and step (stderr)");
   app.add_flag(
       "--no-malloc-tuning", [&](int64_t) { o.mallocTuning = false; },
       "leave glibc malloc at its defaults (train/allocator.h not applied)");
