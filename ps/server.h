@@ -32,6 +32,12 @@ struct ServerOptions {
   int64_t checkpointEvery = 0;
   int keep = 2;
   // Restore the newest step every server has a checkpoint for (none anywhere: start fresh).
+  // The job may run another number of servers than the one that wrote the checkpoints: the
+  // shards are then rebuilt for the new partition from the old servers' files, which every
+  // server must be able to read (a shared checkpointDir); folders of servers the writing job
+  // did not run are ignored (Note [Resharding checkpoints] in ps/server.cpp). Exact in
+  // synchronous mode. A missing or corrupt file throws InvalidArgument naming it and the server
+  // that wrote it, on every server that needs it; the same number of workers is required.
   bool resume = false;
   std::chrono::nanoseconds idleTimeout = std::chrono::minutes(30);
   bool quiet = false;  // do not print the partition

@@ -299,4 +299,30 @@ std::string Shard::restore(const std::string& payload, uint64_t& round,
   return header;
 }
 
+size_t Shard::copyOverlap(const Shard& from) {
+  if (from.state0_.empty() != state0_.empty() || from.state1_.empty() != state1_.empty()) {
+    SHOAL_THROW(InvalidArgument, "cannot copy between shards with different optimizer state");
+  }
+  const size_t lo = std::max(begin_, from.begin_);
+  const size_t hi = std::min(begin_ + values_.size(), from.begin_ + from.values_.size());
+  if (lo >= hi) return 0;
+  auto copy = [&](const std::vector<float>& src, std::vector<float>& dst) {
+    if (dst.empty()) return;
+    std::copy(src.begin() + static_cast<ptrdiff_t>(lo - from.begin_),
+              src.begin() + static_cast<ptrdiff_t>(hi - from.begin_),
+              dst.begin() + static_cast<ptrdiff_t>(lo - begin_));
+  };
+  copy(from.values_, values_);
+  copy(from.state0_, state0_);
+  copy(from.state1_, state1_);
+  for (PieceState& ps : pieces_) {
+    const size_t a = ps.piece.flat, b = ps.piece.flat + ps.piece.count;
+    for (const PieceState& other : from.pieces_) {
+      const size_t c = other.piece.flat, d = other.piece.flat + other.piece.count;
+      if (std::max(a, c) < std::min(b, d)) ps.version = std::max(ps.version, other.version);
+    }
+  }
+  return hi - lo;
+}
+
 }  // namespace shoal::ps

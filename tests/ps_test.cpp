@@ -5,8 +5,10 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <map>
+#include <memory>
 #include <numeric>
 #include <random>
 #include <regex>
@@ -146,6 +148,40 @@ TEST(PsShard, SynchronousStepsAverageInWorkerOrderAndSnapshotsRestore) {
   ps::Shard twoWorkers(p, 0, 2, c);
   EXPECT_THROW(twoWorkers.restore(snap, round, clocks), InvalidArgument);
   EXPECT_THROW(fresh.restore(snap.substr(0, snap.size() - 3), round, clocks), InvalidArgument);
+}
+
+// Note [Resharding checkpoints]: shards of 2 servers copied into shards of 3 (and back) give
+// every element its value, and every piece the version of the old pieces it overlaps.
+TEST(PsShard, CopyOverlapMovesValuesAndVersionsBetweenPartitions) {
+  const std::vector<ps::KeySpec> keys{{"a", {40000}}, {"b", {10}}};
+  ps::TrainingConfig c;
+  c.optimizer = {OptimizerKind::kSgd, 1.0, 0.9, 0};
+  for (auto [from, to] : {std::pair{2, 3}, std::pair{3, 2}}) {
+    const ps::Partition before(keys, from), after(keys, to);
+    std::vector<std::unique_ptr<ps::Shard>> old;
+    for (int s = 0; s < from; ++s) {
+      old.push_back(std::make_unique<ps::Shard>(before, s, 1, c));
+      ps::Shard& sh = *old.back();
+      if (s == 0) {
+        std::fill(sh.slot(0), sh.slot(0) + sh.elements(), 0.0f);
+        sh.arrive(0, 0, sh.pieceCount());  // old server 0's pieces at version 1
+      }
+      for (size_t i = 0; i < sh.elements(); ++i) sh.values()[i] = float(sh.begin() + i);
+    }
+    for (int s = 0; s < to; ++s) {
+      ps::Shard sh(after, s, 1, c);
+      size_t copied = 0;
+      for (const auto& o : old) copied += sh.copyOverlap(*o);
+      EXPECT_EQ(copied, sh.elements()) << from << " -> " << to << " server " << s;
+      for (size_t i = 0; i < sh.elements(); ++i) {
+        ASSERT_EQ(sh.values()[i], float(sh.begin() + i)) << from << " -> " << to;
+      }
+      for (size_t i = 0; i < sh.pieceCount(); ++i) {
+        const bool inZero = sh.piece(i).flat < before.end(0);
+        EXPECT_EQ(sh.version(i), inZero ? 1u : 0u) << from << " -> " << to << " piece " << i;
+      }
+    }
+  }
 }
 
 // ---- Note [Update from the ring]: a push applied part by part as it arrives must give the
@@ -543,6 +579,85 @@ TEST(PsJob, AKilledServerFailsTheWorkersFastAndResumeFinishesExactly) {
   EXPECT_NE(resumed.output.find("(step 10)"), std::string::npos) << resumed.output;
   EXPECT_EQ(workersSaying(resumed.output, 2, "resumes at step 10"), 2) << resumed.output;
   EXPECT_EQ(finalDigest(resumed.output), expected) << resumed.output;
+}
+
+// Note [Resharding checkpoints]: a checkpoint written by one number of servers resumes under
+// another, exactly (synchronous training gives the same values whatever the partition).
+TEST(PsJob, ACheckpointOfTwoServersResumesOnThreeExactly) {
+  TempDir clean;
+  auto whole = psJob({"-n", "2", "--servers", "2"}, {"train", "--dir", clean.path}, clean);
+  ASSERT_EQ(whole.code, 0) << whole.output;
+  const std::string expected = finalDigest(whole.output);
+  ASSERT_FALSE(expected.empty()) << whole.output;
+
+  TempDir dir;
+  auto first =
+      psJob({"-n", "2", "--servers", "2"}, {"train", "--dir", dir.path, "--steps", "12"}, dir);
+  ASSERT_EQ(first.code, 0) << first.output;
+  auto resumed =
+      psJob({"-n", "2", "--servers", "3"}, {"train", "--dir", dir.path, "--resume"}, dir);
+  ASSERT_EQ(resumed.code, 0) << resumed.output;
+  EXPECT_NE(resumed.output.find("checkpoints of 2 servers in " + dir.path +
+                                "/checkpoints, resharded (step 12)"),
+            std::string::npos)
+      << resumed.output;
+  EXPECT_EQ(workersSaying(resumed.output, 2, "resumes at step 12"), 2) << resumed.output;
+  EXPECT_EQ(finalDigest(resumed.output), expected) << resumed.output;
+}
+
+// 3 -> 2 -> 3: after the second job, server-2's folder is stale (step 12, written by 3 servers)
+// while servers 0 and 1 hold step 20 of 2 servers; the third job must resume from step 20.
+TEST(PsJob, ACheckpointOfThreeServersResumesOnTwoAndStaleFoldersAreIgnored) {
+  TempDir clean;
+  auto whole = psJob({"-n", "2", "--servers", "2"}, {"train", "--dir", clean.path}, clean);
+  ASSERT_EQ(whole.code, 0) << whole.output;
+  const std::string expected = finalDigest(whole.output);
+  ASSERT_FALSE(expected.empty()) << whole.output;
+
+  TempDir dir;
+  auto first =
+      psJob({"-n", "2", "--servers", "3"}, {"train", "--dir", dir.path, "--steps", "12"}, dir);
+  ASSERT_EQ(first.code, 0) << first.output;
+  auto second = psJob({"-n", "2", "--servers", "2"},
+                      {"train", "--dir", dir.path, "--steps", "20", "--resume"}, dir);
+  ASSERT_EQ(second.code, 0) << second.output;
+  EXPECT_NE(second.output.find("checkpoints of 3 servers in " + dir.path +
+                               "/checkpoints, resharded (step 12)"),
+            std::string::npos)
+      << second.output;
+  ASSERT_TRUE(std::filesystem::exists(dir.path + "/checkpoints/server-2/shard-00000012.bin"));
+  auto third = psJob({"-n", "2", "--servers", "3"}, {"train", "--dir", dir.path, "--resume"}, dir);
+  ASSERT_EQ(third.code, 0) << third.output;
+  EXPECT_NE(third.output.find("checkpoints of 2 servers in " + dir.path +
+                              "/checkpoints, resharded (step 20)"),
+            std::string::npos)
+      << third.output;
+  EXPECT_EQ(workersSaying(third.output, 2, "resumes at step 20"), 2) << third.output;
+  EXPECT_EQ(finalDigest(third.output), expected) << third.output;
+}
+
+TEST(PsJob, ACorruptOldServerFileFailsAReshardingResumeNamingIt) {
+  TempDir dir;
+  auto first =
+      psJob({"-n", "2", "--servers", "2"}, {"train", "--dir", dir.path, "--steps", "12"}, dir);
+  ASSERT_EQ(first.code, 0) << first.output;
+  const std::string file = dir.path + "/checkpoints/server-1/shard-00000012.bin";
+  {
+    std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
+    ASSERT_TRUE(f.good()) << file;
+    const auto middle = static_cast<std::streamoff>(std::filesystem::file_size(file) / 2);
+    f.seekg(middle);
+    const char c = static_cast<char>(f.get());
+    f.seekp(middle);
+    f.put(static_cast<char>(c ^ 0x5a));
+  }
+  auto resumed =
+      psJob({"-n", "2", "--servers", "3"}, {"train", "--dir", dir.path, "--resume"}, dir);
+  EXPECT_NE(resumed.code, 0) << resumed.output;
+  EXPECT_LT(resumed.seconds, 60) << resumed.output;
+  EXPECT_NE(resumed.output.find("written by server 1 of 2 cannot be restored"), std::string::npos)
+      << resumed.output;
+  EXPECT_NE(resumed.output.find(file), std::string::npos) << resumed.output;
 }
 
 }  // namespace
