@@ -126,7 +126,7 @@ ShardReader::ShardReader(const std::string& dir, int64_t step)
       SHOAL_THROW(InvalidArgument, "{}: not the file the manifest committed (its checksum differs)",
                   what);
     }
-    readIndex(r);
+    readIndex(r, m);
   }
   for (auto& [name, e] : tensors_) {
     std::sort(e.pieces.begin(), e.pieces.end(), [](const Piece& a, const Piece& b) {
@@ -135,7 +135,7 @@ ShardReader::ShardReader(const std::string& dir, int64_t step)
   }
 }
 
-void ShardReader::readIndex(int rank) {
+void ShardReader::readIndex(int rank, const Manifest& m) {
   const std::string& path = files_[rank];
   const std::string what =
       fmt::format("checkpoint {} (written by rank {} of {})", path, rank, worldSize_);
@@ -143,68 +143,23 @@ void ShardReader::readIndex(int rank) {
   struct stat st {};
   if (::fstat(file.fd(), &st) != 0) SHOAL_THROW(InvalidArgument, "{}: cannot be read", what);
   const uint64_t size = static_cast<uint64_t>(st.st_size);  // checked against the manifest
-  char head[kSealedHead + kShardHead];
-  preadExactly(file.fd(), head, sizeof(head), 0, what);
-  Decoder h(std::string_view(head, sizeof(head)), what);
-  h.raw(8);  // the sealed magic: the manifest's checksum of this file already vouches for it
-  const uint64_t payloadLen = h.get<uint64_t>();
-  if (payloadLen != size - kSealedHead - kSealedTail) {
-    h.fail(fmt::format("the header says {} bytes of payload, the file holds {}", payloadLen,
-                       size - kSealedHead - kSealedTail));
-  }
-  if (h.raw(8) != std::string(kShardMagic, 8)) h.fail("not a Shoal rank file");
-  if (uint32_t v = h.get<uint32_t>(); v != kVersion) {
-    h.fail(fmt::format("version {}, this Shoal reads version {}", v, kVersion));
-  }
-  h.get<uint32_t>();
-  const uint64_t indexLen = h.get<uint64_t>();
-  const std::string indexSha = h.raw(SHA256_DIGEST_LENGTH);
-  if (indexLen > payloadLen - kShardHead) {
-    h.fail(fmt::format("an index of {} bytes in a payload of {}", indexLen, payloadLen));
-  }
-  std::string index(indexLen, '\0');
-  preadExactly(file.fd(), index.data(), indexLen, kSealedHead + kShardHead, what);
-  if (sha256(index.data(), index.size()) != indexSha) {
-    SHOAL_THROW(InvalidArgument, "{}: the index fails its checksum (the file is corrupt)", what);
-  }
-  Decoder d(index, what);
-  const uint64_t dataStart = kShardHead + indexLen;
-  // Name, dtype, ndim, offset, numel, position, digest: 80 bytes at least per piece.
-  const uint64_t n = d.count(6 * 8 + SHA256_DIGEST_LENGTH);
-  for (uint64_t k = 0; k < n; ++k) {
-    const std::string name = d.str();
-    const std::string dtype = d.str();
-    const auto shape = getShape(d);
+  // The header, then the index it sizes: decodeRankIndex checks them both.
+  std::string bytes(kSealedHead + kShardHead, '\0');
+  preadExactly(file.fd(), bytes.data(), bytes.size(), 0, what);
+  const RankHeader h = decodeRankHeader(bytes, size, what);
+  bytes.resize(kSealedHead + kShardHead + h.indexLen);
+  preadExactly(file.fd(), bytes.data() + kSealedHead + kShardHead, h.indexLen,
+               kSealedHead + kShardHead, what);
+  for (auto& i : decodeRankIndex(bytes, size, m, what)) {
+    if (i.numel == 0) continue;
     Piece p;
     p.rank = rank;
-    p.offset = d.get<int64_t>();
-    p.numel = d.get<int64_t>();
-    const uint64_t at = d.get<uint64_t>();
-    p.sha256 = d.raw(SHA256_DIGEST_LENGTH);
-    auto it = tensors_.find(name);
-    if (it == tensors_.end()) d.fail(fmt::format("'{}' is not in the manifest", name));
-    Entry& e = it->second;
-    if (dtypeFromName(dtype) != e.dtype || shape != e.shape) {
-      d.fail(fmt::format("'{}' is {}, the manifest says {}", name, describe(dtype, shape),
-                         describe(*dtypeName(e.dtype), e.shape)));
-    }
-    if (p.offset < 0 || p.numel < 0 || p.offset > e.numel - p.numel) {
-      d.fail(fmt::format("a piece of '{}' at elements [{}, {}) is past its end ({})", name,
-                         p.offset, p.offset + p.numel, e.numel));
-    }
-    const uint64_t elem = c10::elementSize(e.dtype);
-    if (static_cast<uint64_t>(p.numel) > payloadLen / elem) {
-      d.fail(fmt::format("a piece of '{}' of {} elements is larger than the file", name, p.numel));
-    }
-    const uint64_t bytes = static_cast<uint64_t>(p.numel) * elem;
-    if (at < dataStart || at > payloadLen || bytes > payloadLen - at) {
-      d.fail(fmt::format("the piece of '{}' lies at bytes [{}, {}), outside the data [{}, {})",
-                         name, at, at + bytes, dataStart, payloadLen));
-    }
-    p.bytePos = kSealedHead + at;
-    if (p.numel > 0) e.pieces.push_back(std::move(p));
+    p.offset = i.offset;
+    p.numel = i.numel;
+    p.bytePos = i.bytePos;
+    p.sha256 = std::move(i.sha256);
+    tensors_.at(i.name).pieces.push_back(std::move(p));
   }
-  if (!d.done()) d.fail("trailing bytes after the index");
 }
 
 const ShardReader::Entry& ShardReader::entry(const std::string& name) const {

@@ -30,6 +30,10 @@
 
 namespace shoal::train {
 
+namespace shard_format {
+struct Manifest;  // train/shard_format.h
+}  // namespace shard_format
+
 // Elements [offset, offset + data.numel()) of the flattened tensor `name`, whose full shape is
 // `shape`. data: a 1-D contiguous CPU tensor of the tensor's dtype (float32, float64, bfloat16,
 // float16, int64, int32, int16, int8, uint8, bool).
@@ -112,7 +116,7 @@ class ShardReader {
     std::vector<Piece> pieces;  // sorted by offset
   };
   const Entry& entry(const std::string& name) const;
-  void readIndex(int rank);
+  void readIndex(int rank, const shard_format::Manifest& m);
 
   std::string stepDir_;
   int64_t step_ = 0;

@@ -139,8 +139,37 @@ struct Manifest {
 };
 
 std::string encodeManifest(const Manifest& m);
+// Decodes and checks a manifest's payload (what the sealed file holds); InvalidArgument naming
+// `source` for anything wrong. Every tensor's dtype is known and its shape's element count fits
+// in int64; the world size is in [1, 2^24]. Tensor names are not checked for repeats.
+Manifest decodeManifest(std::string_view bytes, const std::string& source);
 // Reads and checks a sealed manifest; InvalidArgument naming it for anything wrong.
 Manifest readManifest(const std::string& path);
+
+// A rank file's header: the sealed framing's length, then the payload header.
+struct RankHeader {
+  uint64_t payloadLen = 0;  // = the file's size - kSealedHead - kSealedTail
+  uint64_t indexLen = 0;    // <= payloadLen - kShardHead
+  std::string indexSha;     // SHA-256 of the index
+};
+// One entry of a rank file's index: elements [offset, offset + numel) of tensor `name`, whose
+// bytes lie at [bytePos, bytePos + numel * element size) of the file, inside its data.
+struct IndexEntry {
+  std::string name;
+  int64_t offset = 0;
+  int64_t numel = 0;
+  uint64_t bytePos = 0;  // from the start of the file
+  std::string sha256;    // of the piece's bytes
+};
+// Decodes the first kSealedHead + kShardHead bytes of a rank file of `fileSize` bytes (the
+// sealed magic is not checked: the manifest's checksum of the file vouches for it).
+RankHeader decodeRankHeader(std::string_view head, uint64_t fileSize, const std::string& what);
+// Decodes a rank file's header and index from `bytes`, the file's first bytes (at least its
+// header and index; the pieces' bytes need not be there), checks the index's checksum and every
+// entry against the manifest `m` (name, dtype, shape, elements in range) and against the file
+// size (bytes inside the data). InvalidArgument naming `what` for anything wrong.
+std::vector<IndexEntry> decodeRankIndex(std::string_view bytes, uint64_t fileSize,
+                                        const Manifest& m, const std::string& what);
 
 // The step folders in `dir` ("step-<digits>"), oldest first; none if `dir` does not exist.
 std::vector<std::pair<int64_t, std::string>> stepFolders(const std::string& dir);

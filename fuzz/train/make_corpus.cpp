@@ -21,6 +21,8 @@
 #include "store/memory_store.h"
 #include "store/tcp_store_protocol.h"
 #include "train/checkpoint.h"
+#include "train/reshard_checkpoint.h"
+#include "train/shard_format.h"
 #include "transport/frame.h"
 
 using namespace shoal;
@@ -223,6 +225,45 @@ void idx() {
   seed("idx", "gzip", h + gi + gl);
 }
 
+// shard_index: the mode byte, then a manifest's payload; or the mode byte, the manifest's length
+// (2 bytes, big endian), the manifest and a rank file (shard_index_fuzz.cpp).
+void shardIndex() {
+  namespace sf = train::shard_format;
+  const std::string dir =
+      (std::filesystem::temp_directory_path() / "shoal-make-corpus-shards").string();
+  std::filesystem::remove_all(dir);
+  auto group = soloGroup();
+  auto save = [&](const std::string& name, int64_t step, const std::vector<train::FlatPiece>& mine,
+                  const std::map<std::string, std::string>& meta) {
+    train::saveShards(*group, dir, step, mine, meta, 4);
+    const std::string folder = sf::stepFolder(dir, step);
+    const std::string manifest = readSealedFile(folder + "/manifest");
+    const std::string file = readAllOf(folder + "/" + sf::rankFileName(0, 1));
+    seed("shard_index", name + "-manifest", std::string(1, char(0)) + manifest);
+    const std::string len{char((manifest.size() >> 8) & 0xff), char(manifest.size() & 0xff)};
+    seed("shard_index", name + "-rank", std::string(1, char(1)) + len + manifest + file);
+  };
+  torch::manual_seed(0);
+  save("one", 1, {{"param/w", {2, 3}, 0, torch::randn({6})}}, {{"optimizer", "sgd"}});
+  save("mixed", 2,
+       {{"param/w", {4}, 0, torch::randn({4})},
+        {"param/h", {3}, 0, torch::randn({3}).to(torch::kBFloat16)},
+        {"buffer/steps", {}, 0, torch::tensor({int64_t{7}})},
+        {"param/empty", {0, 5}, 0, torch::empty({0})}},
+       {{"optimizer", "adam"}, {"step", "2"}});
+  // A world of two as saved by another run: only the manifest decodes alone.
+  sf::Manifest m;
+  m.step = 9;
+  for (int r = 0; r < 2; ++r) {
+    m.files.push_back({sf::rankFileName(r, 2), 4096, std::string(32, char(r))});
+  }
+  m.tensors.push_back({"param/w", "float32", {8, 2}});
+  m.tensors.push_back({"zero/exp_avg/param/w", "float16", {16}});
+  m.meta["optimizer"] = "adam";
+  seed("shard_index", "world2-manifest", std::string(1, char(0)) + sf::encodeManifest(m));
+  std::filesystem::remove_all(dir);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -239,6 +280,7 @@ int main(int argc, char** argv) {
     sealedAndShard();
     checkpoint();
     idx();
+    shardIndex();
   } catch (const std::exception& e) {
     std::fprintf(stderr, "make_corpus: %s\n", e.what());
     return 1;
