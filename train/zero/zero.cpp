@@ -49,21 +49,22 @@ int64_t peakResidentBytes() {
   return 0;
 }
 
-// Stage 3 frees a unit's full parameters by giving its storage's memory back, and gathers them
-// into freshly allocated memory of the same storage: the module's parameters (and whatever
-// autograd saved of them for backward) are aliases of that storage, so they see the new
-// memory without being touched.
-void allocateStorage(const torch::Tensor& flat) {
+// Stage 3 frees a unit's full parameters by taking its storage's memory away, and gathers them
+// into memory given back to the same storage: the module's parameters (and whatever autograd
+// saved of them for backward) are aliases of that storage, so they see the new memory without
+// being touched. The memory taken goes to a few spare blocks per size (Note [Spare blocks]).
+void allocateStorage(const torch::Tensor& flat, SpareBlocks& spare) {
   c10::StorageImpl* s = flat.storage().unsafeGetStorageImpl();
   const size_t bytes = static_cast<size_t>(flat.numel()) * flat.element_size();
   if (s->nbytes() == bytes) return;
-  s->set_data_ptr_noswap(s->allocator()->allocate(bytes));
+  s->set_data_ptr_noswap(spare.take(bytes, *s->allocator()));
   s->set_nbytes(bytes);
 }
 
-void freeStorage(const torch::Tensor& flat) {
+void freeStorage(const torch::Tensor& flat, SpareBlocks& spare) {
   c10::StorageImpl* s = flat.storage().unsafeGetStorageImpl();
-  s->set_data_ptr_noswap(at::DataPtr(nullptr, flat.device()));
+  const size_t bytes = s->nbytes();
+  spare.give(bytes, s->set_data_ptr(at::DataPtr(nullptr, flat.device())));
   s->set_nbytes(0);
 }
 
@@ -320,7 +321,7 @@ void ZeroDataParallel::Impl::resetIteration() {
 
 void ZeroDataParallel::Impl::startGather(Unit& u) {
   if (u.gathered || u.gatherWork) return;
-  allocateStorage(u.flat);
+  allocateStorage(u.flat, spare);
   u.gatherSend = mixed ? u.master.detach().to(computeType) : u.master.detach();
   u.gatherWork = comm::allgatherAsync(*group, u.gatherSend.data_ptr(), u.flat.data_ptr(),
                                       static_cast<size_t>(u.shard), wireType());
@@ -339,7 +340,7 @@ void ZeroDataParallel::Impl::ensureGathered(size_t unit) {
 
 void ZeroDataParallel::Impl::release(Unit& u) {
   if (!u.gathered) return;
-  freeStorage(u.flat);
+  freeStorage(u.flat, spare);
   u.gathered = false;
 }
 
@@ -361,7 +362,7 @@ void ZeroDataParallel::Impl::onGradient(size_t i) {
   const auto& g = p.grad();
   if (!g.defined()) return;
   Unit& u = units[unitOf[i]];
-  if (!u.fullGrad.defined()) u.fullGrad = torch::zeros({u.padded}, p.options());
+  if (!u.fullGrad.defined()) u.fullGrad = spareGrads.zeros(u.padded, p.options());
   u.fullGrad.narrow(0, offsetOf[i], p.numel()).add_(g.reshape(-1));
   // The gradient now lives in the unit's buffer: free the parameter's own copy.
   p.mutable_grad().reset();
@@ -385,7 +386,7 @@ void ZeroDataParallel::Impl::startReady() {
 }
 
 void ZeroDataParallel::Impl::startReduce(Unit& u) {
-  if (!u.fullGrad.defined()) u.fullGrad = torch::zeros({u.padded}, u.flat.options());
+  if (!u.fullGrad.defined()) u.fullGrad = spareGrads.zeros(u.padded, u.flat.options());
   u.started = true;
   if (options.stage == 1) {
     u.reduceWork = comm::allreduceAsync(*group, u.fullGrad.data_ptr(),
@@ -419,7 +420,7 @@ void ZeroDataParallel::Impl::completeReduce(Unit& u) {
   }
   if (mixed) u.master.mutable_grad().copy_(u.lowGrad);
   u.lowGrad = torch::Tensor();
-  u.fullGrad = torch::Tensor();  // sent: ZeRO-2/3 keep only the shard
+  spareGrads.give(std::move(u.fullGrad));  // sent: ZeRO-2/3 keep only the shard
 }
 
 void ZeroDataParallel::Impl::finishIteration() {
@@ -451,7 +452,7 @@ std::exception_ptr ZeroDataParallel::Impl::drain() noexcept {
     }
     if (!u.gathered) {
       // A prefetch waited for above (or abandoned midway): not marked gathered, so free it.
-      freeStorage(u.flat);
+      freeStorage(u.flat, spare);
       u.gatherSend = torch::Tensor();
     }
   }
@@ -639,6 +640,7 @@ MemoryReport ZeroDataParallel::memory() const {
       for (auto& [key, tensor] : state->tensors) add(tensor, r.optimizerBytes);
     }
   }
+  r.spareBytes = m.spare.bytes() + m.spareGrads.bytes();
   r.peakResidentBytes = peakResidentBytes();
   return r;
 }

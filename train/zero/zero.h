@@ -95,6 +95,9 @@ struct MemoryReport {
   int64_t gradientBytes = 0;      // full gradient buffers allocated now + the gradient shards
   int64_t optimizerBytes = 0;     // optimizer state of the shard (+ fp32 masters of a bf16/fp16
                                   // module)
+  int64_t spareBytes = 0;         // freed full parameters and gradients kept for the next unit of
+                                  // their size (Note [Spare blocks] in zero_impl.h): part of stage
+                                  // 2-3's working set, not of the formulas
   int64_t peakResidentBytes = 0;  // the process's peak RSS (VmHWM)
   int64_t total() const { return parameterBytes + gradientBytes + optimizerBytes; }
 };

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <deque>
 #include <exception>
+#include <map>
 #include <memory>
 #include <string>
 #include <utility>
@@ -18,6 +19,63 @@
 #include "train/zero/zero.h"
 
 namespace shoal::train::zero {
+
+// Note [Spare blocks]
+// Stages 2-3 allocate and free a unit's full parameters and full gradients every step, blocks of
+// tens of MiB in a few sizes, interleaved with the engine's and autograd's own. glibc keeps such
+// blocks in its heap once freed (its mmap threshold rises to the largest block freed), where
+// the mix of sizes fragments it: resident memory grew by about the model's size per step and
+// capped the largest model stage 3 could train. Keeping a few freed blocks of each size for the
+// next unit of that size makes the working set steady. They are reported as spareBytes.
+class SpareBlocks {
+ public:
+  static constexpr size_t kPerSize = 2;
+  at::DataPtr take(size_t bytes, c10::Allocator& allocator) {
+    auto it = blocks_.find(bytes);
+    if (it == blocks_.end() || it->second.empty()) return allocator.allocate(bytes);
+    at::DataPtr p = std::move(it->second.back());
+    it->second.pop_back();
+    return p;
+  }
+  void give(size_t bytes, at::DataPtr p) {
+    auto& list = blocks_[bytes];
+    if (bytes > 0 && p.get() != nullptr && list.size() < kPerSize) list.push_back(std::move(p));
+  }
+  int64_t bytes() const {
+    int64_t n = 0;
+    for (auto& [size, list] : blocks_) n += static_cast<int64_t>(size * list.size());
+    return n;
+  }
+
+ private:
+  std::map<size_t, std::vector<at::DataPtr>> blocks_;
+};
+
+// The same for gradient buffers (tensors of one dtype, by element count).
+class SpareTensors {
+ public:
+  torch::Tensor zeros(int64_t numel, const torch::TensorOptions& options) {
+    for (size_t i = 0; i < spare_.size(); ++i) {
+      if (spare_[i].numel() == numel && spare_[i].dtype() == options.dtype()) {
+        torch::Tensor t = std::move(spare_[i]);
+        spare_.erase(spare_.begin() + static_cast<std::ptrdiff_t>(i));
+        return t.zero_();
+      }
+    }
+    return torch::zeros({numel}, options);
+  }
+  void give(torch::Tensor t) {
+    if (t.defined() && spare_.size() < 2 * SpareBlocks::kPerSize) spare_.push_back(std::move(t));
+  }
+  int64_t bytes() const {
+    int64_t n = 0;
+    for (auto& t : spare_) n += t.numel() * static_cast<int64_t>(t.element_size());
+    return n;
+  }
+
+ private:
+  std::vector<torch::Tensor> spare_;
+};
 
 struct Unit {
   std::vector<size_t> params;    // indices into Impl::params
@@ -58,6 +116,8 @@ struct ZeroDataParallel::Impl {
   std::vector<std::shared_ptr<torch::autograd::Node>> accumulators;
   std::vector<uintptr_t> postHookKeys;
   size_t nextToStart = 0;
+  SpareBlocks spare;           // freed full parameters (stage 3)
+  SpareTensors spareGrads;     // freed full gradients (stages 2-3)
   std::deque<Unit*> inFlight;  // reductions started and not yet completed
   bool sync = true;            // of the iteration in progress
   std::exception_ptr hookFailure;
