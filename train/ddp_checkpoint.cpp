@@ -73,19 +73,7 @@ std::optional<Progress> loadDdpShards(comm::Group& group, const std::string& dir
                                       const OptimizerOptions& options,
                                       std::optional<int64_t> step) {
   torch::NoGradGuard noGrad;
-  std::optional<int64_t> chosen = step;
-  onEveryRank(group, "finding the checkpoint", [&] {
-    if (!chosen) chosen = ShardReader::latestStep(dir);
-  });
-  int64_t mine = chosen ? *chosen : -1, lowest = mine;
-  comm::allreduce(group, &lowest, 1, DataType::kInt64, ReduceOp::kMin);
-  comm::allreduce(group, &mine, 1, DataType::kInt64, ReduceOp::kMax);
-  if (lowest != mine) {
-    SHOAL_THROW(InvalidArgument,
-                "rank {}: the ranks see different checkpoints in {} (steps {} and {}): is the "
-                "folder shared?",
-                group.rank(), dir, lowest, mine);
-  }
+  const std::optional<int64_t> chosen = shards::agreeOnStep(group, dir, step);
   if (!chosen) return std::nullopt;
   Progress progress;
   std::vector<std::pair<torch::Tensor, torch::Tensor>> copies;  // (into, from)

@@ -3,8 +3,10 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "comm/collectives.h"
 #include "common/error.h"
 #include "common/optimizer_config.h"
+#include "train/collective_verdict.h"
 
 namespace shoal::train::shards {
 
@@ -69,6 +71,23 @@ Progress progressOf(const ShardReader& reader) {
 
 int64_t optimizerStepOf(const ShardReader& reader) {
   return number(reader, "optimizer_step");
+}
+
+std::optional<int64_t> agreeOnStep(comm::Group& group, const std::string& dir,
+                                   std::optional<int64_t> step) {
+  onEveryRank(group, "finding the checkpoint", [&] {
+    if (!step) step = ShardReader::latestStep(dir);
+  });
+  int64_t mine = step ? *step : -1, lowest = mine;
+  comm::allreduce(group, &lowest, 1, DataType::kInt64, ReduceOp::kMin);
+  comm::allreduce(group, &mine, 1, DataType::kInt64, ReduceOp::kMax);
+  if (lowest != mine) {
+    SHOAL_THROW(InvalidArgument,
+                "rank {}: the ranks see different checkpoints in {} (steps {} and {}): is the "
+                "folder shared?",
+                group.rank(), dir, lowest, mine);
+  }
+  return step;
 }
 
 void checkOptimizer(const ShardReader& reader, const OptimizerOptions& opt) {

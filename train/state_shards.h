@@ -10,9 +10,11 @@
 #include <torch/torch.h>
 
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "comm/group.h"
 #include "train/checkpoint.h"
 #include "train/optim.h"
 #include "train/reshard_checkpoint.h"
@@ -39,6 +41,13 @@ int64_t optimizerStepOf(const ShardReader& reader);
 // holds it with another shape than `shape` (another model), and the reader's errors.
 void readInto(const ShardReader& reader, const std::string& key, const std::vector<int64_t>& shape,
               int64_t offset, torch::Tensor out);
+
+// The step to load: `step` if given, else the newest committed one in dir (nothing: none).
+// Collective over `group`: every rank must see the same one (InvalidArgument otherwise: the
+// folder is not shared), and a corrupt newest manifest fails every rank
+// (train/collective_verdict.h).
+std::optional<int64_t> agreeOnStep(comm::Group& group, const std::string& dir,
+                                   std::optional<int64_t> step);
 
 // Checks that the optimizer kind the checkpoint was written with is `opt`'s (its state would not
 // fit another's).

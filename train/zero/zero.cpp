@@ -49,48 +49,6 @@ int64_t peakResidentBytes() {
   return 0;
 }
 
-// Stage 3 frees a unit's full parameters by taking its storage's memory away, and gathers them
-// into memory given back to the same storage: the module's parameters (and whatever autograd
-// saved of them for backward) are aliases of that storage, so they see the new memory without
-// being touched. The memory taken goes to a few spare blocks per size (Note [Spare blocks]).
-void allocateStorage(const torch::Tensor& flat, SpareBlocks& spare) {
-  c10::StorageImpl* s = flat.storage().unsafeGetStorageImpl();
-  const size_t bytes = static_cast<size_t>(flat.numel()) * flat.element_size();
-  if (s->nbytes() == bytes) return;
-  s->set_data_ptr_noswap(spare.take(bytes, *s->allocator()));
-  s->set_nbytes(bytes);
-}
-
-void freeStorage(const torch::Tensor& flat, SpareBlocks& spare) {
-  c10::StorageImpl* s = flat.storage().unsafeGetStorageImpl();
-  const size_t bytes = s->nbytes();
-  spare.give(bytes, s->set_data_ptr(at::DataPtr(nullptr, flat.device())));
-  s->set_nbytes(0);
-}
-
-}  // namespace
-
-namespace {
-
-// Stage 3: an identity on a unit's output whose backward runs just before the unit's own
-// backward: it gathers the unit's parameters again (they were freed after its forward) and
-// starts gathering the next unit's.
-class RegatherForBackward : public torch::autograd::Function<RegatherForBackward> {
- public:
-  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, torch::Tensor x,
-                               ZeroDataParallel::Impl* impl, int64_t unit) {
-    ctx->saved_data["impl"] = reinterpret_cast<int64_t>(impl);
-    ctx->saved_data["unit"] = unit;
-    return x;
-  }
-  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
-                                                 torch::autograd::variable_list grads) {
-    auto* impl = reinterpret_cast<ZeroDataParallel::Impl*>(ctx->saved_data["impl"].toInt());
-    impl->gatherForBackward(static_cast<size_t>(ctx->saved_data["unit"].toInt()));
-    return {grads[0], torch::Tensor(), torch::Tensor()};
-  }
-};
-
 }  // namespace
 
 ZeroDataParallel::Impl::Impl(std::shared_ptr<torch::nn::Module> m, torch::nn::Sequential seq,
@@ -237,13 +195,10 @@ LayerMap ZeroDataParallel::Impl::layerMap() const {
   map.oneDim[padding] = true;
   for (size_t t = 0; t < units.size(); ++t) {
     const Unit& u = units[t];
-    const int64_t base = rank * u.shard;
     int64_t covered = 0;
-    for (size_t k = 0; k < u.params.size(); ++k) {
-      auto [first, last] = heldOf(u, k);
-      if (first == last) continue;
-      map.segments.push_back({t, first - base, last - first, u.params[k]});
-      covered += last - first;
+    for (const Held& h : heldPieces(u)) {
+      map.segments.push_back({t, h.shardOffset, h.count, h.param});
+      covered += h.count;
     }
     // What is left of the shard is the unit's padding, at its end.
     if (covered < u.shard) map.segments.push_back({t, covered, u.shard - covered, padding});
@@ -315,43 +270,6 @@ void ZeroDataParallel::Impl::resetIteration() {
   nextToStart = 0;
   inFlight.clear();
   hookFailure = nullptr;
-}
-
-// --- stage 3: gathering -------------------------------------------------------------------
-
-void ZeroDataParallel::Impl::startGather(Unit& u) {
-  if (u.gathered || u.gatherWork) return;
-  allocateStorage(u.flat, spare);
-  u.gatherSend = mixed ? u.master.detach().to(computeType) : u.master.detach();
-  u.gatherWork = comm::allgatherAsync(*group, u.gatherSend.data_ptr(), u.flat.data_ptr(),
-                                      static_cast<size_t>(u.shard), wireType());
-}
-
-void ZeroDataParallel::Impl::ensureGathered(size_t unit) {
-  Unit& u = units[unit];
-  if (u.gathered) return;
-  startGather(u);
-  auto work = std::move(u.gatherWork);
-  u.gatherWork.reset();
-  work->wait();
-  u.gatherSend = torch::Tensor();
-  u.gathered = true;
-}
-
-void ZeroDataParallel::Impl::release(Unit& u) {
-  if (!u.gathered) return;
-  freeStorage(u.flat, spare);
-  u.gathered = false;
-}
-
-void ZeroDataParallel::Impl::gatherForBackward(size_t unit) {
-  try {
-    ensureGathered(unit);
-    if (options.prefetch && unit + 1 < units.size()) startGather(units[unit + 1]);
-  } catch (...) {
-    if (!hookFailure) hookFailure = std::current_exception();
-    throw;
-  }
 }
 
 // --- gradients ----------------------------------------------------------------------------
@@ -452,7 +370,7 @@ std::exception_ptr ZeroDataParallel::Impl::drain() noexcept {
     }
     if (!u.gathered) {
       // A prefetch waited for above (or abandoned midway): not marked gathered, so free it.
-      freeStorage(u.flat, spare);
+      freeFlat(u);
       u.gatherSend = torch::Tensor();
     }
   }
@@ -524,44 +442,6 @@ void ZeroDataParallel::beforeForward() {
   }
 }
 
-torch::Tensor ZeroDataParallel::forward(const torch::Tensor& input) {
-  Impl& m = *impl_;
-  if (!m.sequential) {
-    SHOAL_THROW(InvalidArgument,
-                "ZeroDataParallel::forward needs the Sequential constructor; call the module's "
-                "own forward for stages 1-2");
-  }
-  if (m.options.stage < 3) return m.sequential->forward(input);
-  const bool training = torch::GradMode::is_enabled();
-  torch::Tensor x = input;
-  size_t child = 0;
-  try {
-    for (auto& layer : *m.sequential) {
-      const int unit = m.childUnit[child++];
-      if (unit < 0) {
-        x = layer.forward(x);
-        continue;
-      }
-      const auto u = static_cast<size_t>(unit);
-      m.ensureGathered(u);
-      if (m.options.prefetch && u > 0) m.startGather(m.units[u - 1]);
-      x = layer.forward(x);
-      if (training && x.requires_grad()) {
-        x = RegatherForBackward::apply(x, &m, static_cast<int64_t>(u));
-        // The last unit's backward comes first: it stays gathered. With
-        // keepParametersForBackward every unit does.
-        if (u > 0 && !m.options.keepParametersForBackward) m.release(m.units[u]);
-      } else {
-        m.release(m.units[u]);
-      }
-    }
-  } catch (...) {
-    std::exception_ptr first = m.drain();
-    std::rethrow_exception(first ? first : std::current_exception());
-  }
-  return x;
-}
-
 void ZeroDataParallel::backward(const torch::Tensor& loss) {
   Impl& m = *impl_;
   m.sync = sync_;
@@ -598,25 +478,6 @@ double ZeroDataParallel::step() {
 
 void ZeroDataParallel::setLearningRate(double lr) {
   train::setLearningRate(*impl_->optimizer, lr);
-}
-
-ZeroDataParallel::GatheredParameters::GatheredParameters(ZeroDataParallel& z) : z_(z) {
-  Impl& m = *z_.impl_;
-  if (m.options.stage < 3) return;
-  try {
-    for (auto& u : m.units) m.startGather(u);
-    for (size_t u = 0; u < m.units.size(); ++u) m.ensureGathered(u);
-  } catch (...) {
-    std::exception_ptr first = m.drain();
-    for (auto& u : m.units) m.release(u);
-    std::rethrow_exception(first ? first : std::current_exception());
-  }
-}
-
-ZeroDataParallel::GatheredParameters::~GatheredParameters() {
-  Impl& m = *z_.impl_;
-  if (m.options.stage < 3) return;
-  for (auto& u : m.units) m.release(u);
 }
 
 MemoryReport ZeroDataParallel::memory() const {

@@ -19,23 +19,20 @@ std::string ZeroDataParallel::save(const std::string& dir, const Progress& progr
   std::vector<FlatPiece> pieces;
   int64_t optimizerStep = 0;
   for (size_t t = 0; t < m.units.size(); ++t) {
-    const Unit& u = m.units[t];
-    const int64_t base = m.rank * u.shard;
     auto state = exportState(*m.optimizer, t);
     if (state) optimizerStep = state->step;
-    for (size_t k = 0; k < u.params.size(); ++k) {
-      auto [first, last] = m.heldOf(u, k);
-      if (first == last) continue;
-      const size_t i = u.params[k];
-      const auto shape = m.params[i].sizes().vec();
-      const int64_t at = first - u.offsets[k];
+    for (const auto& h : m.heldPieces(m.units[t])) {
+      const auto shape = m.params[h.param].sizes().vec();
       auto piece = [&](const torch::Tensor& shard) {
-        return shard.detach().narrow(0, first - base, last - first).contiguous();
+        return shard.detach().narrow(0, h.shardOffset, h.count).contiguous();
       };
-      pieces.push_back(FlatPiece{shards::paramKey(m.names[i]), shape, at, piece(u.master)});
+      const std::string& name = m.names[h.param];
+      pieces.push_back(
+          FlatPiece{shards::paramKey(name), shape, h.paramOffset, piece(m.units[t].master)});
       if (!state) continue;
       for (auto& [key, tensor] : state->tensors) {
-        pieces.push_back(FlatPiece{shards::stateKey(key, m.names[i]), shape, at, piece(tensor)});
+        pieces.push_back(
+            FlatPiece{shards::stateKey(key, name), shape, h.paramOffset, piece(tensor)});
       }
     }
   }
@@ -55,20 +52,7 @@ std::optional<Progress> ZeroDataParallel::load(const std::string& dir,
                                                std::optional<int64_t> step) {
   Impl& m = *impl_;
   torch::NoGradGuard noGrad;
-  std::optional<int64_t> chosen = step;
-  onEveryRank(*m.group, "finding the checkpoint", [&] {
-    if (!chosen) chosen = ShardReader::latestStep(dir);
-  });
-  // Every rank must agree on the step (a rank that sees another folder is a setup error).
-  int64_t mine = chosen ? *chosen : -1, lowest = mine;
-  comm::allreduce(*m.group, &lowest, 1, DataType::kInt64, ReduceOp::kMin);
-  comm::allreduce(*m.group, &mine, 1, DataType::kInt64, ReduceOp::kMax);
-  if (lowest != mine) {
-    SHOAL_THROW(InvalidArgument,
-                "rank {}: the ranks see different checkpoints in {} (steps {} and {}): is the "
-                "folder shared?",
-                m.rank, dir, lowest, mine);
-  }
+  const std::optional<int64_t> chosen = shards::agreeOnStep(*m.group, dir, step);
   if (!chosen) return std::nullopt;
 
   Progress progress;
@@ -83,7 +67,6 @@ std::optional<Progress> ZeroDataParallel::load(const std::string& dir,
     progress = shards::progressOf(reader);
     const int64_t optimizerStep = shards::optimizerStepOf(reader);
     for (const Unit& u : m.units) {
-      const int64_t base = m.rank * u.shard;
       auto master = torch::zeros_like(u.master);
       std::vector<std::string> keys;
       if (!u.params.empty()) keys = shards::stateKeysOf(reader, m.names[u.params.front()]);
@@ -93,19 +76,14 @@ std::optional<Progress> ZeroDataParallel::load(const std::string& dir,
         state->step = optimizerStep;
         for (auto& key : keys) state->tensors.emplace_back(key, torch::zeros_like(u.master));
       }
-      for (size_t k = 0; k < u.params.size(); ++k) {
-        auto [first, last] = m.heldOf(u, k);
-        if (first == last) continue;
-        const size_t i = u.params[k];
-        const auto shape = m.params[i].sizes().vec();
-        const int64_t at = first - u.offsets[k];
-        auto part = [&](torch::Tensor& shard) {
-          return shard.narrow(0, first - base, last - first);
-        };
-        shards::readInto(reader, shards::paramKey(m.names[i]), shape, at, part(master));
+      for (const auto& h : m.heldPieces(u)) {
+        const auto shape = m.params[h.param].sizes().vec();
+        const std::string& name = m.names[h.param];
+        auto part = [&](torch::Tensor& shard) { return shard.narrow(0, h.shardOffset, h.count); };
+        shards::readInto(reader, shards::paramKey(name), shape, h.paramOffset, part(master));
         if (!state) continue;
         for (auto& [key, tensor] : state->tensors) {
-          shards::readInto(reader, shards::stateKey(key, m.names[i]), shape, at, part(tensor));
+          shards::readInto(reader, shards::stateKey(key, name), shape, h.paramOffset, part(tensor));
         }
       }
       masters.push_back(master);

@@ -132,19 +132,29 @@ struct ZeroDataParallel::Impl {
   void shardUnits();
   void registerHooks();
   DataType wireType() const { return toShoalType(computeType); }
-  // Elements [first, last) of the unit's parameter k that this rank's shard holds, as offsets
-  // into the unit (first == last: none).
-  std::pair<int64_t, int64_t> heldOf(const Unit& u, size_t k) const {
-    const int64_t begin = u.offsets[k], end = begin + params[u.params[k]].numel();
-    const int64_t first = std::max(begin, rank * u.shard);
-    const int64_t last = std::min(end, (rank + 1) * u.shard);
-    return {first, std::max(first, last)};
+  // The pieces of the unit's parameters this rank's shard holds: parameter `param`'s elements
+  // [paramOffset, paramOffset + count) are the shard's [shardOffset, shardOffset + count).
+  struct Held {
+    size_t param;
+    int64_t shardOffset, paramOffset, count;
+  };
+  std::vector<Held> heldPieces(const Unit& u) const {
+    std::vector<Held> out;
+    const int64_t base = rank * u.shard;
+    for (size_t k = 0; k < u.params.size(); ++k) {
+      const int64_t begin = u.offsets[k], end = begin + params[u.params[k]].numel();
+      const int64_t first = std::max(begin, base), last = std::min(end, base + u.shard);
+      if (first < last) out.push_back({u.params[k], first - base, first - begin, last - first});
+    }
+    return out;
   }
   torch::Tensor shardOf(const torch::Tensor& full, const Unit& u) const {
     return full.narrow(0, rank * u.shard, u.shard);
   }
 
-  // Stage 3.
+  // Stage 3 (zero_gather.cpp).
+  void allocateFlat(Unit& u);
+  void freeFlat(Unit& u);
   void startGather(Unit& u);
   void ensureGathered(size_t unit);
   void release(Unit& u);
