@@ -32,6 +32,10 @@ enum class AllreduceAlgorithm : uint8_t {
   kRecursiveDoubling = 2,  // plain recursive doubling: the whole buffer each round
   kDriver = 3,             // reduce to rank 0, then broadcast: the baseline
   kRabenseifner = 4,       // reduce-scatter by recursive halving + all-gather by doubling
+  // Reduce-scatter inside each host, all-reduce across hosts, all-gather inside each host
+  // (comm/native/allreduce_hierarchical.cpp); the ring where the group is on one host or its
+  // hosts hold different numbers of ranks.
+  kHierarchical = 5,
 };
 std::string_view toString(AllreduceAlgorithm a);
 AllreduceAlgorithm parseAllreduceAlgorithm(std::string_view name);
@@ -95,6 +99,10 @@ class Engine {
   // Thread-safe: makes the running and every later operation fail, and the peers see this
   // rank leave. A no-op where the library cannot (MPI).
   virtual void interrupt() noexcept {}
+
+  // Thread-safe: bytes this rank has sent to its peers so far (frame headers included), or 0
+  // where the library does not say (MPI).
+  virtual uint64_t bytesSent() const { return 0; }
 };
 
 }  // namespace shoal::comm

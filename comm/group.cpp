@@ -8,7 +8,7 @@ namespace shoal::comm {
 namespace {
 
 constexpr std::string_view kAlgorithmNames[] = {"auto", "ring", "recursive_doubling", "driver",
-                                                "rabenseifner"};
+                                                "rabenseifner", "hierarchical"};
 
 }  // namespace
 
@@ -23,7 +23,7 @@ AllreduceAlgorithm parseAllreduceAlgorithm(std::string_view name) {
   }
   SHOAL_THROW(InvalidArgument,
               "unknown all-reduce algorithm '{}' (auto, ring, "
-              "recursive_doubling, rabenseifner, driver)",
+              "recursive_doubling, rabenseifner, driver, hierarchical)",
               name);
 }
 

@@ -54,6 +54,11 @@ struct GroupOptions {
   // Unset: the number of worlds this rank created on this store before (every rank creates
   // its worlds in the same order, so they agree). Elastic jobs set it from the membership view.
   std::optional<uint64_t> generation;
+  // Which host this rank is on, for the links (shared memory only between ranks of one host)
+  // and the hierarchical all-reduce. Unset: the machine's identity (hostname and boot id).
+  // Tests and emulations set it to make one machine look like several hosts; ranks that share
+  // a label must really share a machine.
+  std::optional<std::string> hostLabel;
 
   // The SHOAL_* environment (see common/env.h), validated.
   static GroupOptions fromEnv();
@@ -88,6 +93,9 @@ class Group : public std::enable_shared_from_this<Group> {
   // "native", or the library's name ("mpi").
   std::string_view engineName() const { return engine_->name(); }
   Engine& engine() const { return *engine_; }
+  // Bytes this rank has sent in this group's operations so far (comm/engine.h's bytesSent):
+  // what a step's communication really cost, compression included. Thread-safe.
+  uint64_t bytesSent() const { return engine_->bytesSent(); }
 
   // Collective (like MPI_Comm_split): ranks with the same color form a new group, ordered by
   // key then by rank in this group. A negative color joins no group and gets nullptr.

@@ -1,4 +1,5 @@
 // The full collective matrix with ranks as threads, over each transport and world size.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <mutex>
@@ -35,6 +36,78 @@ TEST_P(CollectiveMatrix, EveryCollectiveAlgorithmTypeAndOp) {
   });
   for (int r = 0; r < n; ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
   EXPECT_TRUE(failures.empty()) << failures.size() << " failures, first: " << failures.front();
+}
+
+// Ranks on emulated hosts (GroupOptions::hostLabel): shared memory inside a host, TCP across,
+// and the hierarchical all-reduce (forced, and chosen by auto) against the serial reference.
+struct HostShape {
+  int hosts;
+  int perHost;      // ranks on each host; 0: host sizes 2, 1 (not uniform: ring fallback)
+  bool interleave;  // rank r on host r % hosts, instead of ranks in a row per host
+};
+
+class HierarchicalMatrix : public ::testing::TestWithParam<HostShape> {};
+
+TEST_P(HierarchicalMatrix, MatchesTheReference) {
+  const auto [hosts, perHost, interleave] = GetParam();
+  const int n = perHost == 0 ? 3 : hosts * perHost;
+  auto hostOf = [&](int r) {
+    if (perHost == 0) return r < 2 ? 0 : 1;
+    return interleave ? r % hosts : r / perHost;
+  };
+  MatrixOptions o;
+  o.big = perHost == 2 && hosts == 2 && !interleave;  // 64 MiB: one shape is enough
+  o.types = {DataType::kFloat32, DataType::kFloat16, DataType::kInt32, DataType::kInt64};
+  std::mutex mutex;
+  std::vector<std::string> failures;
+  auto optionsOf = [&](int r) {
+    auto opt = testOptions(TransportKind::kAuto);
+    opt.encrypt = EncryptMode::kOff;
+    opt.hostLabel = fmt::format("emulated-host-{}", hostOf(r));
+    return opt;
+  };
+  auto errors = runThreadRanks(n, optionsOf, [&](comm::Group& g) {
+    const auto& layout = comm::nativeEngine(g).hosts();
+    EXPECT_EQ(layout.uniform(), perHost > 0);
+    EXPECT_EQ(layout.host, hostOf(g.rank()));
+    for (int p = 0; p < n; ++p) {
+      if (p == g.rank()) continue;
+      EXPECT_EQ(comm::nativeEngine(g).linkKind(p), hostOf(p) == hostOf(g.rank())
+                                                       ? transport::LinkKind::kShm
+                                                       : transport::LinkKind::kTcp);
+    }
+    auto f = runMatrix(g, o);
+    std::lock_guard<std::mutex> lock(mutex);
+    failures.insert(failures.end(), f.begin(), f.end());
+  });
+  for (int r = 0; r < n; ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
+  EXPECT_TRUE(failures.empty()) << failures.size() << " failures, first: " << failures.front();
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, HierarchicalMatrix,
+                         ::testing::Values(HostShape{2, 2, false}, HostShape{3, 2, false},
+                                           HostShape{2, 3, false}, HostShape{2, 2, true},
+                                           HostShape{2, 0, false}),
+                         [](const ::testing::TestParamInfo<HostShape>& info) {
+                           const auto& s = info.param;
+                           if (s.perHost == 0) return std::string("hosts_2_and_1");
+                           return fmt::format("{}x{}{}", s.hosts, s.perHost,
+                                              s.interleave ? "_interleaved" : "");
+                         });
+
+TEST(ChooseAllreduce, HierarchicalWhenSeveralUniformHosts) {
+  using comm::AllreduceAlgorithm;
+  using comm::algo::AllreduceKind;
+  using comm::algo::chooseAllreduce;
+  EXPECT_EQ(chooseAllreduce(AllreduceAlgorithm::kAuto, 4, false, true, 1u << 20),
+            AllreduceKind::kHierarchical);
+  EXPECT_EQ(chooseAllreduce(AllreduceAlgorithm::kAuto, 4, false, true, 1024),
+            AllreduceKind::kRecursiveDoubling);
+  EXPECT_EQ(chooseAllreduce(AllreduceAlgorithm::kAuto, 4, false, false, 64u << 20),
+            AllreduceKind::kRing);
+  EXPECT_EQ(chooseAllreduce(AllreduceAlgorithm::kHierarchical, 4, true, false, 64u << 20),
+            AllreduceKind::kRing);
+  EXPECT_EQ(comm::parseAllreduceAlgorithm("hierarchical"), AllreduceAlgorithm::kHierarchical);
 }
 
 std::string name(const ::testing::TestParamInfo<Param>& info) {

@@ -148,7 +148,7 @@ std::vector<std::string> runMatrix(comm::Group& g, const MatrixOptions& o) {
 
   for (auto algo : {AllreduceAlgorithm::kRing, AllreduceAlgorithm::kRecursiveDoubling,
                     AllreduceAlgorithm::kRabenseifner, AllreduceAlgorithm::kDriver,
-                    AllreduceAlgorithm::kAuto}) {
+                    AllreduceAlgorithm::kHierarchical, AllreduceAlgorithm::kAuto}) {
     for (DataType t : o.types) {
       for (ReduceOp op : o.ops) {
         for (size_t count : o.lengths) {
@@ -285,7 +285,8 @@ std::vector<std::string> runMatrix(comm::Group& g, const MatrixOptions& o) {
     const size_t count = (64u << 20) / 4;
     const DataType t = DataType::kFloat32;
     for (auto algo : {AllreduceAlgorithm::kRing, AllreduceAlgorithm::kRecursiveDoubling,
-                      AllreduceAlgorithm::kRabenseifner, AllreduceAlgorithm::kDriver}) {
+                      AllreduceAlgorithm::kRabenseifner, AllreduceAlgorithm::kDriver,
+                      AllreduceAlgorithm::kHierarchical}) {
       auto buf = filled(r, count, t, ReduceOp::kSum);
       comm::allreduce(g, buf.data(), count, t, ReduceOp::kSum, {.algorithm = algo});
       check.expect(label("allreduce 64 MiB", t, count, comm::toString(algo)), buf, count, t,

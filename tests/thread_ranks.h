@@ -24,5 +24,9 @@ inline comm::GroupOptions testOptions(TransportKind transport, double timeoutSec
 std::vector<std::string> runThreadRanks(int n, const comm::GroupOptions& options,
                                         const std::function<void(comm::Group&)>& body,
                                         std::shared_ptr<store::Store> store = nullptr);
+// The same with each rank's own options (e.g. GroupOptions::hostLabel: emulated hosts).
+std::vector<std::string> runThreadRanks(
+    int n, const std::function<comm::GroupOptions(int rank)>& optionsOf,
+    const std::function<void(comm::Group&)>& body, std::shared_ptr<store::Store> store = nullptr);
 
 }  // namespace shoal::test

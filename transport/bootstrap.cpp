@@ -26,8 +26,8 @@ std::unique_ptr<Endpoint> bootstrapEndpoint(const BootstrapOptions& o) {
   if (o.transport != TransportKind::kTcp) {
     plan.bell = shm::Segment::create(sizeof(shm::DoorbellWord), "shoal-doorbell");
   }
-  plan.self = {o.acceptor->address(), shm::hostIdentity(), ::getpid(),
-               plan.bell ? plan.bell->fd() : -1};
+  plan.self = {o.acceptor->address(), o.hostLabel.empty() ? shm::hostIdentity() : o.hostLabel,
+               ::getpid(), plan.bell ? plan.bell->fd() : -1};
   // Until the endpoint registers, a peer's dial for this group is parked by the acceptor; if
   // this rank never gets there, it is refused as departed (no peer waits for its deadline).
   struct Abandon {

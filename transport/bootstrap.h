@@ -32,6 +32,8 @@ struct BootstrapOptions {
   TransportKind transport = TransportKind::kAuto;
   EncryptMode encrypt = EncryptMode::kAuto;  // TLS on TCP links (common/encryption.h)
   size_t shmRingBytes = 4u << 20;
+  // This rank's host in its record (empty: shm::hostIdentity()); see GroupOptions::hostLabel.
+  std::string hostLabel;
   // Reading the records; also bounds the accepting end's half of a link's set-up.
   Duration timeout = std::chrono::seconds(60);
   EndpointOptions endpoint;

@@ -177,6 +177,7 @@ bool Endpoint::advanceSend(Transfer& t) {
     size_t w = link.writeSome(iov, n);
     if (w == 0) break;
     t.done += w;
+    bytesSent_.fetch_add(w, std::memory_order_relaxed);
     progressed = true;
   }
   midFrame_[t.peer] = t.done > 0 && t.done < total;

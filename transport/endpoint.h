@@ -24,6 +24,7 @@
 //   Dialing throws what Mesh::dial() throws.
 #pragma once
 
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -118,8 +119,8 @@ struct Transfer {
   void* dst = nullptr;
   DataType dtype = DataType::kUInt8;
   ReduceOp redop = ReduceOp::kSum;
-  int divisor = 1;  // receive-reduce: each reduced element divided by it (see recvReduce)
-  PieceHandler apply;             // receive-apply
+  int divisor = 1;     // receive-reduce: each reduced element divided by it (see recvReduce)
+  PieceHandler apply;  // receive-apply
   const size_t* ready = nullptr;  // sendAsReady
   // Index (in the same batch) of a transfer that must complete before this one starts: a ring
   // forwards segment k as soon as it has been received, while later segments still arrive.
@@ -182,6 +183,9 @@ class Endpoint {
   // middle of a frame only sees the connection close (Group tells it why through the store).
   void abort(const Failure& failure) noexcept;
   bool aborted() const { return aborted_; }
+  // Bytes of frames (headers and payloads) this endpoint has handed to its links so far, for
+  // reports of what a step sent. Thread-safe.
+  uint64_t bytesSent() const { return bytesSent_.load(std::memory_order_relaxed); }
 
   // The one call that may come from another thread while run() blocks: shuts every link's
   // socket down and stops a dial in progress (or the wait for a peer's link), so that run()
@@ -254,6 +258,7 @@ class Endpoint {
   std::vector<char> finished_;
   std::vector<char> recvBlocked_;
   bool aborted_ = false;
+  std::atomic<uint64_t> bytesSent_{0};
   std::string abortReason_;
   std::optional<Failure> receivedAbort_;
 };

@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "comm/engine.h"
@@ -39,13 +40,44 @@ enum class AllreduceKind : uint8_t {
   kRecursiveDoubling = 2,  // allreduce_recursive_doubling.cpp
   kDriver = 3,             // allreduce_driver.cpp
   kRabenseifner = 4,       // allreduce_rabenseifner.cpp
+  kHierarchical = 5,       // allreduce_hierarchical.cpp
 };
 
+// Which ranks share a host (from the peers' records: GroupOptions::hostLabel or the machine's
+// identity). The same on every rank of a group.
+struct HostLayout {
+  std::vector<std::vector<int>> ranks;  // each host's ranks, ascending; hosts by lowest rank
+  int host = 0;                         // this rank's host
+  int local = 0;                        // this rank's index among its host's ranks
+  // At least two hosts, each with the same number (at least two) of ranks: the shape the
+  // hierarchical all-reduce takes.
+  bool uniform() const;
+};
+HostLayout hostLayout(const std::vector<std::string>& hostOfRank, int rank);
+
 // What `requested` (kAuto included) resolves to for `bytes` per rank over n ranks, `shm`: every
-// link of this rank is shared memory (allreduce.cpp has the table).
-AllreduceKind chooseAllreduce(AllreduceAlgorithm requested, int n, bool shm, size_t bytes);
+// link of this rank is shared memory, `multiHost`: the group's HostLayout is uniform()
+// (allreduce.cpp has the table).
+AllreduceKind chooseAllreduce(AllreduceAlgorithm requested, int n, bool shm, bool multiHost,
+                              size_t bytes);
+
+// A ring over some of the group's ranks: members[i] is the group rank at ring position i, `me`
+// this rank's position.
+struct RingSpan {
+  std::vector<int> members;
+  int me = 0;
+};
+enum RingParts : int { kRingReduceScatter = 1, kRingAllgather = 2 };
+// The parts of a ring all-reduce of data[0..count) (the operation's type) over `ring`
+// (allreduce_ring.cpp): after the reduce-scatter, position p holds block (p+1) mod m reduced
+// over the ring, its last receive a recvReduceFinal when `completes` (the ring's sum is the
+// group's); the all-gather sends each position's block (p+1) mod m around. Frames use steps
+// from `firstStep` on.
+void ringAllreduceParts(OpContext& ctx, const RingSpan& ring, void* data, size_t count, int parts,
+                        bool completes, uint32_t firstStep);
 
 void allreduceRing(OpContext& ctx, void* data, size_t count);
+void allreduceHierarchical(OpContext& ctx, void* data, size_t count);
 void allreduceRecursiveDoubling(OpContext& ctx, void* data, size_t count);
 void allreduceRabenseifner(OpContext& ctx, void* data, size_t count);
 void allreduceDriver(OpContext& ctx, void* data, size_t count);

@@ -7,12 +7,16 @@
 //
 //   bytes per rank                       | algorithm
 //   <= 64 KiB                            | recursive doubling: log2(n) rounds, latency dominates
+//   more, the group on several hosts     | hierarchical: each byte crosses hosts once per
+//     with as many ranks on each         |   direction (allreduce_hierarchical.cpp)
 //   <= 256 KiB (shm), <= 128 KiB (tcp)   | Rabenseifner
 //   <= 16 MiB (shm), <= 1 MiB (tcp),     | Rabenseifner: 2 log2(n) steps against the ring's
 //     and n a power of two               |   2(n-1), and no fold
 //   anything else                        | ring: bandwidth-optimal and pipelined in segments
 //
-// The driver algorithm is never chosen automatically: it is the baseline. The README's table
+// A forced hierarchical all-reduce on one host, or on hosts with different numbers of ranks,
+// runs the ring. The driver algorithm is never chosen automatically: it is the baseline. The
+// README's table
 // ("How `auto` picks an all-reduce algorithm") repeats this one: change both together.
 #include "comm/native/algorithms.h"
 #include "common/error.h"
@@ -23,7 +27,8 @@ namespace {
 constexpr size_t kRecursiveDoublingBytes = 64u << 10;
 }  // namespace
 
-AllreduceKind chooseAllreduce(AllreduceAlgorithm requested, int n, bool shm, size_t bytes) {
+AllreduceKind chooseAllreduce(AllreduceAlgorithm requested, int n, bool shm, bool multiHost,
+                              size_t bytes) {
   switch (requested) {
     case AllreduceAlgorithm::kRing:
       return AllreduceKind::kRing;
@@ -35,6 +40,8 @@ AllreduceKind chooseAllreduce(AllreduceAlgorithm requested, int n, bool shm, siz
       break;
     case AllreduceAlgorithm::kRabenseifner:
       return AllreduceKind::kRabenseifner;
+    case AllreduceAlgorithm::kHierarchical:
+      return multiHost ? AllreduceKind::kHierarchical : AllreduceKind::kRing;
     default:
       SHOAL_THROW(InvalidArgument, "allreduce: unknown algorithm {}", static_cast<int>(requested));
   }
@@ -42,6 +49,7 @@ AllreduceKind chooseAllreduce(AllreduceAlgorithm requested, int n, bool shm, siz
   const size_t latencyBytes = shm ? (256u << 10) : (128u << 10);
   const size_t halvingBytes = shm ? (16u << 20) : (1u << 20);
   if (bytes <= kRecursiveDoublingBytes) return AllreduceKind::kRecursiveDoubling;
+  if (multiHost) return AllreduceKind::kHierarchical;
   if (bytes <= latencyBytes || (powerOfTwo && bytes <= halvingBytes)) {
     return AllreduceKind::kRabenseifner;
   }
@@ -63,6 +71,9 @@ void allreduce(OpContext& ctx, const Operation& op) {
       break;
     case AllreduceKind::kDriver:
       allreduceDriver(ctx, op.recv, op.count);
+      break;
+    case AllreduceKind::kHierarchical:
+      allreduceHierarchical(ctx, op.recv, op.count);
       break;
   }
 }

@@ -88,13 +88,18 @@ NativeEngine::NativeEngine(std::shared_ptr<store::Store> root, std::string prefi
   b.transport = options_.transport;
   b.encrypt = options_.encrypt;
   b.shmRingBytes = options_.shmRingBytes;
+  b.hostLabel = options_.hostLabel.value_or("");
   b.timeout = options_.timeout;
   b.endpoint = endpointOptions_;
   endpoint_ = transport::bootstrapEndpoint(b);
   allShm_ = size_ > 1;
+  std::vector<std::string> hostOfRank(static_cast<size_t>(size_));
   for (int p = 0; p < size_; ++p) {
     if (p != rank_) allShm_ = allShm_ && endpoint_->linkKind(p) == transport::LinkKind::kShm;
+    hostOfRank[static_cast<size_t>(p)] =
+        endpoint_->mesh().plan().peers[static_cast<size_t>(p)].host;
   }
+  hosts_ = algo::hostLayout(hostOfRank, rank_);
 }
 
 NativeEngine::~NativeEngine() {
@@ -184,8 +189,9 @@ void NativeEngine::runBody(const FrameHeader& base, uint64_t seq, const Deadline
 void NativeEngine::run(const Operation& op, uint64_t seq, const Deadline& deadline) {
   FrameHeader base = baseHeader(op);
   if (op.op == op::kAllreduce) {
-    base.algo = static_cast<uint8_t>(algo::chooseAllreduce(
-        allreduceAlgorithm(op.algorithm), size_, allShm_, op.count * elementSize(op.type)));
+    base.algo = static_cast<uint8_t>(algo::chooseAllreduce(allreduceAlgorithm(op.algorithm), size_,
+                                                           allShm_, hosts_.uniform(),
+                                                           op.count * elementSize(op.type)));
   }
   // The algorithm entry point of each collective (comm/native/algorithms.h), by op code.
   using Entry = void (*)(OpContext&, const Operation&);

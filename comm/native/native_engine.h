@@ -19,6 +19,7 @@
 
 #include "comm/engine.h"
 #include "comm/group.h"
+#include "comm/native/algorithms.h"
 #include "comm/native/diagnostics.h"
 #include "comm/native/op_context.h"
 #include "comm/native/p2p_channel.h"
@@ -51,6 +52,7 @@ class NativeEngine final : public Engine {
                                   Duration timeout) override;
   std::shared_ptr<Work> post(const Operation& op, Duration timeout) override;
   void interrupt() noexcept override { endpoint_->interrupt(); }
+  uint64_t bytesSent() const override { return endpoint_->bytesSent(); }
 
   // Runs `body` as the operation `base` describes (its op code, count, type...), with `seq`:
   // what execute() below hands over. Any exception leaves the engine for abort().
@@ -65,6 +67,8 @@ class NativeEngine final : public Engine {
   // Every peer is (or will be, see linkKind) reached over shared memory (false for a group of
   // one).
   bool allLinksShm() const { return allShm_; }
+  // Which ranks share a host (the hierarchical all-reduce's shape).
+  const algo::HostLayout& hosts() const { return hosts_; }
   transport::Endpoint& endpoint() { return *endpoint_; }
   // The point-to-point channel to `peer` for `tag` (comm/native/p2p_channel.h), made on first
   // use.
@@ -105,6 +109,7 @@ class NativeEngine final : public Engine {
   std::shared_ptr<transport::Acceptor> acceptor_;
   std::unique_ptr<transport::Endpoint> endpoint_;
   bool allShm_ = false;
+  algo::HostLayout hosts_;
   uint64_t splits_ = 0;
   // The operation running (or that ran last): what abort() names.
   transport::FrameHeader current_;
