@@ -31,7 +31,10 @@ struct MlpImpl : torch::nn::Module {
 };
 TORCH_MODULE(Mlp);
 
+// The same initial parameters on every call: the seed is global, and ranks are threads.
 Mlp seededMlp(int64_t width = 32) {
+  static std::mutex seedMutex;
+  std::lock_guard<std::mutex> lock(seedMutex);
   torch::manual_seed(7);
   return Mlp(width);
 }
@@ -153,11 +156,12 @@ TEST(Compression, WarmUpStepsAreTheExactAverage) {
 
 // Error feedback: with the same gradient every step, what the codec delivers over T steps adds
 // up to T times that gradient, short only of the residual it still holds (bounded), though each
-// step sends a tenth of the elements, or only signs. Without it, most elements never move.
+// step sends a tenth of the elements, or only signs. Without it, top-k would send the same
+// elements every step and the others never; sign would deliver the mean magnitude everywhere.
 TEST(Compression, ErrorFeedbackDeliversTheWholeGradientOverSteps) {
   torch::set_num_threads(1);
   for (const char* spec : {"topk:0.1", "onebit"}) {
-    const int steps = 60;
+    const int steps = 300;
     torch::Tensor delivered, truth;
     auto errors = runThreadRanks(2, testOptions(TransportKind::kShm), [&](comm::Group& g) {
       Mlp net = seededMlp();
