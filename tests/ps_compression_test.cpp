@@ -10,12 +10,14 @@
 #include <cstring>
 #include <functional>
 #include <latch>
+#include <random>
 
 #include "comm/compress/sign.h"
 #include "comm/compress/topk.h"
 #include "common/error.h"
 #include "common/half.h"
 #include "ps/client.h"
+#include "ps/payload_codec.h"
 #include "ps/protocol.h"
 #include "ps/server.h"
 #include "tests/thread_ranks.h"
@@ -336,6 +338,83 @@ TEST(PsCompression, PowerSgdIsRefusedForParameterServersInOneLine) {
   EXPECT_EQ(error,
             "parameter servers do not support powersgd compression (DDP only); use none, fp16, "
             "bf16, topk:DENSITY or onebit");
+}
+
+// ---- the codec alone (ps/payload_codec.h)
+
+// Encoded then decoded, piece by piece: state pieces come back exactly, and what a parameter
+// piece lost is exactly what its residual gained (decoded + residual after == grad + residual
+// before, elementwise up to the rounding of one addition).
+TEST(PsPayloadCodec, WhatADecodedPushLacksIsInTheResidual) {
+  const ps::Partition p(
+      {{"w", {3000}}, {"s", {7}, DataType::kFloat32, ps::KeyKind::kState}, {"b", {13}}}, 2);
+  const size_t n = p.totalElements();
+  for (const char* spec : {"fp16", "bf16", "topk:0.03", "onebit"}) {
+    SCOPED_TRACE(spec);
+    ps::PushEncoder encoder(CompressionSpec::parse(spec), p);
+    const ps::Encoding e = encoder.encodingAt(0);
+    std::vector<float> previous(n, 0.0f);
+    for (int t = 0; t < 3; ++t) {
+      std::vector<float> grad(n), decoded(n);
+      for (size_t i = 0; i < n; ++i) grad[i] = irregular(i, 0, t);
+      for (int s = 0; s < 2; ++s) {
+        std::vector<uint8_t> message;
+        const float* g = grad.data() + p.begin(s);
+        encoder.encode(e, p.pieces(s), g, message);
+        ASSERT_EQ(message.size(), ps::pushPayloadBytes(static_cast<uint8_t>(e), encoder.density(),
+                                                       p.pieces(s), p.keys()));
+        ps::decodePush(e, encoder.density(), p.pieces(s), p.keys(), message.data(),
+                       decoded.data() + p.begin(s));
+      }
+      const std::vector<float>& residual = encoder.residual();
+      for (size_t i = 0; i < n; ++i) {
+        const bool state = i >= 3000 && i < 3007;
+        if (state || e == ps::Encoding::kFp16 || e == ps::Encoding::kBf16) {
+          if (state) ASSERT_EQ(decoded[i], grad[i]) << i;
+          continue;
+        }
+        ASSERT_NEAR(decoded[i] + residual[i], grad[i] + previous[i],
+                    1e-5f * (1 + std::abs(grad[i])))
+            << i;
+      }
+      if (!residual.empty()) previous = residual;
+    }
+  }
+}
+
+// Random payloads of the right size for random encodings and densities: each decodes or is
+// refused with InvalidArgument, nothing else (ASan runs this: scripts/sanitize.sh).
+TEST(PsPayloadCodec, RandomPayloadsDecodeOrAreRefusedWithInvalidArgument) {
+  const ps::Partition p(
+      {{"w", {513}}, {"s", {3}, DataType::kFloat32, ps::KeyKind::kState}, {"b", {1}}, {"e", {0}}},
+      1);
+  std::mt19937 rng(11);
+  std::vector<float> out(p.totalElements());
+  int refused = 0, decoded = 0;
+  for (int round = 0; round < 3000; ++round) {
+    ps::Request rq;
+    rq.kind = static_cast<uint32_t>(ps::RequestKind::kPush);
+    rq.encoding = static_cast<uint8_t>(rng() % 6);
+    const double densities[] = {0.001, 0.01, 0.5, 1.0, 0.0, -1.0, 2.0, std::nan("")};
+    rq.density = densities[rng() % 8];
+    std::vector<uint8_t> payload;
+    try {
+      ps::checkEncodings(rq);
+      payload.resize(ps::pushPayloadBytes(rq.encoding, rq.density, p.pieces(0), p.keys()));
+      rq.bytes = payload.size();
+      ps::checkPushBytes(rq, p.pieces(0), p.keys());
+      // Mostly small indices (so that some messages decode), sometimes anything.
+      for (auto& b : payload) b = static_cast<uint8_t>(rng() % 4 == 0 ? rng() : rng() % 3);
+      ps::decodePush(static_cast<ps::Encoding>(rq.encoding), rq.density, p.pieces(0), p.keys(),
+                     payload.data(), out.data());
+      ++decoded;
+    } catch (const InvalidArgument& e) {
+      ASSERT_EQ(std::string(e.what()).find('\n'), std::string::npos) << e.what();
+      ++refused;
+    }
+  }
+  EXPECT_GT(refused, 100);
+  EXPECT_GT(decoded, 100);
 }
 
 // ---- malformed compressed requests
