@@ -144,7 +144,13 @@ int main(int argc, char** argv) {
     config.optimizer = {OptimizerKind::kSgd, 1e-6, 0, 0};
     ps::Client c(*w.group, w.roleRank, workers, w.numServers, {{"model", {int64_t(n)}}}, config,
                  options);
-    std::vector<float> values(n, 0.0f), grads(n, 1.0f);
+    // Gradient-like values (a spread of magnitudes, both signs): a constant gradient would make
+    // top-k's selection all ties, which no model's gradients are.
+    std::vector<float> values(n, 0.0f), grads(n);
+    for (size_t i = 0; i < n; ++i) {
+      const uint32_t h = static_cast<uint32_t>(i) * 2654435761u;
+      grads[i] = static_cast<float>(static_cast<int>(h >> 16) - 32768) / 32768.0f;
+    }
     if (c.mustInitialize()) c.initialize(values.data());
     c.pull(values.data(), 0)->wait();
     std::vector<double> t;

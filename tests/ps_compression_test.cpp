@@ -342,9 +342,9 @@ TEST(PsCompression, PowerSgdIsRefusedForParameterServersInOneLine) {
 
 // ---- the codec alone (ps/payload_codec.h)
 
-// Encoded then decoded, piece by piece: state pieces come back exactly, and what a parameter
-// piece lost is exactly what its residual gained (decoded + residual after == grad + residual
-// before, elementwise up to the rounding of one addition).
+// Encoded then decoded, piece by piece: state pieces come back exactly, cast ones rounded, and
+// what a top-k or 1-bit piece lost is exactly what its residual gained (decoded + residual
+// after == grad + residual before, elementwise up to the rounding of one addition).
 TEST(PsPayloadCodec, WhatADecodedPushLacksIsInTheResidual) {
   const ps::Partition p(
       {{"w", {3000}}, {"s", {7}, DataType::kFloat32, ps::KeyKind::kState}, {"b", {13}}}, 2);
@@ -369,13 +369,17 @@ TEST(PsPayloadCodec, WhatADecodedPushLacksIsInTheResidual) {
       const std::vector<float>& residual = encoder.residual();
       for (size_t i = 0; i < n; ++i) {
         const bool state = i >= 3000 && i < 3007;
-        if (state || e == ps::Encoding::kFp16 || e == ps::Encoding::kBf16) {
-          if (state) ASSERT_EQ(decoded[i], grad[i]) << i;
-          continue;
+        if (state) {
+          ASSERT_EQ(decoded[i], grad[i]) << i;
+        } else if (e == ps::Encoding::kFp16) {
+          ASSERT_EQ(decoded[i], halfToFloat(floatToHalf(grad[i]))) << i;
+        } else if (e == ps::Encoding::kBf16) {
+          ASSERT_EQ(decoded[i], bf16ToFloat(floatToBf16(grad[i]))) << i;
+        } else {
+          ASSERT_NEAR(decoded[i] + residual[i], grad[i] + previous[i],
+                      1e-5f * (1 + std::abs(grad[i])))
+              << i;
         }
-        ASSERT_NEAR(decoded[i] + residual[i], grad[i] + previous[i],
-                    1e-5f * (1 + std::abs(grad[i])))
-            << i;
       }
       if (!residual.empty()) previous = residual;
     }
