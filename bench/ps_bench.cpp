@@ -3,7 +3,9 @@
 //   shoal run -n W --servers S -- ps_bench --bytes B [--steps R]
 //       workers push-pull B bytes (the whole model, split over the servers) R times in
 //       synchronous mode; worker 0 prints one JSON line: the median step time and the aggregate
-//       GB/s (W x 2B per step: every worker's push and pull).
+//       GB/s (W x 2B per step: every worker's push and pull). --compression SPEC (none, fp16,
+//       bf16, topk:D, onebit) and --pull-half set ps::ClientOptions; the line then also gives
+//       the payload bytes worker 0 pushed and pulled per step (ps::Client::traffic()).
 //   ps_bench limits --bytes B
 //       one JSON line: memcpy of B bytes into a shared-memory mapping (the copy every
 //       shared-memory transfer makes), and one B-byte transfer over loopback TCP.
@@ -105,6 +107,7 @@ int main(int argc, char** argv) {
     size_t bytes = 4 << 20;
     int steps = 20;
     bool limits = false;
+    ps::ClientOptions options;
     for (int i = 1; i < argc; ++i) {
       std::string f = argv[i];
       if (f == "limits")
@@ -113,6 +116,10 @@ int main(int argc, char** argv) {
         bytes = std::stoull(argv[++i]);
       else if (f == "--steps" && i + 1 < argc)
         steps = std::stoi(argv[++i]);
+      else if (f == "--compression" && i + 1 < argc)
+        options.compression = compress::CompressionSpec::parse(argv[++i]);
+      else if (f == "--pull-half")
+        options.pullHalf = true;
       else
         SHOAL_THROW(InvalidArgument, "unknown argument {}", f);
     }
@@ -135,28 +142,45 @@ int main(int argc, char** argv) {
     const size_t n = bytes / sizeof(float);
     ps::TrainingConfig config;
     config.optimizer = {OptimizerKind::kSgd, 1e-6, 0, 0};
-    ps::Client c(*w.group, w.roleRank, workers, w.numServers, {{"model", {int64_t(n)}}}, config);
-    std::vector<float> values(n, 0.0f), grads(n, 1.0f);
+    ps::Client c(*w.group, w.roleRank, workers, w.numServers, {{"model", {int64_t(n)}}}, config,
+                 options);
+    // Gradient-like values (a spread of magnitudes, both signs): a constant gradient would make
+    // top-k's selection all ties, which no model's gradients are.
+    std::vector<float> values(n, 0.0f), grads(n);
+    for (size_t i = 0; i < n; ++i) {
+      const uint32_t h = static_cast<uint32_t>(i) * 2654435761u;
+      grads[i] = static_cast<float>(static_cast<int>(h >> 16) - 32768) / 32768.0f;
+    }
     if (c.mustInitialize()) c.initialize(values.data());
     c.pull(values.data(), 0)->wait();
     std::vector<double> t;
     const int warmup = 3;
     Clock::time_point start;
+    ps::Traffic before;
     for (int s = 0; s < warmup + steps; ++s) {
-      if (s == warmup) start = Clock::now();
+      if (s == warmup) {
+        start = Clock::now();
+        before = c.traffic();
+      }
       auto t0 = Clock::now();
       c.pushPull(grads.data(), values.data(), s)->wait();
       if (s >= warmup) t.push_back(seconds(t0));
     }
     const double wall = seconds(start);
+    const ps::Traffic after = c.traffic();
     c.finish();
     if (w.roleRank == 0) {
       const double step = median(t);
       std::printf(
           "{\"kind\": \"pushpull\", \"servers\": %d, \"workers\": %d, \"bytes\": %zu, "
-          "\"step_ms_median\": %.3f, \"single_GBps\": %.3f, \"aggregate_GBps\": %.3f}\n",
+          "\"step_ms_median\": %.3f, \"single_GBps\": %.3f, \"aggregate_GBps\": %.3f, "
+          "\"compression\": \"%s\", \"pull_half\": %s, \"pushed_bytes_per_step\": %.0f, "
+          "\"pulled_bytes_per_step\": %.0f}\n",
           w.numServers, workers, bytes, step * 1e3, 2.0 * bytes / step / 1e9,
-          2.0 * bytes * workers * steps / wall / 1e9);
+          2.0 * bytes * workers * steps / wall / 1e9, options.compression.toString().c_str(),
+          options.pullHalf ? "true" : "false",
+          static_cast<double>(after.pushedBytes - before.pushedBytes) / steps,
+          static_cast<double>(after.pulledBytes - before.pulledBytes) / steps);
     }
     return 0;
   } catch (const std::exception& e) {

@@ -4,13 +4,15 @@
 #include <mutex>
 
 #include "common/error.h"
+#include "ps/payload_codec.h"
 #include "ps/protocol.h"
 
 namespace shoal::ps {
 
-struct Client::Leads {
+struct Client::Stats {
   std::mutex mu;
-  std::vector<int64_t> values;
+  std::vector<int64_t> leads;
+  Traffic traffic;
 };
 
 namespace {
@@ -72,16 +74,21 @@ void setShape(Request& rq, const std::vector<int64_t>& shape) {
 }  // namespace
 
 Client::Client(comm::Group& world, int worker, int numWorkers, int numServers,
-               std::vector<KeySpec> keys, const TrainingConfig& config)
+               std::vector<KeySpec> keys, const TrainingConfig& config,
+               const ClientOptions& options)
     : world_(world),
       worker_(worker),
       numServers_(numServers),
       partition_(std::move(keys), numServers),
       timeout_(world.options().timeout + kReplyMargin),
-      leads_(std::make_shared<Leads>()) {
+      pullHalf_(options.pullHalf),
+      stats_(std::make_shared<Stats>()) {
   SHOAL_CHECK(numWorkers >= 1 && worker >= 0 && worker < numWorkers, "worker {} of {}", worker,
               numWorkers);
   config.validate();
+  if (pushEncoding(options.compression) != Encoding::kRaw) {
+    encoder_ = std::make_unique<PushEncoder>(options.compression, partition_);
+  }
   for (int s = 0; s < numServers; ++s) links_.push_back(world.connect(pairName(s, worker), 1, 2));
 
   const std::string hello = config.toText() + "\n" + partition_.keysText();
@@ -155,31 +162,62 @@ std::shared_ptr<comm::Work> Client::whole(int kind, const float* payload, float*
     rq.key = kAllKeys;
     rq.dtype = static_cast<uint8_t>(DataType::kFloat32);
     rq.step = static_cast<uint64_t>(step);
-    const size_t bytes = partition_.elements(s) * sizeof(float);
-    if (payload) {
-      rq.bytes = bytes;
-      x->payload = payload + partition_.begin(s);
-    }
-    if (into) {
-      rq.pullBytes = bytes;
-      x->into = into + partition_.begin(s);
-    }
+    if (payload) setPush(*x, partition_.pieces(s), payload + partition_.begin(s), step);
+    if (into) setPull(*x, partition_.elements(s), into + partition_.begin(s));
     works.push_back(submitExchange(*links_[s], s, worker_, x, timeout_));
     xs.push_back(std::move(x));
   }
-  std::function<void()> record;
-  if (into) {
-    record = [xs, leads = leads_] {
-      int64_t lead = 0;
-      for (const auto& x : xs) {
-        lead = std::max(
-            lead, static_cast<int64_t>(x->reply.step) - static_cast<int64_t>(x->reply.slowest));
-      }
-      std::lock_guard<std::mutex> lock(leads->mu);
-      leads->values.push_back(lead);
-    };
+  return allExchanges(kind, std::move(xs), std::move(works), into != nullptr);
+}
+
+void Client::setPush(Exchange& x, std::span<const Piece> pieces, const float* grad, int64_t step) {
+  Request& rq = x.request;
+  const Encoding e = encoder_ ? encoder_->encodingAt(step) : Encoding::kRaw;
+  rq.encoding = static_cast<uint8_t>(e);
+  if (e == Encoding::kRaw) {
+    size_t count = 0;
+    for (const Piece& p : pieces) count += p.count;
+    rq.bytes = count * sizeof(float);
+    x.payload = grad;
+    return;
   }
-  return allOf(works, record);
+  encoder_->encode(e, pieces, grad, x.packed);
+  if (e == Encoding::kTopK) rq.density = encoder_->density();
+  rq.bytes = x.packed.size();
+  x.payload = x.packed.data();
+}
+
+void Client::setPull(Exchange& x, size_t count, float* into) {
+  Request& rq = x.request;
+  rq.pullEncoding = static_cast<uint8_t>(pullHalf_ ? Encoding::kFp16 : Encoding::kRaw);
+  rq.pullBytes = pullPayloadBytes(rq.pullEncoding, count);
+  x.into = into;
+}
+
+std::shared_ptr<comm::Work> Client::allExchanges(int kind,
+                                                 std::vector<std::shared_ptr<Exchange>> xs,
+                                                 std::vector<std::shared_ptr<comm::Work>> works,
+                                                 bool leads) {
+  const auto k = static_cast<RequestKind>(kind);
+  const bool pushes = k == RequestKind::kPush || k == RequestKind::kPushPull;
+  const bool pulls = k == RequestKind::kPull || k == RequestKind::kPushPull;
+  return allOf(works, [xs = std::move(xs), stats = stats_, pushes, pulls, leads] {
+    int64_t lead = 0;
+    Traffic t;
+    for (const auto& x : xs) {
+      lead = std::max(lead,
+                      static_cast<int64_t>(x->reply.step) - static_cast<int64_t>(x->reply.slowest));
+      t.pushedBytes += x->request.bytes;
+      if (x->into) t.pulledBytes += x->reply.bytes;
+    }
+    std::lock_guard<std::mutex> lock(stats->mu);
+    if (leads) stats->leads.push_back(lead);
+    Traffic& total = stats->traffic;
+    total.pushes += pushes ? 1 : 0;
+    total.pulls += pulls ? 1 : 0;
+    total.pushedBytes += t.pushedBytes;
+    total.pulledBytes += t.pulledBytes;
+  });
 }
 
 std::shared_ptr<comm::Work> Client::pushKey(const std::string& key, const void* data,
@@ -208,7 +246,8 @@ std::shared_ptr<comm::Work> Client::keyed(int kind, const std::string& key, cons
     first.server = pieces.empty() ? 0 : pieces[0].server;
     pieces.assign(1, first);
   }
-  const size_t esize = elementSize(dtype);
+  // A matching buffer is float32 (every key is: Partition).
+  std::vector<std::shared_ptr<Exchange>> xs;
   std::vector<std::shared_ptr<comm::Work>> works;
   for (const Piece& p : pieces) {
     auto x = std::make_shared<Exchange>();
@@ -219,16 +258,13 @@ std::shared_ptr<comm::Work> Client::keyed(int kind, const std::string& key, cons
     setShape(rq, shape);
     rq.step = static_cast<uint64_t>(step);
     if (matches && payload) {
-      rq.bytes = p.count * esize;
-      x->payload = static_cast<const uint8_t*>(payload) + p.offset * esize;
+      setPush(*x, std::span(&p, 1), static_cast<const float*>(payload) + p.offset, step);
     }
-    if (matches && into) {
-      rq.pullBytes = p.count * esize;
-      x->into = static_cast<uint8_t*>(into) + p.offset * esize;
-    }
+    if (matches && into) setPull(*x, p.count, static_cast<float*>(into) + p.offset);
     works.push_back(submitExchange(*links_[p.server], p.server, worker_, x, timeout_));
+    xs.push_back(std::move(x));
   }
-  return allOf(works, nullptr);
+  return allExchanges(kind, std::move(xs), std::move(works), false);
 }
 
 void Client::finish() {
@@ -244,8 +280,18 @@ void Client::finish() {
 }
 
 std::vector<int64_t> Client::leads() const {
-  std::lock_guard<std::mutex> lock(leads_->mu);
-  return leads_->values;
+  std::lock_guard<std::mutex> lock(stats_->mu);
+  return stats_->leads;
+}
+
+Traffic Client::traffic() const {
+  std::lock_guard<std::mutex> lock(stats_->mu);
+  return stats_->traffic;
+}
+
+const std::vector<float>& Client::residual() const {
+  static const std::vector<float> kNone;
+  return encoder_ ? encoder_->residual() : kNone;
 }
 
 }  // namespace shoal::ps

@@ -12,25 +12,56 @@
 // Errors: InvalidArgument when a server refuses a request (the client stays usable);
 // PeerError / TimeoutError naming the server otherwise (that server's connection is done).
 //
+// Compression (ClientOptions): pushes may travel compressed and pulls in fp16 (ps/payload_codec.h);
+// the servers decode and then apply as for raw float32. traffic() counts the payload bytes.
+//
 // Threading: one thread issues calls at a time; Work callbacks run on internal threads.
 #pragma once
 
 #include <chrono>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
+#include "comm/compress/spec.h"
 #include "comm/group.h"
 #include "comm/work.h"
 #include "ps/config.h"
 #include "ps/partition.h"
+#include "ps/protocol.h"
 
 namespace shoal::ps {
+
+class PushEncoder;
+
+// How this worker's data travels; workers of one job may choose differently.
+struct ClientOptions {
+  // Compression of pushed gradients (comm/compress/spec.h): none, fp16, bf16, topk:DENSITY or
+  // onebit, ",warmup=N" sending the pushes of steps < N raw. Each push is encoded piece by piece
+  // (Note [Payload layout] in ps/payload_codec.h); top-k and 1-bit keep an error-feedback
+  // residual per element on this worker (residual()). State keys always travel as float32.
+  // powersgd is DDP-only: the constructor throws InvalidArgument.
+  compress::CompressionSpec compression;
+  // Pulls receive the values as fp16 (half the bytes) and decode them to float32. This loses
+  // precision in this worker's copy only: the servers' master values stay float32, and the
+  // updates are applied to them.
+  bool pullHalf = false;
+};
+
+// Payload bytes this worker sent and received (request and reply headers not counted), over
+// the push and pull calls that completed.
+struct Traffic {
+  uint64_t pushes = 0;       // push and push-pull calls (whole model or one key)
+  uint64_t pushedBytes = 0;  // their payloads, as encoded
+  uint64_t pulls = 0;        // pull and push-pull calls
+  uint64_t pulledBytes = 0;  // the values received, as encoded
+};
 
 class Client {
  public:
   Client(comm::Group& world, int worker, int numWorkers, int numServers, std::vector<KeySpec> keys,
-         const TrainingConfig& config);
+         const TrainingConfig& config, const ClientOptions& options = {});
   // Says goodbye to the servers if finish() was not called (errors are swallowed here; call
   // finish() to see them).
   ~Client();
@@ -63,6 +94,11 @@ class Client {
   // For each completed pull: how many steps this worker was ahead of the slowest worker when the
   // servers released it (the largest over the servers). SSP bounds it by the staleness.
   std::vector<int64_t> leads() const;
+  // Totals so far (thread-safe).
+  Traffic traffic() const;
+  // What error feedback holds back, per element of the model in flat order (partition());
+  // empty unless compressing with top-k or 1-bit. Changes with each push call.
+  const std::vector<float>& residual() const;
 
   // The connection to server s (diagnostics and protocol tests).
   comm::Group& link(int server) { return *links_.at(server); }
@@ -72,6 +108,15 @@ class Client {
   std::shared_ptr<comm::Work> keyed(int kind, const std::string& key, const void* payload,
                                     void* into, DataType dtype, const std::vector<int64_t>& shape,
                                     int64_t step);
+  // The request's payload: `grad`, the elements of `pieces` (one server's), as this step's
+  // encoding.
+  void setPush(Exchange& x, std::span<const Piece> pieces, const float* grad, int64_t step);
+  // The request's values: `count` elements into `into`, raw or fp16.
+  void setPull(Exchange& x, size_t count, float* into);
+  // Finishes once every exchange did; counts the traffic (and the leads of a whole pull).
+  std::shared_ptr<comm::Work> allExchanges(int kind, std::vector<std::shared_ptr<Exchange>> xs,
+                                           std::vector<std::shared_ptr<comm::Work>> works,
+                                           bool leads);
 
   comm::Group& world_;
   int worker_;
@@ -82,8 +127,10 @@ class Client {
   int64_t startStep_ = 0;
   bool mustInitialize_ = false;
   bool finished_ = false;
-  struct Leads;
-  std::shared_ptr<Leads> leads_;
+  bool pullHalf_ = false;
+  std::unique_ptr<PushEncoder> encoder_;  // null: raw pushes
+  struct Stats;
+  std::shared_ptr<Stats> stats_;
 };
 
 }  // namespace shoal::ps

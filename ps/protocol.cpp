@@ -1,5 +1,6 @@
 #include "ps/protocol.h"
 
+#include "comm/compress/half_cast.h"
 #include "comm/native/native_engine.h"
 #include "common/error.h"
 
@@ -21,6 +22,22 @@ std::string_view toString(RequestKind kind) {
       return "push-pull";
     case RequestKind::kBye:
       return "bye";
+  }
+  return "unknown";
+}
+
+std::string_view toString(Encoding encoding) {
+  switch (encoding) {
+    case Encoding::kRaw:
+      return "raw";
+    case Encoding::kFp16:
+      return "fp16";
+    case Encoding::kBf16:
+      return "bf16";
+    case Encoding::kTopK:
+      return "topk";
+    case Encoding::kOneBit:
+      return "onebit";
   }
   return "unknown";
 }
@@ -75,12 +92,14 @@ std::shared_ptr<comm::Work> submitExchange(comm::Group& pair, int server, int wo
     std::string text;
     if (r.bytes > 0) {
       void* dst = nullptr;
+      const bool half = x->request.pullEncoding == static_cast<uint8_t>(Encoding::kFp16);
       if (status == Status::kOk && x->into) {
         if (r.bytes != x->request.pullBytes) {
           SHOAL_THROW(ProtocolError, "the server sent {} bytes of values, expected {}", r.bytes,
                       x->request.pullBytes);
         }
-        dst = x->into;
+        if (half) x->half.resize(r.bytes / sizeof(uint16_t));
+        dst = half ? static_cast<void*>(x->half.data()) : x->into;
       } else {
         if (r.bytes > kMaxErrorText) SHOAL_THROW(ProtocolError, "a {}-byte reply text", r.bytes);
         text.resize(r.bytes);
@@ -88,6 +107,11 @@ std::shared_ptr<comm::Work> submitExchange(comm::Group& pair, int server, int wo
       }
       std::vector<Transfer> values{ctx.recv(0, 3, dst, r.bytes)};
       ctx.run(values);
+      // Decoded here, on this server's executor: the servers' values decode in parallel.
+      if (half && dst == x->half.data()) {
+        compress::decodeHalf(DataType::kFloat16, x->half.data(), static_cast<float*>(x->into),
+                             x->half.size());
+      }
     }
     if (r.status > static_cast<uint32_t>(Status::kFailed)) {
       SHOAL_THROW(ProtocolError, "reply status {}", r.status);

@@ -14,14 +14,21 @@
 // while it waits for room to send, so a worker may send the whole payload before it reads
 // anything (submitExchange sends it and receives the reply header in one batch).
 //
-// Compression hook: a future encoding would be a Request/Reply field naming the payload's
-// encoding (the reserved byte), decoded by the server before the shard sees it.
+// Encodings (ps/payload_codec.h): a push names the encoding of its payload (Request::encoding:
+// raw float32, fp16, bf16, top-k or 1-bit; per piece, see there), and a pull the encoding it
+// wants the values in (Request::pullEncoding: raw or fp16). The server checks the request's
+// version, both ids and the payload's exact size for the pieces it covers before it waits for
+// or touches anything, decodes a compressed push into float32 and then applies it as it would a
+// raw one; anything wrong is refused (InvalidArgument on the worker, one line). Every request
+// carries kProtocolVersion: a server refuses another one.
 #pragma once
 
 #include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "comm/group.h"
 #include "comm/work.h"
@@ -37,6 +44,8 @@ inline constexpr uint32_t kReplyMagic = 0x50525350;    // "PSRP"
 inline constexpr int kMaxDims = 8;
 inline constexpr int32_t kAllKeys = -1;  // the request covers every piece the server holds
 inline constexpr size_t kMaxErrorText = 64 << 10;
+// 1: raw float32 payloads only (the encoding byte reserved). 2: encodings, this version field.
+inline constexpr uint32_t kProtocolVersion = 2;
 
 enum class RequestKind : uint32_t {
   kHello = 1,     // payload: training settings, a blank line, the keys (Partition::keysText)
@@ -55,6 +64,16 @@ enum class Status : uint32_t {
   kFailed = 3,    // the server failed (another worker died): PeerError
 };
 
+// How a push's payload or a pull's values travel (Note [Payload layout] in ps/payload_codec.h).
+enum class Encoding : uint8_t {
+  kRaw = 0,    // float32
+  kFp16 = 1,   // IEEE half (pushes and pulls)
+  kBf16 = 2,   // bfloat16 (pushes)
+  kTopK = 3,   // (index, value) pairs of the largest gradients, Request::density of each piece
+  kOneBit = 4  // a scale and one sign bit per gradient element
+};
+std::string_view toString(Encoding encoding);
+
 #pragma pack(push, 1)
 struct Request {
   uint32_t magic = kRequestMagic;
@@ -62,12 +81,15 @@ struct Request {
   int32_t key = kAllKeys;
   uint8_t dtype = 0;
   uint8_t ndim = 0;
-  uint8_t encoding = 0;  // reserved for compression: 0 = raw
-  uint8_t reserved = 0;
+  uint8_t encoding = 0;      // Encoding of the payload (a push's; raw for every other kind)
+  uint8_t pullEncoding = 0;  // Encoding of the values a pull wants back (raw or fp16)
   int64_t shape[kMaxDims] = {};
   uint64_t step = 0;
   uint64_t bytes = 0;      // payload after the header
   uint64_t pullBytes = 0;  // pull / push-pull: the bytes the worker expects back
+  uint32_t version = kProtocolVersion;
+  uint32_t reserved = 0;
+  double density = 0;  // kTopK: the fraction of each piece's elements sent (0, 1]
 };
 
 struct Reply {
@@ -87,13 +109,16 @@ inline constexpr uint64_t kNeedsInit = 1;
 std::string pairName(int server, int worker);
 
 // One exchange from the worker's side. `payload` and `into` belong to the exchange until its
-// Work finishes; `into` must hold request.pullBytes.
+// Work finishes. `into` receives the values: request.pullBytes of them, or with pullEncoding
+// kFp16 the float32 values decoded from the request.pullBytes / 2 fp16 ones the server sent.
 struct Exchange {
   Request request;
   const void* payload = nullptr;
   void* into = nullptr;
   Reply reply;
-  std::string text;  // the reply text: a kOk hello's payload, or why the server refused
+  std::string text;             // the reply text: a kOk hello's payload, or why the server refused
+  std::vector<uint8_t> packed;  // a compressed push's payload, when `payload` points here
+  std::vector<uint16_t> half;   // an fp16 pull's values as they arrived
 };
 
 // Runs the exchange on the pair group's executor. The Work fails with InvalidArgument (refused),

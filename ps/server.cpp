@@ -8,6 +8,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string_view>
 #include <thread>
 #include <vector>
@@ -17,6 +18,7 @@
 #include "common/error.h"
 #include "common/sealed_file.h"
 #include "ps/partition.h"
+#include "ps/payload_codec.h"
 #include "ps/protocol.h"
 #include "ps/shard.h"
 #include "ps/shard_access.h"
@@ -51,6 +53,13 @@ constexpr int64_t kMaxServers = 1 << 16;
 // mistake but a broken stream (ProtocolError).
 constexpr size_t kMaxDrain = 1ull << 30;
 
+// The pieces [first, last) a request covers, and their place in the shard.
+struct Target {
+  size_t first = 0, last = 0;
+  size_t offset = 0;  // local element offset
+  size_t count = 0;   // elements
+};
+
 // Per worker thread buffers, reused from request to request.
 struct Scratch {
   std::vector<Transfer> batch;
@@ -67,6 +76,12 @@ struct Scratch {
   Reply reply;
   const float* values = nullptr;
   size_t ready = 0;
+  // A compressed push (ps/payload_codec.h): what it covers, its payload and its float32
+  // decoding; an fp16 pull's values.
+  Target target;
+  std::vector<uint8_t> packed;
+  std::vector<float> decoded;
+  std::vector<uint16_t> half;
 };
 
 // The receive-apply kernel (transport::PieceHandler; context: the worker's Scratch): a piece
@@ -78,13 +93,6 @@ void applyPiece(void* context, const void* data, size_t offset, size_t bytes) {
                           bytes / sizeof(float));
   sc.ready = offset + bytes;
 }
-
-// The pieces [first, last) a request covers, and their place in the shard.
-struct Target {
-  size_t first = 0, last = 0;
-  size_t offset = 0;  // local element offset
-  size_t count = 0;   // elements
-};
 
 class Server {
  public:
@@ -182,8 +190,13 @@ class Server {
     void* dst = nullptr;
     sc.streaming = false;
     guarded([&] { dst = prepare(w, rq, sc); });
+    const bool packed = status == Status::kOk && isCompressedPush(rq);
     if (rq.bytes > 0) {
-      if (sc.writing) {
+      if (packed) {
+        // Decoded once whole (below), then applied as a raw push would be.
+        sc.packed.resize(rq.bytes);
+        sc.batch.assign(1, ctx.recv(1, 1, sc.packed.data(), rq.bytes));
+      } else if (sc.writing) {
         // Note [Update from the ring]: no copy into the slot, no second pass over it.
         sc.batch.assign(1, ctx.recvApply(1, 1, rq.bytes, {&applyPiece, &sc, sizeof(float)}));
         if (sc.streaming) {
@@ -203,6 +216,7 @@ class Server {
       }
       ctx.run(sc.batch);
     }
+    if (packed) guarded([&] { unpack(rq, sc, static_cast<float*>(dst)); });
     if (sc.streaming) {
       completeStreamed(w, rq, sc);
       setBusy(w, false);
@@ -212,6 +226,11 @@ class Server {
     const void* out = nullptr;
     size_t outBytes = 0;
     guarded([&] { complete(w, rq, sc, rp, out, outBytes); });
+    if (status == Status::kOk && sc.reading) {
+      // fp16 values are encoded outside the lock; the read hold keeps the values still.
+      out = encodePull(rq, static_cast<const float*>(out), outBytes / sizeof(float), sc.half,
+                       outBytes);
+    }
     if (status != Status::kOk) {
       if (status == Status::kRejected) {
         std::lock_guard<std::mutex> lock(mu_);
@@ -239,6 +258,7 @@ class Server {
     const auto kind = static_cast<RequestKind>(rq.kind);
     std::unique_lock<std::mutex> lock(mu_);
     throwIfFailed();
+    checkEncodings(rq);
     switch (kind) {
       case RequestKind::kHello:
         if (rq.bytes > kMaxHello) {
@@ -260,7 +280,8 @@ class Server {
         requireConfigured();
         waitInitialized(lock);
         Target t = target(rq);
-        expectBytes(rq.bytes, t.count * sizeof(float), "the push");
+        checkPushBytes(rq, piecesOf(t), partition_->keys());
+        sc.target = t;
         const bool sync = config_.mode == Mode::kSync;
         if (sync) waitForStep(lock, w, t, rq.step);
         // Note [Update from the ring]: applied as it arrives unless it must wait in its slot
@@ -391,7 +412,7 @@ class Server {
             Scratch& sc, Reply& rp, const void*& out, size_t& outBytes) {
     waitInitialized(lock);
     Target t = target(rq);
-    expectBytes(rq.pullBytes, t.count * sizeof(float), "the pull's buffer");
+    checkPullBytes(rq, t.count);
     if (config_.mode == Mode::kSync) {
       waitUntil(
           lock, [&] { return minVersion(t) >= step; },
@@ -433,6 +454,8 @@ class Server {
 
   void maybeStream(int w, const Request& rq, const Target& t, Scratch& sc) {
     if (t.count == 0 || rq.pullBytes != t.count * sizeof(float)) return;  // pull() refuses
+    // Only a raw push arrives piece by piece, and only raw values go out as they are updated.
+    if (rq.encoding != 0 || rq.pullEncoding != 0) return;
     const uint64_t step = rq.step + 1;
     const uint64_t slowest = minClock(w, step);
     if (config_.mode == Mode::kSsp && slowest + static_cast<uint64_t>(config_.staleness) < step) {
@@ -549,6 +572,33 @@ class Server {
   static void expectBytes(uint64_t got, uint64_t expected, const char* what) {
     if (got != expected) {
       SHOAL_THROW(InvalidArgument, "{} carries {} bytes, expected {}", what, got, expected);
+    }
+  }
+
+  std::span<const Piece> piecesOf(const Target& t) const {
+    return std::span(partition_->pieces(id_)).subspan(t.first, t.last - t.first);
+  }
+
+  // A compressed push, received whole: decoded, then applied as it would have arrived (the
+  // write hold taken in prepare()) or left in the worker's slot. A message the codec refuses
+  // is refused before anything changed: the hold is given back untouched.
+  void unpack(const Request& rq, Scratch& sc, float* slot) {
+    const Target& t = sc.target;
+    sc.decoded.resize(t.count);
+    try {
+      decodePush(static_cast<Encoding>(rq.encoding), rq.density, piecesOf(t), partition_->keys(),
+                 sc.packed.data(), sc.decoded.data());
+    } catch (const InvalidArgument&) {
+      if (sc.writing) {
+        std::lock_guard<std::mutex> lock(mu_);
+        endWrite(sc);
+      }
+      throw;
+    }
+    if (sc.writing) {
+      applyPiece(&sc, sc.decoded.data(), 0, t.count * sizeof(float));
+    } else {
+      std::copy(sc.decoded.begin(), sc.decoded.end(), slot);
     }
   }
 

@@ -10,10 +10,12 @@
 // that is merely wrong (shape, dtype, key, step) is refused to that worker only.
 // Timeouts: waiting for other workers (a synchronous step, the staleness bound) is bounded by
 // the world group's timeout; waiting for a worker's next request by ServerOptions::idleTimeout.
-// Threading: one thread per worker. A push is applied to the shard as it arrives, straight from
-// the transport's receive ring, and pull replies are sent straight from the shard's values; one
-// update or any number of replies at a time (Note [Shard access] in ps/shard_access.h), so while a
-// push is being received other workers' updates and pulls wait for it (bounded like the rest).
+// Threading: one thread per worker. A raw push is applied to the shard as it arrives, straight
+// from the transport's receive ring (a compressed one is received whole, checked and decoded to
+// float32 first: ps/payload_codec.h), and raw pull replies are sent straight from the shard's
+// values (fp16 ones are encoded from them while the values are held still); one update or any
+// number of replies at a time (Note [Shard access] in ps/shard_access.h), so while a push is
+// being received other workers' updates and pulls wait for it (bounded like the rest).
 #pragma once
 
 #include <chrono>

@@ -15,7 +15,8 @@ std::vector<int64_t> shapeOf(const torch::Tensor& t) {
 }  // namespace
 
 PsTrainer::PsTrainer(comm::Group& world, int worker, int numWorkers, int numServers,
-                     torch::nn::Module& model, const ps::TrainingConfig& config) {
+                     torch::nn::Module& model, const ps::TrainingConfig& config,
+                     const ps::ClientOptions& options) {
   std::vector<ps::KeySpec> keys;
   for (auto& p : model.named_parameters(true)) {
     if (p.value().scalar_type() != torch::kFloat32) {
@@ -32,8 +33,8 @@ PsTrainer::PsTrainer(comm::Group& world, int worker, int numWorkers, int numServ
     keys.push_back({b.key(), shapeOf(b.value()), DataType::kFloat32, ps::KeyKind::kState});
     tensors_.push_back(b.value());
   }
-  client_ =
-      std::make_unique<ps::Client>(world, worker, numWorkers, numServers, std::move(keys), config);
+  client_ = std::make_unique<ps::Client>(world, worker, numWorkers, numServers, std::move(keys),
+                                         config, options);
   const size_t n = client_->partition().totalElements();
   values_.assign(n, 0.0f);
   grads_.assign(n, 0.0f);
@@ -78,7 +79,11 @@ void PsTrainer::scatter() {
 
 void PsTrainer::step(int64_t step) {
   gather();
+  const ps::Traffic before = client_->traffic();
   client_->pushPull(grads_.data(), values_.data(), step)->wait();
+  const ps::Traffic after = client_->traffic();
+  lastStep_ = {after.pushes - before.pushes, after.pushedBytes - before.pushedBytes,
+               after.pulls - before.pulls, after.pulledBytes - before.pulledBytes};
   scatter();
 }
 

@@ -6,6 +6,10 @@
 // int64 batch counter) stay local. Construction connects to the servers; worker 0 of a fresh
 // job uploads the initial values, and every worker then starts from the servers' values.
 //
+// Compression (ps::ClientOptions): pushed gradients may travel as fp16, bf16, top-k or 1-bit and
+// the pulled parameters as fp16 (the module's copy then holds fp16-rounded values; the servers'
+// master weights stay float32). lastStep() says how many payload bytes a step moved.
+//
 // Threading: one training thread; blocking calls, each bounded by the world timeout (see
 // ps/client.h for the errors).
 #pragma once
@@ -24,7 +28,8 @@ namespace shoal::train {
 class PsTrainer {
  public:
   PsTrainer(comm::Group& world, int worker, int numWorkers, int numServers,
-            torch::nn::Module& model, const ps::TrainingConfig& config);
+            torch::nn::Module& model, const ps::TrainingConfig& config,
+            const ps::ClientOptions& options = {});
 
   // The step to continue from (0 on a fresh job; the servers' checkpoint step on a resumed one).
   int64_t startStep() const { return client_->startStep(); }
@@ -38,6 +43,9 @@ class PsTrainer {
   void finish() { client_->finish(); }
 
   ps::Client& client() { return *client_; }
+  // Payload bytes pushed and pulled by the last step() (one push-pull), and since construction.
+  const ps::Traffic& lastStep() const { return lastStep_; }
+  ps::Traffic traffic() const { return client_->traffic(); }
 
  private:
   void gather();
@@ -47,6 +55,7 @@ class PsTrainer {
   size_t parameters_ = 0;
   std::vector<float> values_, grads_;
   std::unique_ptr<ps::Client> client_;
+  ps::Traffic lastStep_;
 };
 
 }  // namespace shoal::train
