@@ -74,6 +74,7 @@ struct Flags {
   bool quiet = false;
   std::string mode = "ddp";          // ddp | ps-sync | ps-async | ps-ssp
   std::string compression = "none";  // comm/compress/spec.h
+  bool pullHalf = false;             // ps modes: parameters pulled as fp16
   int staleness = 2;
 };
 
@@ -229,8 +230,11 @@ int trainMain(const Flags& f) {
   std::unique_ptr<torch::optim::Optimizer> optimizer;
   std::unique_ptr<train::PsTrainer> psTrainer;
   if (usePs) {
+    ps::ClientOptions client;
+    client.compression = compress::CompressionSpec::parse(f.compression);
+    client.pullHalf = f.pullHalf;
     psTrainer = std::make_unique<train::PsTrainer>(*w.group, w.roleRank, numWorkers, w.numServers,
-                                                   *model, pc);
+                                                   *model, pc, client);
   } else {
     train::DdpOptions ddpOptions;
     ddpOptions.overlap = !f.noOverlap;
@@ -240,8 +244,14 @@ int trainMain(const Flags& f) {
     ddp.emplace(model.ptr(), w.group, ddpOptions);
     optimizer = train::makeOptimizer(model->parameters(), oo);
   }
-  // What a synchronized step really sent, for the epoch lines (DDP).
+  // What a synchronized step really sent, for the epoch lines.
   auto sentPerStep = [&]() -> std::string {
+    if (psTrainer) {
+      const auto t = psTrainer->traffic();
+      if (t.pushes == 0) return "";
+      return fmt::format(", pushed {:.2f} MiB/step", static_cast<double>(t.pushedBytes) /
+                                                         static_cast<double>(t.pushes) / (1 << 20));
+    }
     if (!ddp || ddp->stats().steps == 0) return "";
     const auto s = ddp->stats();
     return fmt::format(", sent {:.2f} MiB/step",
@@ -431,6 +441,8 @@ int main(int argc, char** argv) {
           return std::string(e.what());
         }
       });
+  app.add_flag("--pull-half", f.pullHalf,
+               "ps modes: pull the parameters as fp16 (the servers keep float32)");
   numbers.integer(app, "--staleness", f.staleness, 0, 1000000,
                   "ps-ssp: steps a worker may run ahead of the slowest");
   // Configuration errors, from CLI11, the numbers or the environment: one line, exit code 2.

@@ -3,12 +3,12 @@
 //  1. e = grad + residual, written into the residual, and a histogram of the top 16 bits of
 //     key(e) = the bits of |e| (sign cleared). For floats that are not NaN the order of these
 //     keys as unsigned integers is the order of the magnitudes; NaN's keys are above infinity's,
-//     so a NaN is always sent (the receiver's optimizer sees it) and the order stays total,
-//     which std::nth_element needs. From the histogram, the bucket b holding the k-th largest
-//     key and the count of keys in buckets above it.
+//     so a NaN is always sent (the receiver's optimizer sees it) and the order stays total.
+//     From the histogram, the bucket b holding the k-th largest key and the count of keys in
+//     buckets above it.
 //  2. The indices whose key is in bucket b or above, ascending: k plus the few that share
 //     bucket b (1/256 of a binade), about k for gradient-like data.
-// Then, on those candidates only, the k-th largest key T (std::nth_element over bucket b's keys)
+// Then, on those candidates only, the k-th largest key T (a histogram of bucket b's low 15 bits)
 // and one ascending walk emitting every key > T and the first (lowest-index) keys == T until k
 // are emitted: exactly k elements, ties broken by lower index, indices ascending as the wire
 // layout asks. Data whose keys mostly fall into one bucket (all equal) only makes the candidate
@@ -96,19 +96,19 @@ void topkEncode(const float* grad, float* residual, size_t n, size_t k, uint8_t*
     if (keyOf(e[i]) >= lowest) candidates.push_back(static_cast<uint32_t>(i));
   }
 
-  // T, the k-th largest key: the (k - above)-th largest of bucket b's.
-  std::vector<uint32_t> inBucket;
-  inBucket.reserve(histogram[b]);
+  // T, the k-th largest key: the (k - above)-th largest of bucket b's, from a second histogram
+  // of their low bits (linear, however many keys are equal: all-zero gradients are common).
+  std::vector<uint32_t> low(size_t{1} << kBucketShift, 0);
+  const uint32_t lowMask = (uint32_t{1} << kBucketShift) - 1;
   for (uint32_t i : candidates) {
-    if ((keyOf(e[i]) >> kBucketShift) == b) inBucket.push_back(keyOf(e[i]));
+    const uint32_t key = keyOf(e[i]);
+    if ((key >> kBucketShift) == b) ++low[key & lowMask];
   }
   const size_t rank = k - above;  // 1 <= rank <= histogram[b]
-  std::nth_element(inBucket.begin(), inBucket.begin() + static_cast<ptrdiff_t>(rank - 1),
-                   inBucket.end(), std::greater<>());
-  const uint32_t threshold = inBucket[rank - 1];
-  size_t equalLeft =
-      rank - static_cast<size_t>(std::count_if(inBucket.begin(), inBucket.end(),
-                                               [&](uint32_t key) { return key > threshold; }));
+  size_t t = low.size() - 1, greater = 0;
+  while (greater + low[t] < rank) greater += low[t--];
+  const uint32_t threshold = lowest | static_cast<uint32_t>(t);
+  size_t equalLeft = rank - greater;
 
   size_t j = 0;
   for (uint32_t i : candidates) {
