@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <mutex>
 
 #include "comm/collectives.h"
@@ -196,6 +197,39 @@ TEST(Compression, ErrorFeedbackDeliversTheWholeGradientOverSteps) {
     const double rel = ((delivered - truth).norm() / truth.norm()).item<double>();
     EXPECT_LT(rel, 0.1) << spec << ": error feedback should deliver nearly all of " << steps
                         << " steps' gradients";
+  }
+}
+
+// A loss-scaling overflow (an inf gradient on one rank) reaches every rank as a non-finite
+// gradient, as with the plain average, instead of failing the exchange; and the next step is
+// finite again (the residual did not keep the inf).
+TEST(Compression, AnOverflowStepIsSeenByEveryRankAndForgotten) {
+  torch::set_num_threads(1);
+  for (const char* spec : {"onebit", "topk:0.5"}) {
+    std::vector<int> nonFinite(2, 0), finiteAfter(2, 0);
+    auto errors = runThreadRanks(2, testOptions(TransportKind::kShm), [&](comm::Group& g) {
+      Mlp net = seededMlp();
+      train::DdpOptions o;
+      o.commHook = train::ddp::compressionHook(CompressionSpec::parse(spec));
+      train::DistributedDataParallel ddp(net.ptr(), g.shared_from_this(), o);
+      auto [x, y] = batchOf(g.rank(), 0);
+      for (int s = 0; s < 3; ++s) {
+        for (auto& p : net->parameters()) p.mutable_grad() = torch::Tensor();
+        auto loss = torch::mse_loss(net->forward(x), y);
+        if (s == 1 && g.rank() == 1) loss = loss * std::numeric_limits<float>::infinity();
+        ddp.backward(loss);
+        bool finite = true;
+        for (auto& p : net->parameters())
+          finite = finite && torch::isfinite(p.grad()).all().item<bool>();
+        if (s == 1) nonFinite[static_cast<size_t>(g.rank())] = !finite;
+        if (s == 2) finiteAfter[static_cast<size_t>(g.rank())] = finite;
+      }
+    });
+    for (int r = 0; r < 2; ++r) {
+      EXPECT_EQ(errors[r], "") << spec << " rank " << r;
+      EXPECT_TRUE(nonFinite[r]) << spec << " rank " << r << " did not see the overflow";
+      EXPECT_TRUE(finiteAfter[r]) << spec << " rank " << r << ": the overflow stayed";
+    }
   }
 }
 

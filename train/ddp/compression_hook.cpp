@@ -5,6 +5,9 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <fmt/format.h>
 
+#include <cmath>
+#include <cstring>
+#include <limits>
 #include <unordered_map>
 
 #include "comm/collectives.h"
@@ -66,6 +69,13 @@ class Residuals {
   };
   std::unordered_map<size_t, Slot> slots_;
 };
+
+// The scale a 1-bit message starts with (comm/compress/sign.h).
+float signScale(const uint8_t* message) {
+  float scale;
+  std::memcpy(&scale, message, sizeof(scale));
+  return scale;
+}
 
 bool isFloat32(const GradBucket& bucket) {
   return bucket.buffer.scalar_type() == torch::kFloat32;
@@ -154,6 +164,12 @@ class GatherHook : public CommHook {
       s.message.resize(compress::signMessageBytes(n));
       compress::signEncode(grad, residual, n, s.message.data());
     }
+    // Note [Non-finite gradients]
+    // An inf or NaN gradient (a loss-scaling overflow step, which the scaler then skips) would
+    // stay in the residual and poison every later step: the residual starts over instead. Its
+    // 1-bit scale is not finite, which the receivers turn into NaN gradients (finish()), so
+    // every rank sees the overflow, as with the plain average.
+    if (!torch::isfinite(bucket.buffer).all().item<bool>()) s.residual.zero_();
     s.gathered.resize(s.message.size() * static_cast<size_t>(group.size()));
     return comm::allgatherAsync(group, s.message.data(), s.gathered.data(), s.message.size(),
                                 DataType::kUInt8);
@@ -170,6 +186,10 @@ class GatherHook : public CommHook {
       const uint8_t* message = s.gathered.data() + s.message.size() * static_cast<size_t>(r);
       if (spec_.codec == Codec::kTopK) {
         compress::topkAccumulate(message, compress::topkCount(n, spec_.density), weight, out, n);
+      } else if (!std::isfinite(signScale(message))) {
+        // Note [Non-finite gradients]
+        std::fill(out, out + n, std::numeric_limits<float>::quiet_NaN());
+        return;
       } else {
         compress::signAccumulate(message, n, weight, out);
       }
