@@ -1,6 +1,7 @@
 // Shoal's all-reduce, each algorithm, over one transport (--encrypt on: TCP links in TLS, checked,
-// labelled "tcp+tls"). Started plainly it launches itself
-// as --ranks local processes (like the demo); each rank runs the shared measurement loop
+// labelled "tcp+tls"; --transport auto: the links Shoal picks, shared memory within a host and
+// TCP or TLS across hosts as under `shoal run --hosts`, unchecked). Started plainly it launches
+// itself as --ranks local processes (like the demo); each rank runs the shared measurement loop
 // (bench/bench_common.h: calibrated repetitions, every result verified). Exits non-zero if any
 // rank's result was wrong.
 #include <CLI/CLI.hpp>
@@ -24,7 +25,7 @@ int main(int argc, char** argv) {
   std::string encrypt = "off";
   size_t maxBytes = 256u << 20;
   app.add_option("-n,--ranks", ranks)->check(CLI::Range(1, 64));
-  app.add_option("--transport", transport)->check(CLI::IsMember({"shm", "tcp"}));
+  app.add_option("--transport", transport)->check(CLI::IsMember({"shm", "tcp", "auto"}));
   app.add_option("--encrypt", encrypt, "TLS on the TCP links (SHOAL_ENCRYPT; needs tcp)")
       ->check(CLI::IsMember({"off", "on"}));
   app.add_option("--algorithms", algorithms, "comma-separated");
@@ -55,7 +56,8 @@ int main(int argc, char** argv) {
 
   auto world = init().group;
   const std::string label = transport + (encrypt == "on" ? "+tls" : "");
-  if (!bench::linksAre(*world, encrypt == "on"      ? transport::LinkKind::kTls
+  if (transport != "auto" &&
+      !bench::linksAre(*world, encrypt == "on"      ? transport::LinkKind::kTls
                                : transport == "tcp" ? transport::LinkKind::kTcp
                                                     : transport::LinkKind::kShm)) {
     return 1;
