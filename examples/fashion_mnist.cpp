@@ -37,6 +37,7 @@
 #include "train/allocator.h"
 #include "train/checkpoint.h"
 #include "train/ddp.h"
+#include "train/ddp/compression_hook.h"
 #include "train/distributed_sampler.h"
 #include "train/fashion_cnn.h"
 #include "train/idx_dataset.h"
@@ -71,7 +72,8 @@ struct Flags {
   std::string saveParams;    // tests: rank 0 writes the final parameters here
   int64_t crashAtStep = -1;  // tests: the last rank kills itself after this step
   bool quiet = false;
-  std::string mode = "ddp";  // ddp | ps-sync | ps-async | ps-ssp
+  std::string mode = "ddp";          // ddp | ps-sync | ps-async | ps-ssp
+  std::string compression = "none";  // comm/compress/spec.h
   int staleness = 2;
 };
 
@@ -233,9 +235,18 @@ int trainMain(const Flags& f) {
     train::DdpOptions ddpOptions;
     ddpOptions.overlap = !f.noOverlap;
     ddpOptions.bucketBytes = f.bucketMb << 20;
+    ddpOptions.commHook =
+        train::ddp::compressionHook(compress::CompressionSpec::parse(f.compression));
     ddp.emplace(model.ptr(), w.group, ddpOptions);
     optimizer = train::makeOptimizer(model->parameters(), oo);
   }
+  // What a synchronized step really sent, for the epoch lines (DDP).
+  auto sentPerStep = [&]() -> std::string {
+    if (!ddp || ddp->stats().steps == 0) return "";
+    const auto s = ddp->stats();
+    return fmt::format(", sent {:.2f} MiB/step",
+                       static_cast<double>(s.bytesSent) / static_cast<double>(s.steps) / (1 << 20));
+  };
 
   // Parameter servers write their own (shard) checkpoints; workers only in ddp mode.
   std::optional<train::Checkpointer> checkpoints;
@@ -329,9 +340,10 @@ int trainMain(const Flags& f) {
     if (checkpoints) checkpoints->save(g, *model, *optimizer, {epoch + 1, 0, at.step});
     if (lead) {
       if (!f.quiet) {
-        fmt::print("epoch {}/{}: loss {:.4f}, test accuracy {:.2f}%, {:.1f} s, {:.0f} samples/s\n",
-                   epoch + 1, f.epochs, sums[0] / std::max(sums[1], 1.0), 100 * accuracy, seconds,
-                   sums[1] / seconds);
+        fmt::print(
+            "epoch {}/{}: loss {:.4f}, test accuracy {:.2f}%, {:.1f} s, {:.0f} samples/s{}\n",
+            epoch + 1, f.epochs, sums[0] / std::max(sums[1], 1.0), 100 * accuracy, seconds,
+            sums[1] / seconds, sentPerStep());
         std::fflush(stdout);
       }
       if (metrics.is_open()) {
@@ -407,6 +419,18 @@ int main(int argc, char** argv) {
                  "ps-sync, ps-async, ps-ssp")
       ->capture_default_str()
       ->check(CLI::IsMember({"ddp", "ps-sync", "ps-async", "ps-ssp"}));
+  app.add_option("--compression", f.compression,
+                 "gradient compression: none, fp16, bf16, topk:DENSITY, powersgd:RANK (ddp), "
+                 "onebit; optionally ,warmup=STEPS (steps sent uncompressed first)")
+      ->capture_default_str()
+      ->check([](const std::string& text) {
+        try {
+          compress::CompressionSpec::parse(text);
+          return std::string();
+        } catch (const std::exception& e) {
+          return std::string(e.what());
+        }
+      });
   numbers.integer(app, "--staleness", f.staleness, 0, 1000000,
                   "ps-ssp: steps a worker may run ahead of the slowest");
   // Configuration errors, from CLI11, the numbers or the environment: one line, exit code 2.

@@ -17,6 +17,7 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<torch::nn::Modu
                                                  DdpOptions options)
     : module_(std::move(module)), group_(std::move(group)), options_(std::move(options)) {
   SHOAL_CHECK(module_ && group_, "DistributedDataParallel needs a module and a group");
+  bytesAtStart_ = group_->bytesSent();
   SHOAL_CHECK(options_.bucketBytes > 0 && options_.firstBucketBytes > 0,
               "DistributedDataParallel: bucket sizes must be positive");
   for (auto& item : module_->named_parameters(/*recurse=*/true)) {
@@ -128,6 +129,7 @@ void DistributedDataParallel::beforeForward() {
 DistributedDataParallel::Stats DistributedDataParallel::stats() const {
   Stats s;
   s.bufferSeconds = bufferSeconds_;
+  s.bytesSent = group_->bytesSent() - bytesAtStart_;
   if (reducer_) {
     s.steps = reducer_->stats().steps;
     s.finishSeconds = reducer_->stats().finishSeconds;

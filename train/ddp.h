@@ -119,6 +119,8 @@ class DistributedDataParallel {
     double bufferSeconds = 0;  // in beforeForward(): the buffer broadcast
     double finishSeconds = 0;  // in finishGradientSync(): the last buckets' start, the
                                // wait for every bucket, the hook's finish()
+    uint64_t bytesSent = 0;    // by this rank in the group since construction (every
+                               // operation on the group, checks and buffers included; 0 on MPI)
   };
   Stats stats() const;
 
@@ -133,6 +135,7 @@ class DistributedDataParallel {
   std::vector<std::string> names_;
   std::unique_ptr<ddp::Reducer> reducer_;  // null with one rank
   bool sync_ = true;
+  uint64_t bytesAtStart_ = 0;
 
   // Note [One broadcast for the buffers]: each buffer's bytes at `offset` in packedBuffers_.
   struct BufferSlot {

@@ -15,16 +15,21 @@
 
 namespace shoal::compress {
 
-// Elements sent for a buffer of n: ceil(n * density), at least 1 (0 for n = 0), at most n.
-// InvalidArgument unless 0 < density <= 1.
+// Elements sent for a buffer of n: ceil(n * density), at least 1 (0 for n = 0), at most n; a
+// product within a relative 1e-12 of an integer is that integer (100 * 0.07 sends 7, though
+// the double product is 7.000000000000001). InvalidArgument unless 0 < density <= 1.
 size_t topkCount(size_t n, double density);
 // Bytes of one rank's message for k elements.
-inline size_t topkMessageBytes(size_t k) { return k * (sizeof(uint32_t) + sizeof(float)); }
+inline size_t topkMessageBytes(size_t k) {
+  return k * (sizeof(uint32_t) + sizeof(float));
+}
 
 // e = grad + residual (residual may be null: no error feedback). Writes the k largest |e| as
 // indices (ascending) and values into `message` (topkMessageBytes(k) bytes); afterwards
-// residual = e with those k elements zeroed. `grad` is not modified. Ties broken by lower index.
-// k <= n (InvalidArgument otherwise).
+// residual = e with those k elements zeroed. `grad` is not modified. Ties broken by lower index;
+// NaN ranks above infinity (so it is always sent: the optimizer decides). k <= n and
+// n < 2^32 (InvalidArgument otherwise). Two passes over the buffer (Note [Top-k selection] in
+// topk.cpp) and O(k) scratch for gradient-like data.
 void topkEncode(const float* grad, float* residual, size_t n, size_t k, uint8_t* message);
 
 // Adds weight * value at each index of one message into out[0..n). The message came from a

@@ -5,11 +5,14 @@
 #include <torch/torch.h>
 #include <zlib.h>
 
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 
+#include "comm/compress/sign.h"
+#include "comm/compress/topk.h"
 #include "common/error.h"
 #include "common/hmac_auth.h"
 #include "common/sealed_file.h"
@@ -264,6 +267,29 @@ void shardIndex() {
   std::filesystem::remove_all(dir);
 }
 
+// codec: the mode byte, then a spec's text (mode 0); or the weight and a top-k message for n
+// elements (mode 1, n in 2 bytes) or a 1-bit message (mode 2 + 3 * (8 * bit bytes - n))
+// (compress/codec_fuzz.cpp).
+void codec() {
+  seed("codec", "spec-topk", std::string(1, char(0)) + "topk:0.01,warmup=50");
+  seed("codec", "spec-powersgd", std::string(1, char(0)) + "powersgd:4");
+  std::vector<float> grad(64), residual(64, 0.25f);
+  for (size_t i = 0; i < grad.size(); ++i) {
+    grad[i] = std::sin(static_cast<float>(i)) * static_cast<float>(i % 5);
+  }
+  const float weight = 0.5f;
+  const size_t k = compress::topkCount(grad.size(), 0.0625);
+  std::string topk(compress::topkMessageBytes(k), '\0');
+  compress::topkEncode(grad.data(), residual.data(), grad.size(), k,
+                       reinterpret_cast<uint8_t*>(topk.data()));
+  seed("codec", "topk",
+       std::string(1, char(1)) + raw(weight) + std::string{char(64), char(0)} + topk);
+  const size_t n = 20;  // 3 bit bytes, 4 bits unused
+  std::string sign(compress::signMessageBytes(n), '\0');
+  compress::signEncode(grad.data(), residual.data(), n, reinterpret_cast<uint8_t*>(sign.data()));
+  seed("codec", "onebit", std::string(1, char(2 + 3 * 4)) + raw(weight) + sign);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -281,6 +307,7 @@ int main(int argc, char** argv) {
     checkpoint();
     idx();
     shardIndex();
+    codec();
   } catch (const std::exception& e) {
     std::fprintf(stderr, "make_corpus: %s\n", e.what());
     return 1;

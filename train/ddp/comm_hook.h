@@ -58,8 +58,9 @@ struct GradBucket {
   std::vector<size_t> params;    // parameter indices (registration order of the trainable ones)
   std::vector<int64_t> offsets;  // element offset of each parameter's gradient in buffer
   std::vector<int64_t> numels;   // elements of each parameter
-  uint64_t layoutVersion = 0;    // grows by one whenever the buckets are rebuilt
-  std::unique_ptr<BucketState> state;  // from CommHook::makeState (may be null)
+  std::vector<std::vector<int64_t>> shapes;  // each parameter's shape (PowerSGD's matrices)
+  uint64_t layoutVersion = 0;                // grows by one whenever the buckets are rebuilt
+  std::unique_ptr<BucketState> state;        // from CommHook::makeState (may be null)
 
   // The state as the hook's own type; InternalError if it is not one.
   template <class T>

@@ -93,6 +93,7 @@ void Reducer::buildBuckets(const std::vector<size_t>& order) {
       b.params.push_back(i);
       b.offsets.push_back(total);
       b.numels.push_back(params_[i].numel());
+      b.shapes.push_back(params_[i].sizes().vec());
       total += params_[i].numel();
     }
     b.buffer = torch::zeros({total}, params_[g.front()].options().requires_grad(false));

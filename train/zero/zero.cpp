@@ -70,6 +70,12 @@ ZeroDataParallel::Impl::Impl(std::shared_ptr<torch::nn::Module> m, torch::nn::Se
                 "hooks)");
   }
   SHOAL_CHECK(options.bucketBytes > 0, "ZeroDataParallel: bucketBytes must be positive");
+  if (options.commHook && options.stage != 1) {
+    SHOAL_THROW(InvalidArgument,
+                "ZeroDataParallel: a communication hook ({}) works with stage 1 only; stage {} "
+                "reduce-scatters its gradients",
+                options.commHook->name(), options.stage);
+  }
   SHOAL_CHECK(options.clipNorm >= 0, "ZeroDataParallel: clipNorm {} is negative", options.clipNorm);
   for (auto& item : module->named_parameters(/*recurse=*/true)) {
     if (!item.value().requires_grad()) continue;
@@ -243,6 +249,22 @@ void ZeroDataParallel::Impl::shardUnits() {
     }
     if (options.stage == 3) release(u);
   }
+  if (options.commHook) {
+    for (size_t i = 0; i < units.size(); ++i) {
+      Unit& u = units[i];
+      u.hookBucket = std::make_unique<ddp::GradBucket>();
+      auto& b = *u.hookBucket;
+      b.index = i;
+      b.buffer = u.fullGrad;
+      b.params = u.params;
+      b.offsets = u.offsets;
+      for (size_t p : u.params) {
+        b.numels.push_back(params[p].numel());
+        b.shapes.push_back(params[p].sizes().vec());
+      }
+      b.state = options.commHook->makeState(*group, b);
+    }
+  }
 }
 
 void ZeroDataParallel::Impl::registerHooks() {
@@ -306,6 +328,11 @@ void ZeroDataParallel::Impl::startReady() {
 void ZeroDataParallel::Impl::startReduce(Unit& u) {
   if (!u.fullGrad.defined()) u.fullGrad = spareGrads.zeros(u.padded, u.flat.options());
   u.started = true;
+  if (u.hookBucket) {
+    u.reduceWork = options.commHook->start(*group, *u.hookBucket);
+    u.hookStarted = true;
+    return;
+  }
   if (options.stage == 1) {
     u.reduceWork = comm::allreduceAsync(*group, u.fullGrad.data_ptr(),
                                         static_cast<size_t>(u.padded), wireType(), ReduceOp::kAvg);
@@ -328,6 +355,16 @@ void ZeroDataParallel::Impl::startReduce(Unit& u) {
 }
 
 void ZeroDataParallel::Impl::completeReduce(Unit& u) {
+  if (u.hookStarted) {
+    // A hook may leave nothing in flight (null Work) and still have its finish() to run.
+    u.hookStarted = false;
+    auto work = std::move(u.reduceWork);
+    u.reduceWork.reset();
+    if (work) work->wait();
+    options.commHook->finish(*group, *u.hookBucket);
+    if (mixed) u.master.mutable_grad().copy_(shardOf(u.fullGrad, u));
+    return;
+  }
   if (!u.reduceWork) return;
   auto work = std::move(u.reduceWork);
   u.reduceWork.reset();
@@ -359,6 +396,7 @@ void ZeroDataParallel::Impl::finishIteration() {
 std::exception_ptr ZeroDataParallel::Impl::drain() noexcept {
   std::exception_ptr first;
   for (auto& u : units) {
+    u.hookStarted = false;  // abandoned: its finish() must not run on a failed exchange
     for (auto* w : {&u.reduceWork, &u.gatherWork}) {
       if (!*w) continue;
       try {

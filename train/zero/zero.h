@@ -63,6 +63,7 @@
 
 #include "comm/group.h"
 #include "train/checkpoint.h"
+#include "train/ddp/comm_hook.h"
 #include "train/optim.h"
 
 namespace shoal::train::zero {
@@ -85,6 +86,11 @@ struct ZeroOptions {
   size_t maxInFlightReductions = 2;
   // Copy rank 0's buffers (BatchNorm statistics) to every rank in beforeForward().
   bool broadcastBuffers = true;
+  // Stage 1: what is done to each unit's full gradients (a DDP communication hook, e.g.
+  // ddp::compressionHook); null: the average all-reduce. The units are its buckets (index in
+  // reduction order; the buffer is padded to a multiple of the world size with zeros). Stages
+  // 2-3 reduce-scatter and take none (InvalidArgument).
+  std::shared_ptr<ddp::CommHook> commHook;
 };
 
 // Bytes this rank holds, from the tensors themselves (each storage counted once, at its

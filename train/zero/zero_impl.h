@@ -93,6 +93,8 @@ struct Unit {
   size_t pending = 0;      // parameters without their gradient this iteration
   bool started = false;
   std::shared_ptr<comm::Work> reduceWork;
+  std::unique_ptr<ddp::GradBucket> hookBucket;  // stage 1 with ZeroOptions::commHook
+  bool hookStarted = false;                     // its start() ran, finish() has not
 };
 
 struct ZeroDataParallel::Impl {

@@ -1,0 +1,125 @@
+#include "comm/compress/spec.h"
+
+#include <fmt/format.h>
+
+#include <cstdint>
+#include <limits>
+
+#include "common/env.h"
+#include "common/error.h"
+
+namespace shoal::compress {
+
+namespace {
+
+constexpr std::string_view kAccepted =
+    "expected none, fp16, bf16, topk[:DENSITY], powersgd[:RANK] or onebit, optionally followed "
+    "by ,warmup=STEPS";
+
+[[noreturn]] void refuse(std::string_view text, std::string_view why) {
+  SHOAL_THROW(InvalidArgument, "compression '{}': {}; {}", text, why, kAccepted);
+}
+
+// The message of parseInteger's / parseNumber's InvalidArgument, as the reason of ours.
+template <typename Parse>
+auto parsePart(std::string_view text, Parse&& parse) {
+  try {
+    return parse();
+  } catch (const InvalidArgument& e) {
+    refuse(text, e.what());
+  }
+}
+
+}  // namespace
+
+CompressionSpec CompressionSpec::parse(std::string_view text) {
+  const size_t comma = text.find(',');
+  const std::string_view head = text.substr(0, comma);
+  const size_t colon = head.find(':');
+  const std::string_view name = head.substr(0, colon);
+  const bool hasParam = colon != std::string_view::npos;
+  const std::string_view param = hasParam ? head.substr(colon + 1) : std::string_view();
+
+  CompressionSpec spec;
+  if (name == "none") {
+    spec.codec = Codec::kNone;
+  } else if (name == "fp16") {
+    spec.codec = Codec::kFp16;
+  } else if (name == "bf16") {
+    spec.codec = Codec::kBf16;
+  } else if (name == "onebit") {
+    spec.codec = Codec::kOneBit;
+  } else if (name == "topk") {
+    spec.codec = Codec::kTopK;
+    if (hasParam) {
+      // parseNumber's range is closed, and a density of 0 would send nothing: one message for
+      // every refusal, with the open bound.
+      double d = 0;
+      try {
+        d = parseNumber("topk density", param, 0, 1);
+      } catch (const InvalidArgument&) {
+      }
+      if (!(d > 0)) {
+        refuse(text, fmt::format("topk density='{}': expected a number in (0, 1]", param));
+      }
+      spec.density = d;
+    }
+  } else if (name == "powersgd") {
+    spec.codec = Codec::kPowerSgd;
+    if (hasParam) {
+      spec.rank = static_cast<int>(
+          parsePart(text, [&] { return parseInteger("powersgd rank", param, 1, 1024); }));
+    }
+  } else {
+    refuse(text, fmt::format("unknown codec '{}'", name));
+  }
+  if (hasParam && spec.codec != Codec::kTopK && spec.codec != Codec::kPowerSgd) {
+    refuse(text, fmt::format("{} takes no parameter (':{}')", name, param));
+  }
+
+  if (comma == std::string_view::npos) return spec;
+  bool warmupSeen = false;
+  for (std::string_view rest = text.substr(comma + 1);;) {
+    const size_t next = rest.find(',');
+    const std::string_view option = rest.substr(0, next);
+    const size_t eq = option.find('=');
+    if (option.substr(0, eq) != "warmup") refuse(text, fmt::format("unknown option '{}'", option));
+    if (warmupSeen) refuse(text, "warmup given twice");
+    warmupSeen = true;
+    const std::string_view steps = eq == std::string_view::npos ? "" : option.substr(eq + 1);
+    spec.warmupSteps = parsePart(text, [&] {
+      return parseInteger("warmup", steps, 0, std::numeric_limits<int64_t>::max());
+    });
+    if (next == std::string_view::npos) return spec;
+    rest.remove_prefix(next + 1);
+  }
+}
+
+std::string CompressionSpec::toString() const {
+  std::string s(compress::toString(codec));
+  // fmt's "{}" of a double is the shortest text that reads back as the same double.
+  if (codec == Codec::kTopK) s += fmt::format(":{}", density);
+  if (codec == Codec::kPowerSgd) s += fmt::format(":{}", rank);
+  if (warmupSteps != 0) s += fmt::format(",warmup={}", warmupSteps);
+  return s;
+}
+
+std::string_view toString(Codec codec) {
+  switch (codec) {
+    case Codec::kNone:
+      return "none";
+    case Codec::kFp16:
+      return "fp16";
+    case Codec::kBf16:
+      return "bf16";
+    case Codec::kTopK:
+      return "topk";
+    case Codec::kPowerSgd:
+      return "powersgd";
+    case Codec::kOneBit:
+      return "onebit";
+  }
+  return "invalid";
+}
+
+}  // namespace shoal::compress

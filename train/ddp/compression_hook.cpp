@@ -1,0 +1,337 @@
+// The hooks behind compressionHook() (train/ddp/compression_hook.h): casts, top-k and 1-bit
+// through the codecs of comm/compress/, PowerSGD here (it needs matrix products and QR).
+#include "train/ddp/compression_hook.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <fmt/format.h>
+
+#include <unordered_map>
+
+#include "comm/collectives.h"
+#include "comm/compress/half_cast.h"
+#include "comm/compress/sign.h"
+#include "comm/compress/topk.h"
+#include "common/error.h"
+#include "train/tensor_types.h"
+
+namespace shoal::train::ddp {
+
+namespace {
+
+using compress::Codec;
+using compress::CompressionSpec;
+
+// Note [Warm-up and the step of a bucket]
+// Every rank starts its buckets in the same order, bucket 0 first, once per synchronized step
+// (CommHook's contract), so bucket 0's start() counts steps on every rank alike. Whether a
+// step is compressed is decided there and remembered per bucket until its finish(): all
+// buckets of a step, and start() and finish() of one bucket, agree.
+class StepCounter {
+ public:
+  explicit StepCounter(int64_t warmup) : warmup_(warmup) {}
+  // Called by start(): whether this bucket's step is compressed.
+  bool compressed(const GradBucket& bucket) {
+    if (bucket.index == 0) ++step_;
+    return step_ > warmup_;
+  }
+
+ private:
+  int64_t warmup_;
+  int64_t step_ = 0;
+};
+
+// Error-feedback residuals kept per parameter (the element range each parameter has in a
+// bucket), so DDP's rebuild of the bucket layout carries them over instead of dropping them.
+class Residuals {
+ public:
+  // The residual of a bucket of the current layout: a flat float tensor as long as its buffer,
+  // holding what earlier layouts had for each of its parameters (zeros for new ones).
+  torch::Tensor forBucket(const GradBucket& bucket) {
+    auto residual = torch::zeros({bucket.buffer.numel()}, torch::kFloat32);
+    for (size_t k = 0; k < bucket.params.size(); ++k) {
+      Slot& slot = slots_[bucket.params[k]];
+      if (slot.flat.defined()) {
+        residual.narrow(0, bucket.offsets[k], bucket.numels[k])
+            .copy_(slot.flat.narrow(0, slot.offset, bucket.numels[k]));
+      }
+      slot = {residual, bucket.offsets[k]};
+    }
+    return residual;
+  }
+
+ private:
+  struct Slot {
+    torch::Tensor flat;  // the bucket residual it lies in (kept alive for the next layout)
+    int64_t offset = 0;
+  };
+  std::unordered_map<size_t, Slot> slots_;
+};
+
+bool isFloat32(const GradBucket& bucket) {
+  return bucket.buffer.scalar_type() == torch::kFloat32;
+}
+
+std::shared_ptr<comm::Work> plainAverage(comm::Group& group, GradBucket& bucket) {
+  return comm::allreduceAsync(group, bucket.buffer.data_ptr(),
+                              static_cast<size_t>(bucket.buffer.numel()),
+                              toShoalType(bucket.buffer.scalar_type()), ReduceOp::kAvg);
+}
+
+// ---- fp16 / bf16 ----
+
+struct CastState : BucketState {
+  std::vector<uint16_t> wire;
+  bool compressed = false;
+};
+
+class CastHook : public CommHook {
+ public:
+  CastHook(DataType half, int64_t warmup) : half_(half), steps_(warmup) {}
+
+  std::unique_ptr<BucketState> makeState(comm::Group&, const GradBucket&) override {
+    return std::make_unique<CastState>();
+  }
+
+  std::shared_ptr<comm::Work> start(comm::Group& group, GradBucket& bucket) override {
+    auto& s = bucket.stateAs<CastState>();
+    s.compressed = steps_.compressed(bucket) && isFloat32(bucket);
+    if (!s.compressed) return plainAverage(group, bucket);
+    const auto n = static_cast<size_t>(bucket.buffer.numel());
+    s.wire.resize(n);
+    compress::encodeHalf(half_, bucket.buffer.data_ptr<float>(), s.wire.data(), n);
+    // The average is taken in the 16-bit type, each addition in float32 (common/reduce.h).
+    return comm::allreduceAsync(group, s.wire.data(), n, half_, ReduceOp::kAvg);
+  }
+
+  void finish(comm::Group&, GradBucket& bucket) override {
+    auto& s = bucket.stateAs<CastState>();
+    if (!s.compressed) return;
+    compress::decodeHalf(half_, s.wire.data(), bucket.buffer.data_ptr<float>(), s.wire.size());
+  }
+
+  std::string name() const override {
+    return fmt::format("{} all-reduce", half_ == DataType::kFloat16 ? "fp16" : "bf16");
+  }
+
+ private:
+  DataType half_;
+  StepCounter steps_;
+};
+
+// ---- top-k and 1-bit: fixed-size messages, one all-gather ----
+
+struct GatherState : BucketState {
+  torch::Tensor residual;
+  std::vector<uint8_t> message;   // this rank's
+  std::vector<uint8_t> gathered;  // every rank's, rank order
+  bool compressed = false;
+};
+
+// A codec whose message has the same size on every rank for a buffer of n elements: encoded,
+// all-gathered, and every rank's message decoded into the average.
+class GatherHook : public CommHook {
+ public:
+  GatherHook(CompressionSpec spec) : spec_(spec), steps_(spec.warmupSteps) {}
+
+  std::unique_ptr<BucketState> makeState(comm::Group&, const GradBucket& bucket) override {
+    auto s = std::make_unique<GatherState>();
+    if (isFloat32(bucket)) s->residual = residuals_.forBucket(bucket);
+    return s;
+  }
+
+  std::shared_ptr<comm::Work> start(comm::Group& group, GradBucket& bucket) override {
+    auto& s = bucket.stateAs<GatherState>();
+    s.compressed = steps_.compressed(bucket) && isFloat32(bucket);
+    if (!s.compressed) return plainAverage(group, bucket);
+    const auto n = static_cast<size_t>(bucket.buffer.numel());
+    const float* grad = bucket.buffer.data_ptr<float>();
+    float* residual = s.residual.data_ptr<float>();
+    if (spec_.codec == Codec::kTopK) {
+      const size_t k = compress::topkCount(n, spec_.density);
+      s.message.resize(compress::topkMessageBytes(k));
+      compress::topkEncode(grad, residual, n, k, s.message.data());
+    } else {
+      s.message.resize(compress::signMessageBytes(n));
+      compress::signEncode(grad, residual, n, s.message.data());
+    }
+    s.gathered.resize(s.message.size() * static_cast<size_t>(group.size()));
+    return comm::allgatherAsync(group, s.message.data(), s.gathered.data(), s.message.size(),
+                                DataType::kUInt8);
+  }
+
+  void finish(comm::Group& group, GradBucket& bucket) override {
+    auto& s = bucket.stateAs<GatherState>();
+    if (!s.compressed) return;
+    const auto n = static_cast<size_t>(bucket.buffer.numel());
+    float* out = bucket.buffer.data_ptr<float>();
+    std::fill(out, out + n, 0.0f);
+    const float weight = 1.0f / static_cast<float>(group.size());
+    for (int r = 0; r < group.size(); ++r) {
+      const uint8_t* message = s.gathered.data() + s.message.size() * static_cast<size_t>(r);
+      if (spec_.codec == Codec::kTopK) {
+        compress::topkAccumulate(message, compress::topkCount(n, spec_.density), weight, out, n);
+      } else {
+        compress::signAccumulate(message, n, weight, out);
+      }
+    }
+  }
+
+  std::string name() const override { return fmt::format("{} all-gather", spec_.toString()); }
+
+ private:
+  CompressionSpec spec_;
+  StepCounter steps_;
+  Residuals residuals_;
+};
+
+// ---- PowerSGD ----
+
+// Note [PowerSGD]
+// For each gradient viewed as an n x m matrix G (its first dimension by the rest) with
+// rank < min(n, m): M = G + residual; P = M Q; P averaged over ranks and orthonormalized
+// (reduced QR); Q = M^T P averaged; the gradient becomes P Q^T, and the residual M - P Q^T.
+// Q is kept for the next step (the warm start that makes one power iteration per step enough)
+// and starts from the same random matrix on every rank. Each step sends (n + m) * rank floats
+// per matrix instead of n * m. The other gradients of the bucket (biases, matrices too small
+// to gain) travel uncompressed in the same all-reduce as the P's.
+struct PowerSgdState : BucketState {
+  struct Matrix {
+    size_t param = 0;  // index into bucket.params
+    int64_t rows = 0, cols = 0;
+    torch::Tensor m;  // this step's M
+    torch::Tensor p;  // view into `first`
+  };
+  std::vector<Matrix> matrices;
+  std::vector<size_t> plain;  // bucket positions sent uncompressed
+  torch::Tensor first;        // P's then the plain gradients: the first all-reduce
+  torch::Tensor second;       // the Q's: the second all-reduce
+  bool compressed = false;
+};
+
+class PowerSgdHook : public CommHook {
+ public:
+  explicit PowerSgdHook(CompressionSpec spec) : spec_(spec), steps_(spec.warmupSteps) {}
+
+  std::unique_ptr<BucketState> makeState(comm::Group&, const GradBucket& bucket) override {
+    auto s = std::make_unique<PowerSgdState>();
+    int64_t firstNumel = 0;
+    for (size_t k = 0; k < bucket.params.size(); ++k) {
+      const auto& shape = bucket.shapes.at(k);
+      const int64_t rows = shape.empty() ? 1 : shape[0];
+      const int64_t cols = rows == 0 ? 0 : bucket.numels[k] / rows;
+      const int64_t r = spec_.rank;
+      if (shape.size() >= 2 && r < std::min(rows, cols) && (rows + cols) * r < rows * cols) {
+        s->matrices.push_back({k, rows, cols, {}, {}});
+        firstNumel += rows * r;
+      } else {
+        s->plain.push_back(k);
+        firstNumel += bucket.numels[k];
+      }
+    }
+    s->first = torch::zeros({firstNumel}, torch::kFloat32);
+    int64_t secondNumel = 0;
+    for (auto& mat : s->matrices) secondNumel += mat.cols * spec_.rank;
+    s->second = torch::zeros({secondNumel}, torch::kFloat32);
+    return s;
+  }
+
+  std::shared_ptr<comm::Work> start(comm::Group& group, GradBucket& bucket) override {
+    torch::NoGradGuard noGrad;
+    auto& s = bucket.stateAs<PowerSgdState>();
+    s.compressed = steps_.compressed(bucket) && isFloat32(bucket);
+    if (!s.compressed) return plainAverage(group, bucket);
+    int64_t at = 0;
+    for (auto& mat : s.matrices) {
+      const size_t param = bucket.params[mat.param];
+      auto grad = bucket.buffer.narrow(0, bucket.offsets[mat.param], bucket.numels[mat.param])
+                      .view({mat.rows, mat.cols});
+      auto& residual = residual_[param];
+      if (!residual.defined()) residual = torch::zeros_like(grad);
+      mat.m = grad + residual;
+      mat.p = s.first.narrow(0, at, mat.rows * spec_.rank).view({mat.rows, spec_.rank});
+      at += mat.rows * spec_.rank;
+      torch::mm_out(mat.p, mat.m, warmQ(param, mat.cols));
+    }
+    for (size_t k : s.plain) {
+      s.first.narrow(0, at, bucket.numels[k])
+          .copy_(bucket.buffer.narrow(0, bucket.offsets[k], bucket.numels[k]));
+      at += bucket.numels[k];
+    }
+    return comm::allreduceAsync(group, s.first.data_ptr(), static_cast<size_t>(s.first.numel()),
+                                DataType::kFloat32, ReduceOp::kAvg);
+  }
+
+  void finish(comm::Group& group, GradBucket& bucket) override {
+    torch::NoGradGuard noGrad;
+    auto& s = bucket.stateAs<PowerSgdState>();
+    if (!s.compressed) return;
+    int64_t at = 0;
+    for (auto& mat : s.matrices) at += mat.rows * spec_.rank;
+    for (size_t k : s.plain) {
+      bucket.buffer.narrow(0, bucket.offsets[k], bucket.numels[k])
+          .copy_(s.first.narrow(0, at, bucket.numels[k]));
+      at += bucket.numels[k];
+    }
+    if (s.matrices.empty()) return;
+    at = 0;
+    std::vector<torch::Tensor> qs;
+    for (auto& mat : s.matrices) {
+      mat.p.copy_(std::get<0>(torch::linalg_qr(mat.p)));
+      auto q = s.second.narrow(0, at, mat.cols * spec_.rank).view({mat.cols, spec_.rank});
+      at += mat.cols * spec_.rank;
+      torch::mm_out(q, mat.m.t(), mat.p);
+      qs.push_back(q);
+    }
+    comm::allreduce(group, s.second.data_ptr(), static_cast<size_t>(s.second.numel()),
+                    DataType::kFloat32, ReduceOp::kAvg);
+    for (size_t i = 0; i < s.matrices.size(); ++i) {
+      auto& mat = s.matrices[i];
+      const size_t param = bucket.params[mat.param];
+      auto grad = bucket.buffer.narrow(0, bucket.offsets[mat.param], bucket.numels[mat.param])
+                      .view({mat.rows, mat.cols});
+      torch::mm_out(grad, mat.p, qs[i].t());
+      residual_[param] = mat.m - grad;
+      q_[param].copy_(qs[i]);
+      mat.m = torch::Tensor();
+    }
+  }
+
+  std::string name() const override { return fmt::format("{} all-reduce", spec_.toString()); }
+
+ private:
+  // The Q of parameter `param`: last step's, or the same random start on every rank.
+  const torch::Tensor& warmQ(size_t param, int64_t cols) {
+    auto& q = q_[param];
+    if (!q.defined()) {
+      auto gen = at::detail::createCPUGenerator(0x5eedULL + param);
+      q = torch::randn({cols, spec_.rank}, gen, torch::kFloat32);
+    }
+    return q;
+  }
+
+  CompressionSpec spec_;
+  StepCounter steps_;
+  std::unordered_map<size_t, torch::Tensor> residual_;
+  std::unordered_map<size_t, torch::Tensor> q_;
+};
+
+}  // namespace
+
+std::shared_ptr<CommHook> compressionHook(const CompressionSpec& spec) {
+  switch (spec.codec) {
+    case Codec::kNone:
+      return averageAllreduce();
+    case Codec::kFp16:
+      return std::make_shared<CastHook>(DataType::kFloat16, spec.warmupSteps);
+    case Codec::kBf16:
+      return std::make_shared<CastHook>(DataType::kBFloat16, spec.warmupSteps);
+    case Codec::kTopK:
+    case Codec::kOneBit:
+      return std::make_shared<GatherHook>(spec);
+    case Codec::kPowerSgd:
+      return std::make_shared<PowerSgdHook>(spec);
+  }
+  SHOAL_THROW(InvalidArgument, "compression: unknown codec {}", static_cast<int>(spec.codec));
+}
+
+}  // namespace shoal::train::ddp
