@@ -232,6 +232,7 @@ int trainMlp(const World& world, const Options& o) {
                        {"params", params},
                        {"batch", o.batch},
                        {"lr", o.lr},
+                       {"momentum", o.momentum},
                        {"steps", step},
                        {"median_step_seconds", median(steady)},
                        {"bytes_per_step", static_cast<double>(meter.bytes) / steps},

@@ -186,7 +186,7 @@ def train(rank, world, args):
         steady = step_seconds[min(max(warmup if codec != "none" else 0, 1), len(step_seconds) - 1):]
         print(json.dumps({
             "impl": "pytorch", "spec": canonical(codec, prank, warmup), "ranks": world,
-            "params": params, "batch": args.batch, "lr": args.lr, "steps": step,
+            "params": params, "batch": args.batch, "lr": args.lr, "momentum": args.momentum, "steps": step,
             "median_step_seconds": statistics.median(steady), "bytes_per_step": None,
             "link_bytes_per_step": link / step, "train_seconds": train_seconds,
             "target_accuracy": args.target_accuracy, "seconds_to_target": to_target,
