@@ -89,6 +89,14 @@ World init() {
                    r.size, r.hosts, describe(env));
   }
 
+  if (r.elastic && (env.backend == "mpi" || r.hostsStore || r.launcher == Launcher::kNone ||
+                    (r.launcher == Launcher::kMpirun && r.storeHost.empty()))) {
+    SHOAL_THROW(InvalidArgument,
+                "SHOAL_ELASTIC={}: an elastic job needs a store that outlives every worker and "
+                "the native engine (start it with shoal run --elastic, or set SHOAL_STORE_ADDR)",
+                *r.elastic);
+  }
+
   if (env.backend == "mpi") {
     // Without mpirun (or srun) MPI_Init makes a world of one: every rank would train alone and
     // nothing would say so. Refused before MPI is touched.
@@ -153,6 +161,28 @@ World init() {
                                               storeSecret(options), options.encrypt);
   }
   if (!env.listenAddress) options.listenAddress = advertisedAddress(r, storeHost);
+  if (r.elastic) {
+    comm::MembershipOptions mo;
+    mo.range = comm::ElasticRange::parse(*r.elastic);
+    mo.initialSize = r.size;
+    mo.startup = options.timeout;
+    if (r.elasticWaitSeconds) {
+      mo.waitForMembers = std::chrono::duration_cast<Duration>(
+          std::chrono::duration<double>(*r.elasticWaitSeconds));
+    }
+    if (r.size > mo.range.maxSize) {
+      SHOAL_THROW(InvalidArgument, "SHOAL_ELASTIC={}: {} workers started, above the maximum",
+                  *r.elastic, r.size);
+    }
+    comm::ElasticContext ctx{store, std::make_shared<comm::Membership>(store, r.memberId, mo),
+                             options};
+    const comm::View view = ctx.membership->next(-1);
+    w.group = comm::groupForView(ctx, view);
+    w.rank = w.group->rank();
+    w.size = w.group->size();
+    w.elastic = std::move(ctx);
+    return w;
+  }
   w.group = comm::Group::create(store, r.rank, r.size, options);
   return w;
 }

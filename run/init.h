@@ -6,6 +6,9 @@
 // naming a missing or malformed variable, StoreError / TimeoutError if the store cannot be
 // reached, SystemError if this rank must host the store and its port is taken.
 //
+// Elastic jobs need the store to outlive every worker: shoal run hosts it (or SHOAL_STORE_ADDR
+// names one); a rank-hosted store or SHOAL_BACKEND=mpi is refused (InvalidArgument).
+//
 // SHOAL_BACKEND=mpi runs the collectives on OpenMPI (the job must be started by mpirun, or by
 // srun with an MPI-aware launch); the default is Shoal's native engine.
 #pragma once
@@ -13,6 +16,7 @@
 #include <memory>
 
 #include "comm/group.h"
+#include "comm/membership.h"
 #include "run/rendezvous.h"
 
 namespace shoal {
@@ -29,6 +33,10 @@ struct World {
   run::Role role = run::Role::kWorker;
   int roleRank = 0;
   int numServers = 0;
+  // Elastic jobs (shoal run --elastic MIN:MAX, SHOAL_ELASTIC): what train/elastic.h needs to
+  // form each new view's group. rank and size are then the first view's (a worker that joins a
+  // running job blocks in init() until the running workers admit it). Unset otherwise.
+  std::optional<comm::ElasticContext> elastic;
 };
 
 World init();

@@ -14,6 +14,7 @@
 #include <memory>
 #include <set>
 
+#include "comm/membership.h"
 #include "common/error.h"
 #include "common/socket.h"
 #include "run/output_forwarder.h"
@@ -58,6 +59,7 @@ std::vector<std::string> namesOf(const std::vector<std::pair<std::string, std::s
 
 struct Rank {
   int rank = 0;
+  int member = 0;  // elastic jobs: its member id (the rank, then one new id per restart)
   Placement where;
   pid_t pid = -1;  // also its process group
   bool running = false;
@@ -83,7 +85,7 @@ class Job {
     // find every thread blocking it, or it goes to that thread instead of the signalfd.
     blockSignals();
     startStore();
-    for (size_t r = 0; r < places_.size(); ++r) start(static_cast<int>(r));
+    for (size_t r = 0; r < places_.size(); ++r) start(static_cast<int>(r), static_cast<int>(r));
     if (o_.verbose) {
       say("{} rank{} started; store at {}", places_.size(), places_.size() == 1 ? "" : "s",
           storeAddr_);
@@ -120,6 +122,24 @@ class Job {
       SHOAL_THROW(InvalidArgument, "--servers {} leaves no slot for a worker", o_.servers);
     }
     workers_ = static_cast<int>(places_.size()) - o_.servers;
+    if (o_.maxRestarts < 0) {
+      SHOAL_THROW(InvalidArgument, "--max-restarts {} must not be negative", o_.maxRestarts);
+    }
+    if (o_.maxRestarts > 0 && !o_.elastic) {
+      SHOAL_THROW(InvalidArgument,
+                  "--max-restarts needs --elastic MIN:MAX (a worker that "
+                  "restarts joins the running job)");
+    }
+    if (o_.elastic) {
+      const auto range = comm::ElasticRange::parse(*o_.elastic);
+      if (o_.servers > 0) {
+        SHOAL_THROW(InvalidArgument, "--elastic with --servers: elastic jobs are workers only");
+      }
+      if (workers_ < range.minSize || workers_ > range.maxSize) {
+        SHOAL_THROW(InvalidArgument, "--elastic {}: {} workers started, outside {}..{}",
+                    *o_.elastic, workers_, range.minSize, range.maxSize);
+      }
+    }
     bool anyLocal = false;
     for (auto& p : places_) anyLocal |= p.local;
     program_ = findProgram(o_.command[0]);
@@ -236,7 +256,7 @@ class Job {
     ::signal(SIGPIPE, SIG_IGN);  // a rank's pipe closing must not kill the launcher
   }
 
-  std::vector<std::pair<std::string, std::string>> rankVariables(int r) const {
+  std::vector<std::pair<std::string, std::string>> rankVariables(int r, int member) const {
     const Placement& p = places_[static_cast<size_t>(r)];
     const auto storePort = std::to_string(store_->port());
     std::vector<std::pair<std::string, std::string>> v = {
@@ -258,23 +278,29 @@ class Job {
     };
     if (o_.opTimeoutSeconds)
       v.emplace_back("SHOAL_TIMEOUT", fmt::format("{}", *o_.opTimeoutSeconds));
+    if (o_.elastic) {
+      v.emplace_back("SHOAL_ELASTIC", *o_.elastic);
+      v.emplace_back("SHOAL_ELASTIC_MEMBER", std::to_string(member));
+    }
     for (auto& kv : o_.env) v.push_back(kv);
     return v;
   }
 
-  void start(int r) {
+  void start(int r, int member) {
     Rank& rk = ranks_.emplace_back();
     rk.rank = r;
+    rk.member = member;
     rk.where = places_[static_cast<size_t>(r)];
     if (!o_.outputDir.empty()) {
       std::string path = fmt::format("{}/rank{}.log", o_.outputDir, r);
-      rk.log.reset(std::fopen(path.c_str(), "w"));
+      // A restarted worker continues its slot's log.
+      rk.log.reset(std::fopen(path.c_str(), member == r ? "w" : "a"));
       if (!rk.log) throwSystemError("open " + path, errno);
     }
     rk.outFwd = std::make_unique<OutputForwarder>(r, 1, rk.log.get(), &rk.tail);
     rk.errFwd = std::make_unique<OutputForwarder>(r, 2, rk.log.get(), &rk.tail);
 
-    auto vars = rankVariables(r);
+    auto vars = rankVariables(r, member);
     SpawnOptions so;
     if (rk.where.local) {
       so.argv = o_.command;
@@ -356,6 +382,7 @@ class Job {
       if (n < 0 && errno != EINTR) throwSystemError("poll", errno);
       if (fds[0].revents) handleSignals();
       reap();  // cheap, and robust to a SIGCHLD that went elsewhere
+      restartFailed();
       settle();
       for (size_t i = 1; i < fds.size(); ++i) {
         if (fds[i].revents) readFrom(*owners[i].first, owners[i].second);
@@ -453,6 +480,11 @@ class Job {
         // Whatever the rank started goes with it.
         ::kill(-r.pid, SIGKILL);
         const bool failed = !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+        if (failed && !stopping_ && o_.elastic) {
+          // Note [Elastic failures]: the survivors go on without it (comm/membership.h).
+          elasticFailures_.push_back(&r);
+          continue;
+        }
         if (failed && !stopping_) {
           r.failedAt = Clock::now();
           candidates_.push_back(&r);
@@ -504,6 +536,22 @@ class Job {
     stopAll(SIGTERM);
   }
 
+  // Each failure of an elastic job once: restarted as a new member while restarts are left.
+  void restartFailed() {
+    for (; reported_ < elasticFailures_.size(); ++reported_) {
+      const Rank* f = elasticFailures_[reported_];
+      const std::string what = describeRank(f->status, f->where.local);
+      if (restarts_ < o_.maxRestarts) {
+        const int member = static_cast<int>(places_.size()) + restarts_++;
+        say("rank {} (member {}) {}; restarting it as member {} (restart {} of {})", f->rank,
+            f->member, what, member, restarts_, o_.maxRestarts);
+        start(f->rank, member);  // ranks_ is a deque: `f` stays valid
+      } else {
+        say("rank {} (member {}) {}; the other workers go on without it", f->rank, f->member, what);
+      }
+    }
+  }
+
   void stopAll(int sig) {
     stopping_ = true;
     for (auto& r : ranks_) {
@@ -546,12 +594,38 @@ class Job {
     }
     if (interrupted_) return 128 + interrupted_;
     if (timedOut_) return 124;
+    if (o_.elastic) return finishElastic();
     // A rank that failed while the job was already stopping is still a failure.
     for (auto& r : ranks_) {
       if (!(WIFEXITED(r.status) && WEXITSTATUS(r.status) == 0)) return exitCodeOf(r.status);
     }
     if (o_.verbose) say("all {} ranks exited 0", ranks_.size());
     return 0;
+  }
+
+  // Note [Elastic failures]: failures were the job's business while it ran; at the end it
+  // succeeded if enough workers finished.
+  int finishElastic() {
+    int ok = 0;
+    for (auto& r : ranks_) ok += WIFEXITED(r.status) && WEXITSTATUS(r.status) == 0;
+    const int minimum = comm::ElasticRange::parse(*o_.elastic).minSize;
+    if (ok >= minimum) {
+      if (o_.verbose) {
+        say("{} worker{} finished; {} failed along the way, {} restart{}", ok, ok == 1 ? "" : "s",
+            elasticFailures_.size(), restarts_, restarts_ == 1 ? "" : "s");
+      }
+      return 0;
+    }
+    const Rank* first = elasticFailures_.empty() ? nullptr : elasticFailures_.front();
+    for (auto& r : ranks_) {
+      if (!first && !(WIFEXITED(r.status) && WEXITSTATUS(r.status) == 0)) first = &r;
+    }
+    say("job failed: {} worker{} finished, fewer than the minimum {}{}", ok, ok == 1 ? "" : "s",
+        minimum,
+        first ? fmt::format("; the first to fail: rank {} (member {}), {}", first->rank,
+                            first->member, describeRank(first->status, first->where.local))
+              : "");
+    return first ? exitCodeOf(first->status) : 1;
   }
 
   const LaunchOptions& o_;
@@ -576,6 +650,9 @@ class Job {
   std::optional<Clock::time_point> settleAt_;
   std::vector<Rank*> candidates_;
   std::optional<Clock::time_point> drainUntil;
+  std::vector<Rank*> elasticFailures_;  // stable: ranks_ is a deque that only grows
+  size_t reported_ = 0;
+  int restarts_ = 0;
 };
 
 }  // namespace

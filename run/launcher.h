@@ -47,8 +47,17 @@ struct LaunchOptions {
   // SHOAL_ENCRYPT for the store the launcher hosts (the ranks read their own): the same value
   // the ranks get, so the two ends of each store connection agree (common/encryption.h).
   EncryptMode encrypt = EncryptMode::kAuto;
+  // Elastic jobs ("MIN:MAX", SHOAL_ELASTIC for the ranks; comm/membership.h): a worker that
+  // fails does not stop the others, and is started again (as a new member that joins the
+  // running job) up to `maxRestarts` times over the whole job.
+  std::optional<std::string> elastic;
+  int maxRestarts = 0;
 };
 
+// Elastic jobs (options.elastic): a failed worker is reported and restarted while restarts are
+// left; the job succeeds when at least MIN workers exited 0, else it returns the first failed
+// worker's exit code.
+//
 // Runs the job to the end. Returns 0 when every rank exited 0; else the first failed rank's exit
 // code (128 + signal when killed; 128 + the stop signal when a stopped rank is blamed, e.g. 147
 // for SIGSTOP), 124 when the time limit ended it, 128 + signal when the launcher was

@@ -2,6 +2,7 @@
 
 #include <cstdlib>
 
+#include "common/env.h"
 #include "common/error.h"
 #include "common/socket.h"
 
@@ -109,6 +110,18 @@ Rendezvous detectLauncher(const EnvLookup& env);
 Rendezvous detectRendezvous(const EnvLookup& env) {
   Rendezvous r = detectLauncher(env);
   assignRole(env, r);
+  Reader in{env, "elastic jobs"};
+  r.elastic = in.get("SHOAL_ELASTIC");
+  r.memberId = in.getInt("SHOAL_ELASTIC_MEMBER", 0).value_or(r.rank);
+  if (auto wait = in.get("SHOAL_ELASTIC_WAIT")) {
+    r.elasticWaitSeconds = parseNumber("SHOAL_ELASTIC_WAIT", *wait, 0.001, 1e6);
+  }
+  if (r.elastic && r.numServers > 0) {
+    SHOAL_THROW(InvalidArgument,
+                "SHOAL_ELASTIC with parameter servers (SHOAL_NUM_SERVERS={}): elastic jobs are "
+                "workers only",
+                r.numServers);
+  }
   return r;
 }
 

@@ -18,6 +18,7 @@
 // Roles, under every launcher: with SHOAL_NUM_SERVERS=S the last S ranks of the world are
 // parameter servers, the others workers (shoal run --servers sets it, and SHOAL_ROLE /
 // SHOAL_ROLE_RANK, which must agree).
+// Elastic jobs: SHOAL_ELASTIC=MIN:MAX and SHOAL_ELASTIC_MEMBER (see Rendezvous).
 #pragma once
 
 #include <functional>
@@ -47,6 +48,14 @@ struct Rendezvous {
   Role role = Role::kWorker;
   int roleRank = 0;  // among the ranks of its role
   int numServers = 0;
+  // Elastic jobs (shoal run --elastic): SHOAL_ELASTIC = "MIN:MAX" (run/membership.h), and this
+  // worker's member id, SHOAL_ELASTIC_MEMBER (default: its rank; a worker started later gets a
+  // new id and joins the running job).
+  std::optional<std::string> elastic;
+  int memberId = 0;
+  // SHOAL_ELASTIC_WAIT: seconds the workers wait below the minimum (or to be admitted) before
+  // failing; unset: comm::MembershipOptions' default.
+  std::optional<double> elasticWaitSeconds;
 };
 
 using EnvLookup = std::function<std::optional<std::string>(const std::string&)>;

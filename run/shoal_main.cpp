@@ -35,6 +35,11 @@ int main(int argc, char** argv) {
   run->add_option("--grace", grace,
                   "seconds between SIGTERM and SIGKILL when stopping (default 5)");
   run->add_option("--ssh", o.sshCommand, "command that runs a shell command on a host");
+  std::string elastic;
+  run->add_option("--elastic", elastic,
+                  "MIN:MAX: survivors of a failed worker go on, new workers join (elastic job)");
+  run->add_option("--max-restarts", o.maxRestarts,
+                  "with --elastic: restart failed workers, this many times in all (default 0)");
   run->add_option("-x,--env", vars, "NAME=VALUE, or NAME to pass this variable on (repeatable)");
   run->add_flag(
       "-q,--quiet", [&](int64_t) { o.verbose = false; }, "no progress lines");
@@ -79,6 +84,7 @@ int main(int argc, char** argv) {
     if (!timeLimit.empty()) {
       o.timeLimitSeconds = parseNumber("--time-limit", timeLimit, 0.001, kMaxTimeoutSeconds);
     }
+    if (!elastic.empty()) o.elastic = elastic;
     if (!port.empty()) o.port = static_cast<int>(parseInteger("--port", port, 0, 65535));
     if (!grace.empty()) o.graceSeconds = parseNumber("--grace", grace, 0, 3600);
     if (!hosts.empty() && !hostfile.empty()) {

@@ -20,17 +20,23 @@ DistributedSampler::DistributedSampler(int64_t datasetSize, int rank, int worldS
   }
 }
 
-std::vector<int64_t> DistributedSampler::indices(int64_t epoch) const {
-  std::vector<int64_t> all(static_cast<size_t>(size_));
+std::vector<int64_t> epochPermutation(int64_t datasetSize, const SamplerOptions& options,
+                                      int64_t epoch) {
+  std::vector<int64_t> all(static_cast<size_t>(datasetSize));
   std::iota(all.begin(), all.end(), 0);
-  if (options_.shuffle) {
+  if (options.shuffle) {
     // Fisher-Yates with a fixed generator: std::shuffle's algorithm is not specified, and the
     // permutation must be the same on every rank and every machine.
-    std::mt19937_64 gen(options_.seed * 1000003ull + static_cast<uint64_t>(epoch));
+    std::mt19937_64 gen(options.seed * 1000003ull + static_cast<uint64_t>(epoch));
     for (size_t i = all.size(); i > 1; --i) {
       std::swap(all[i - 1], all[gen() % i]);
     }
   }
+  return all;
+}
+
+std::vector<int64_t> DistributedSampler::indices(int64_t epoch) const {
+  std::vector<int64_t> all = epochPermutation(size_, options_, epoch);
   const size_t total = static_cast<size_t>(perRank_ * world_);
   for (size_t i = all.size(); i < total; ++i) all.push_back(all[i % static_cast<size_t>(size_)]);
   all.resize(total);

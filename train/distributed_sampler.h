@@ -18,6 +18,12 @@ struct SamplerOptions {
   uint64_t seed = 0;
 };
 
+// The order of `epoch`'s samples, 0..datasetSize-1 shuffled by (seed, epoch) when
+// options.shuffle, the same on every rank and machine: what DistributedSampler deals out, and
+// what train/elastic_sampler.h walks through whatever the world size.
+std::vector<int64_t> epochPermutation(int64_t datasetSize, const SamplerOptions& options,
+                                      int64_t epoch);
+
 class DistributedSampler {
  public:
   DistributedSampler(int64_t datasetSize, int rank, int worldSize, SamplerOptions options = {});

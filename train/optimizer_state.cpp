@@ -186,4 +186,8 @@ void importState(torch::optim::Optimizer& opt, size_t index, const ParamState& s
   opt.state()[keyOf(at.param)] = std::move(fresh);
 }
 
+void clearState(torch::optim::Optimizer& opt, size_t index) {
+  opt.state().erase(keyOf(locate(opt, index).param));
+}
+
 }  // namespace shoal::train

@@ -42,4 +42,8 @@ std::optional<ParamState> exportState(torch::optim::Optimizer& opt, size_t index
 // throws.
 void importState(torch::optim::Optimizer& opt, size_t index, const ParamState& state);
 
+// Drops parameter `index`'s state, as before its first step. InvalidArgument for an index out
+// of range.
+void clearState(torch::optim::Optimizer& opt, size_t index);
+
 }  // namespace shoal::train

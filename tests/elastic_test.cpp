@@ -1,0 +1,170 @@
+// Elastic training with real processes under `shoal run --elastic` (tests/elastic_worker.cpp):
+// a worker SIGKILLed at a chosen step, the survivors going on, checked bit for bit against two
+// plain jobs chained through a checkpoint; a restarted worker rejoining; the job giving up below
+// its minimum with the state written, and resuming from it.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <regex>
+#include <string>
+#include <vector>
+
+#include "tests/process_util.h"
+
+namespace shoal::test {
+namespace {
+
+struct Done {
+  int member, rank, world;
+  long long step, resumed;
+  int changes;
+  double recovery;
+  std::string digest;
+};
+
+std::vector<Done> doneLines(const std::string& out) {
+  static const std::regex re(
+      R"(DONE member (\d+) rank (\d+) world (\d+) step (\d+) resumed (-?\d+) changes (\d+) )"
+      R"(recovery ([0-9.]+) digest ([0-9a-f]+))");
+  std::vector<Done> v;
+  for (std::sregex_iterator it(out.begin(), out.end(), re), end; it != end; ++it) {
+    const auto& m = *it;
+    v.push_back({std::stoi(m[1]), std::stoi(m[2]), std::stoi(m[3]), std::stoll(m[4]),
+                 std::stoll(m[5]), std::stoi(m[6]), std::stod(m[7]), m[8]});
+  }
+  return v;
+}
+
+// `launcher` are shoal run's options before --.
+ShellRun job(const std::string& launcher, const std::string& args) {
+  return runShell(fmt::format(
+      "OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 timeout 300 {} run --timeout 30 {} -- {} {}",
+      SHOAL_BIN, launcher, ELASTIC_WORKER_BIN, args));
+}
+
+// One worker SIGKILLs itself in step `step`; the 3 survivors finish 40 steps. Their parameters
+// must equal 4 ranks trained to the step they continued from, saved, and 3 ranks trained on
+// from that file to step 40: the same state, the same data order, nothing lost or repeated.
+void shrinkEqualsReference(int member, int step, bool after) {
+  SCOPED_TRACE(fmt::format("member {} dies in step {} {} its all-reduce", member, step,
+                           after ? "after" : "before"));
+  const std::string common = "--samples 600 --batch 8";
+  auto r = job("--elastic 2:4 -n 4", fmt::format("{} --steps 40 --die {}:{}:{}", common, member,
+                                                 step, after ? "after" : "before"));
+  ASSERT_EQ(r.code, 0) << r.output;
+  auto done = doneLines(r.output);
+  ASSERT_EQ(done.size(), 3u) << r.output;
+  for (const auto& d : done) {
+    EXPECT_NE(d.member, member);
+    EXPECT_EQ(d.world, 3);
+    EXPECT_EQ(d.step, 40);
+    EXPECT_EQ(d.changes, 1);
+    EXPECT_EQ(d.digest, done[0].digest) << "replicas differ";
+    EXPECT_EQ(d.resumed, done[0].resumed);
+    // The failure came in step `step`: the survivors continue from the step before it, or
+    // from it when the dead worker's all-reduce had completed somewhere.
+    EXPECT_TRUE(d.resumed == step - 1 || (after && d.resumed == step)) << d.resumed;
+    EXPECT_LT(d.recovery, 30.0);  // a generous bound: 1 s or less on an idle machine
+  }
+  EXPECT_NE(r.output.find("the other workers go on without it"), std::string::npos) << r.output;
+
+  TempDir dir;
+  const std::string file = dir.path + "/state.pt";
+  auto a =
+      job("-n 4", fmt::format("{} --plain --steps {} --save {}", common, done[0].resumed, file));
+  ASSERT_EQ(a.code, 0) << a.output;
+  auto b = job("-n 3", fmt::format("{} --plain --steps 40 --load {}", common, file));
+  ASSERT_EQ(b.code, 0) << b.output;
+  auto ref = doneLines(b.output);
+  ASSERT_EQ(ref.size(), 3u) << b.output;
+  EXPECT_EQ(ref[0].digest, done[0].digest) << "the elastic run differs from the reference";
+}
+
+TEST(ElasticShrink, LastRankDiesBeforeItsAllreduce) {
+  shrinkEqualsReference(3, 6, false);
+}
+
+TEST(ElasticShrink, RankZeroDiesAfterItsAllreduce) {
+  shrinkEqualsReference(0, 11, true);
+}
+
+TEST(ElasticShrink, RandomRankAndStep) {
+  std::random_device seed;
+  std::mt19937 gen(seed());
+  const int member = static_cast<int>(gen() % 4);
+  const int step = 2 + static_cast<int>(gen() % 35);
+  const bool after = gen() % 2;
+  shrinkEqualsReference(member, step, after);
+}
+
+TEST(ElasticRestart, KilledWorkerRejoinsAndTheJobEndsAtFour) {
+  auto r = job("--elastic 2:4 -n 4 --max-restarts 1",
+               "--steps 30 --samples 600 --batch 8 --until-world 4 --die 2:8:before");
+  ASSERT_EQ(r.code, 0) << r.output;
+  auto done = doneLines(r.output);
+  ASSERT_EQ(done.size(), 4u) << r.output;
+  bool joined = false;
+  for (const auto& d : done) {
+    EXPECT_EQ(d.world, 4);
+    EXPECT_EQ(d.digest, done[0].digest) << "the joiner did not get the running state";
+    EXPECT_EQ(d.step, done[0].step);
+    EXPECT_GE(d.step, 30);
+    joined |= d.member == 4;
+  }
+  EXPECT_TRUE(joined) << r.output;
+  EXPECT_NE(r.output.find("restarting it as member 4"), std::string::npos) << r.output;
+}
+
+TEST(ElasticMinimum, TwoDieTheJobWaitsThenFailsWithTheStateWritten) {
+  TempDir dir;
+  const std::string ck = dir.path + "/elastic.state";
+  auto r = job("--elastic 3:4 -n 4 -x SHOAL_ELASTIC_WAIT=2",
+               fmt::format("--steps 40 --die 1:6:before --die 2:6:before --checkpoint {}", ck));
+  EXPECT_NE(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("too few workers"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("the minimum is 3"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("the state of step 5 was written"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("fewer than the minimum 3"), std::string::npos) << r.output;
+  ASSERT_TRUE(std::filesystem::exists(ck));
+  int files = 0;
+  for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator(dir.path)) ++files;
+  EXPECT_EQ(files, 1) << "a temporary file was left behind";
+
+  // The state resumes at another size.
+  auto resumed = job("--elastic 1:2 -n 2", fmt::format("--steps 9 --resume {}", ck));
+  ASSERT_EQ(resumed.code, 0) << resumed.output;
+  auto done = doneLines(resumed.output);
+  ASSERT_EQ(done.size(), 2u) << resumed.output;
+  EXPECT_EQ(done[0].step, 9);
+  EXPECT_EQ(done[0].digest, done[1].digest);
+
+  // Not a state file: one line naming it.
+  const std::string bad = dir.path + "/bad.state";
+  std::ofstream(bad) << "not a state";
+  auto refused = job("--elastic 1:1 -n 1", fmt::format("--steps 9 --resume {}", bad));
+  EXPECT_NE(refused.code, 0);
+  EXPECT_NE(refused.output.find("not a Shoal elastic state"), std::string::npos) << refused.output;
+}
+
+TEST(ElasticLauncher, BadOptionsAreOneLineErrors) {
+  struct Case {
+    std::string options, message;
+  } cases[] = {
+      {"--elastic 3:2 -n 2", "exceeds the maximum"},
+      {"--elastic 2:4 -n 5", "outside 2..4"},
+      {"--elastic x -n 2", "elastic size"},
+      {"--max-restarts 1 -n 2", "--max-restarts needs --elastic"},
+      {"--elastic 1:2 --servers 1 -n 2", "workers only"},
+  };
+  for (const auto& c : cases) {
+    auto r = job(c.options, "--steps 1");
+    EXPECT_NE(r.code, 0) << c.options;
+    EXPECT_NE(r.output.find(c.message), std::string::npos) << c.options << "\n" << r.output;
+  }
+}
+
+}  // namespace
+}  // namespace shoal::test

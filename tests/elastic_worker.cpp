@@ -1,0 +1,222 @@
+// One worker of the elastic tests (tests/elastic_test.cpp), run under `shoal run`.
+//
+// It trains a small MLP (16-32-4) on a synthetic classification set (--samples points drawn
+// from a fixed seed, labelled by a fixed random linear map) with DistributedDataParallel and
+// SGD with momentum, the data dealt by train/elastic_sampler.h (--batch per rank, a summed loss
+// scaled by world / total, so any spread of a step's samples averages exactly).
+//
+//   elastic  (under shoal run --elastic): train::ElasticState runs the loop for --steps steps
+//            (and on until the view has --until-world workers again, if given), committing
+//            after each step. --die MEMBER:STEP:before|after makes member MEMBER SIGKILL itself
+//            in step STEP: after its forward (its peers fail inside that step's all-reduce) or
+//            after the all-reduce (before the commit). Repeatable. --checkpoint PATH: where the
+//            state goes when the job gives up below the minimum; --resume PATH starts from it.
+//   plain    (--plain, under shoal run without --elastic): the same loop on the world group,
+//            no elasticity: from --load PATH (or the start) until step --steps, then --save PATH
+//            (rank 0). Two plain jobs chained through a file are the reference an elastic run
+//            that shrank must equal bit for bit.
+//
+// Every rank prints at the end one line:
+//   DONE member M rank R world W step S resumed P changes C recovery T digest D
+// (D: FNV-1a of every parameter's bytes; P: the step the last view change continued from;
+// T: that change's recovery seconds). Errors: "ERROR <Type>: <message>", exit 1.
+#include <fmt/format.h>
+#include <signal.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdint>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "comm/collectives.h"
+#include "common/error.h"
+#include "run/init.h"
+#include "tests/process_util.h"
+#include "train/ddp.h"
+#include "train/elastic.h"
+#include "train/elastic_sampler.h"
+
+namespace {
+
+using namespace shoal;
+using train::ElasticProgress;
+
+struct Death {
+  int member = -1;
+  int64_t step = 0;
+  bool afterAllreduce = false;
+};
+
+struct Options {
+  int64_t steps = 40, samples = 600, batch = 8;
+  int untilWorld = 0;
+  std::vector<std::string> die;
+  std::string checkpoint, resume, load, save;
+  bool plain = false;
+};
+
+struct Data {
+  torch::Tensor x, y;
+};
+
+Data makeData(int64_t n) {
+  torch::manual_seed(7);
+  Data d;
+  d.x = torch::randn({n, 16});
+  auto w = torch::randn({16, 4});
+  d.y = d.x.matmul(w).argmax(1);
+  return d;
+}
+
+torch::nn::Sequential makeModel() {
+  torch::manual_seed(11);
+  return torch::nn::Sequential(torch::nn::Linear(16, 32), torch::nn::ReLU(),
+                               torch::nn::Linear(32, 4));
+}
+
+std::string digest(torch::nn::Module& m) {
+  uint64_t h = 1469598103934665603ull;
+  for (const auto& p : m.parameters()) {
+    auto c = p.contiguous();
+    const auto* b = static_cast<const unsigned char*>(c.data_ptr());
+    for (size_t i = 0; i < c.nbytes(); ++i) h = (h ^ b[i]) * 1099511628211ull;
+  }
+  return fmt::format("{:016x}", h);
+}
+
+Death parseDeath(const std::string& text) {
+  Death d;
+  char where[16] = {};
+  long long step = 0;
+  if (std::sscanf(text.c_str(), "%d:%lld:%15s", &d.member, &step, where) != 3 ||
+      (std::string(where) != "before" && std::string(where) != "after")) {
+    SHOAL_THROW(InvalidArgument, "--die {}: expected MEMBER:STEP:before|after", text);
+  }
+  d.step = step;
+  d.afterAllreduce = std::string(where) == "after";
+  return d;
+}
+
+// One step at `p` on `group`: this rank's share of the samples, the scaled summed loss,
+// DDP's average, the optimizer. `member`'s planned deaths happen here.
+ElasticProgress trainStep(comm::Group& group, train::DistributedDataParallel& ddp,
+                          torch::nn::Module& model, torch::optim::Optimizer& opt,
+                          const train::ElasticSampler& sampler, const Data& data, int64_t batch,
+                          const ElasticProgress& p, int member, const std::vector<Death>& deaths) {
+  const auto s = sampler.step(p.epoch, p.position, group.rank(), group.size(), batch);
+  auto idx = torch::tensor(s.indices, torch::kInt64);
+  opt.zero_grad();
+  ddp.beforeForward();
+  auto out = model.as<torch::nn::Sequential>()->forward(data.x.index_select(0, idx));
+  auto loss = torch::nn::functional::cross_entropy(
+                  out, data.y.index_select(0, idx),
+                  torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum)) *
+              (static_cast<double>(group.size()) / static_cast<double>(s.total));
+  for (const auto& d : deaths) {
+    if (d.member == member && d.step == p.step + 1 && !d.afterAllreduce) ::raise(SIGKILL);
+  }
+  ddp.backward(loss);
+  for (const auto& d : deaths) {
+    if (d.member == member && d.step == p.step + 1 && d.afterAllreduce) ::raise(SIGKILL);
+  }
+  opt.step();
+  return p.after(s.nextPosition, sampler.size());
+}
+
+void saveState(const std::string& path, torch::nn::Module& model, torch::optim::Optimizer& opt,
+               const ElasticProgress& p) {
+  torch::serialize::OutputArchive a, m, o;
+  model.save(m);
+  opt.save(o);
+  a.write("model", m);
+  a.write("optimizer", o);
+  a.write("progress", torch::tensor({p.step, p.epoch, p.position}, torch::kInt64));
+  a.save_to(path);
+}
+
+ElasticProgress loadState(const std::string& path, torch::nn::Module& model,
+                          torch::optim::Optimizer& opt) {
+  torch::serialize::InputArchive a, m, o;
+  a.load_from(path);
+  a.read("model", m);
+  a.read("optimizer", o);
+  model.load(m);
+  opt.load(o);
+  torch::Tensor t;
+  a.read("progress", t);
+  return {t[0].item<int64_t>(), t[1].item<int64_t>(), t[2].item<int64_t>()};
+}
+
+int runWorker(const Options& o) {
+  torch::set_num_threads(1);
+  std::vector<Death> deaths;
+  for (const auto& d : o.die) deaths.push_back(parseDeath(d));
+  auto world = init();
+  const Data data = makeData(o.samples);
+  const train::ElasticSampler sampler(o.samples, {.shuffle = true, .seed = 3});
+  auto model = makeModel();
+  torch::optim::SGD opt(model->parameters(), torch::optim::SGDOptions(0.05).momentum(0.9));
+  const int member = world.elastic ? world.elastic->membership->id() : world.rank;
+
+  if (o.plain) {
+    ElasticProgress p;
+    if (!o.load.empty()) p = loadState(o.load, *model, opt);
+    train::DistributedDataParallel ddp(model.ptr(), world.group);
+    while (p.step < o.steps) {
+      p = trainStep(*world.group, ddp, *model, opt, sampler, data, o.batch, p, member, deaths);
+    }
+    if (!o.save.empty() && world.rank == 0) saveState(o.save, *model, opt, p);
+    comm::barrier(*world.group);
+    std::printf(
+        "DONE member %d rank %d world %d step %lld resumed -1 changes 0 recovery 0 digest %s\n",
+        member, world.rank, world.size, static_cast<long long>(p.step), digest(*model).c_str());
+    return 0;
+  }
+
+  SHOAL_CHECK(world.elastic.has_value(), "elastic mode needs shoal run --elastic");
+  train::ElasticState state(*world.elastic, world.group, *model, opt,
+                            {.admitEvery = 1, .checkpointPath = o.checkpoint});
+  if (!o.resume.empty()) state.load(o.resume);
+  state.run([&](comm::Group& group) {
+    train::DistributedDataParallel ddp(model.ptr(), group.shared_from_this());
+    for (auto p = state.progress(); p.step < o.steps || group.size() < o.untilWorld;) {
+      p = trainStep(group, ddp, *model, opt, sampler, data, o.batch, p, member, deaths);
+      state.commit(p);
+    }
+  });
+  const auto& s = state.stats();
+  std::printf(
+      "DONE member %d rank %d world %d step %lld resumed %lld changes %d recovery %.3f "
+      "digest %s\n",
+      member, state.group()->rank(), state.group()->size(),
+      static_cast<long long>(state.progress().step),
+      static_cast<long long>(s.viewChanges ? s.lastResumedStep : -1), s.viewChanges,
+      s.lastRecoverySeconds, digest(*model).c_str());
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"elastic test worker"};
+  Options o;
+  app.add_option("--steps", o.steps);
+  app.add_option("--samples", o.samples);
+  app.add_option("--batch", o.batch);
+  app.add_option("--until-world", o.untilWorld);
+  app.add_option("--die", o.die);
+  app.add_option("--checkpoint", o.checkpoint);
+  app.add_option("--resume", o.resume);
+  app.add_option("--load", o.load);
+  app.add_option("--save", o.save);
+  app.add_flag("--plain", o.plain);
+  CLI11_PARSE(app, argc, argv);
+  try {
+    return runWorker(o);
+  } catch (const std::exception& e) {
+    std::printf("ERROR %s: %s\n", shoal::test::typeName(e), e.what());
+    std::fflush(stdout);
+    return 1;
+  }
+}

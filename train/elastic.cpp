@@ -1,0 +1,362 @@
+#include "train/elastic.h"
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "comm/collectives.h"
+#include "common/error.h"
+#include "common/log.h"
+
+namespace shoal::train {
+
+namespace {
+
+// Thrown by commit() to leave the user's function when joiners wait; caught by run() only.
+struct AdmitJoiners {};
+
+// The membership gave up (below the minimum, or never admitted): run() lets it out as it is,
+// instead of trying the next view.
+class GaveUp : public TimeoutError {
+ public:
+  using TimeoutError::TimeoutError;
+};
+
+constexpr char kMagic[8] = {'S', 'H', 'O', 'A', 'L', 'E', 'L', '1'};
+
+// Appends and reads the snapshot format: little-endian integers, raw tensor bytes.
+struct Writer {
+  std::string out;
+  template <typename T>
+  void put(T v) {
+    out.append(reinterpret_cast<const char*>(&v), sizeof v);
+  }
+  void tensor(const torch::Tensor& t) {
+    auto c = t.contiguous();
+    put<int32_t>(static_cast<int32_t>(c.scalar_type()));
+    put<int64_t>(c.numel());
+    out.append(static_cast<const char*>(c.data_ptr()), c.nbytes());
+  }
+};
+
+struct Reader {
+  const std::string& in;
+  const std::string& what;
+  size_t at = 0;
+  template <typename T>
+  T get() {
+    need(sizeof(T));
+    T v;
+    std::memcpy(&v, in.data() + at, sizeof v);
+    at += sizeof v;
+    return v;
+  }
+  void need(size_t n) const {
+    if (in.size() - at < n) {
+      SHOAL_THROW(InvalidArgument, "{}: truncated ({} bytes, {} more needed at offset {})", what,
+                  in.size(), n, at);
+    }
+  }
+  // Into `like`'s shape and type: the receiver's own model decides them, the sender's bytes
+  // must match.
+  torch::Tensor tensor(const torch::Tensor& like, const std::string& name) {
+    const auto type = get<int32_t>();
+    const auto numel = get<int64_t>();
+    if (type != static_cast<int32_t>(like.scalar_type()) || numel != like.numel()) {
+      SHOAL_THROW(InvalidArgument,
+                  "{}: {} holds {} elements of type {}, this model has {} of type {} (saved from "
+                  "another model?)",
+                  what, name, numel, type, like.numel(), c10::toString(like.scalar_type()));
+    }
+    const size_t bytes = static_cast<size_t>(numel) * like.element_size();
+    need(bytes);
+    auto t = torch::empty_like(like, torch::MemoryFormat::Contiguous);
+    std::memcpy(t.data_ptr(), in.data() + at, bytes);
+    at += bytes;
+    return t;
+  }
+  std::string text(size_t max) {
+    const auto n = get<uint32_t>();
+    if (n > max) SHOAL_THROW(InvalidArgument, "{}: a name of {} bytes", what, n);
+    need(n);
+    std::string s = in.substr(at, n);
+    at += n;
+    return s;
+  }
+};
+
+// Copies `from` into `into` where the shapes allow it (no allocation at each commit), else
+// clones.
+void keep(torch::Tensor& into, const torch::Tensor& from) {
+  if (into.defined() && into.sizes() == from.sizes() && into.dtype() == from.dtype()) {
+    into.copy_(from);
+  } else {
+    into = from.detach().clone();
+  }
+}
+
+double secondsSince(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
+}  // namespace
+
+ElasticProgress ElasticProgress::after(int64_t nextPosition, int64_t epochSize) const {
+  ElasticProgress p{step + 1, epoch, nextPosition};
+  if (nextPosition >= epochSize) {
+    p.epoch += 1;
+    p.position = 0;
+  }
+  return p;
+}
+
+ElasticState::ElasticState(comm::ElasticContext context, std::shared_ptr<comm::Group> group,
+                           torch::nn::Module& model, torch::optim::Optimizer& optimizer,
+                           ElasticOptions options)
+    : context_(std::move(context)),
+      group_(std::move(group)),
+      model_(model),
+      optimizer_(optimizer),
+      options_(std::move(options)) {
+  SHOAL_CHECK(context_.membership && context_.store && group_,
+              "ElasticState needs an elastic job's context (shoal run --elastic)");
+  if (options_.admitEvery < 1) {
+    SHOAL_THROW(InvalidArgument, "ElasticState: admitEvery {} < 1", options_.admitEvery);
+  }
+}
+
+std::vector<torch::Tensor> ElasticState::modelTensors() const {
+  std::vector<torch::Tensor> out;
+  for (const auto& p : model_.parameters()) out.push_back(p);
+  for (const auto& b : model_.buffers()) out.push_back(b);
+  return out;
+}
+
+void ElasticState::take(const ElasticProgress& progress) {
+  torch::NoGradGuard noGrad;
+  const auto tensors = modelTensors();
+  snapshot_.model.resize(tensors.size());
+  for (size_t i = 0; i < tensors.size(); ++i) keep(snapshot_.model[i], tensors[i]);
+  const size_t n = model_.parameters().size();
+  snapshot_.optimizer.resize(n);
+  for (size_t i = 0; i < n; ++i) {
+    auto now = exportState(optimizer_, i);
+    auto& kept = snapshot_.optimizer[i];
+    if (!now) {
+      kept.reset();
+      continue;
+    }
+    const bool sameKeys = kept && kept->tensors.size() == now->tensors.size();
+    if (!sameKeys) kept = ParamState{};
+    kept->step = now->step;
+    kept->tensors.resize(now->tensors.size());
+    for (size_t k = 0; k < now->tensors.size(); ++k) {
+      kept->tensors[k].first = now->tensors[k].first;
+      keep(kept->tensors[k].second, now->tensors[k].second);
+    }
+  }
+  snapshot_.progress = progress;
+  taken_ = true;
+}
+
+void ElasticState::restore() {
+  torch::NoGradGuard noGrad;
+  const auto tensors = modelTensors();
+  SHOAL_CHECK(tensors.size() == snapshot_.model.size(), "elastic: the model changed shape");
+  for (size_t i = 0; i < tensors.size(); ++i) tensors[i].copy_(snapshot_.model[i]);
+  for (size_t i = 0; i < snapshot_.optimizer.size(); ++i) {
+    if (snapshot_.optimizer[i]) {
+      importState(optimizer_, i, *snapshot_.optimizer[i]);
+    } else {
+      clearState(optimizer_, i);
+    }
+  }
+  // Gradients of the step that failed are stale.
+  for (auto& p : model_.parameters()) p.mutable_grad() = torch::Tensor();
+}
+
+std::string ElasticState::encode() const {
+  Writer w;
+  w.out.append(kMagic, sizeof kMagic);
+  w.put<int64_t>(snapshot_.progress.step);
+  w.put<int64_t>(snapshot_.progress.epoch);
+  w.put<int64_t>(snapshot_.progress.position);
+  w.put<int64_t>(static_cast<int64_t>(snapshot_.model.size()));
+  for (const auto& t : snapshot_.model) w.tensor(t);
+  w.put<int64_t>(static_cast<int64_t>(snapshot_.optimizer.size()));
+  for (const auto& s : snapshot_.optimizer) {
+    w.put<int8_t>(s ? 1 : 0);
+    if (!s) continue;
+    w.put<int64_t>(s->step);
+    w.put<int32_t>(static_cast<int32_t>(s->tensors.size()));
+    for (const auto& [name, t] : s->tensors) {
+      w.put<uint32_t>(static_cast<uint32_t>(name.size()));
+      w.out += name;
+      w.tensor(t);
+    }
+  }
+  return std::move(w.out);
+}
+
+// Into the snapshot, checked against this rank's own model before anything is kept.
+void ElasticState::decode(const std::string& bytes, const std::string& what) {
+  Reader r{bytes, what};
+  r.need(sizeof kMagic);
+  if (std::memcmp(bytes.data(), kMagic, sizeof kMagic) != 0) {
+    SHOAL_THROW(InvalidArgument, "{}: not a Shoal elastic state", what);
+  }
+  r.at = sizeof kMagic;
+  Snapshot s;
+  s.progress.step = r.get<int64_t>();
+  s.progress.epoch = r.get<int64_t>();
+  s.progress.position = r.get<int64_t>();
+  if (s.progress.step < 0 || s.progress.epoch < 0 || s.progress.position < 0) {
+    SHOAL_THROW(InvalidArgument, "{}: negative progress", what);
+  }
+  const auto tensors = modelTensors();
+  if (r.get<int64_t>() != static_cast<int64_t>(tensors.size())) {
+    SHOAL_THROW(InvalidArgument, "{}: saved from a model with another number of tensors", what);
+  }
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    s.model.push_back(r.tensor(tensors[i], fmt::format("model tensor {}", i)));
+  }
+  const auto params = model_.parameters();
+  if (r.get<int64_t>() != static_cast<int64_t>(params.size())) {
+    SHOAL_THROW(InvalidArgument, "{}: optimizer state for another number of parameters", what);
+  }
+  for (size_t i = 0; i < params.size(); ++i) {
+    if (r.get<int8_t>() == 0) {
+      s.optimizer.emplace_back();
+      continue;
+    }
+    ParamState ps;
+    ps.step = r.get<int64_t>();
+    const auto k = r.get<int32_t>();
+    if (k < 0 || k > 16) SHOAL_THROW(InvalidArgument, "{}: {} optimizer tensors", what, k);
+    for (int32_t j = 0; j < k; ++j) {
+      std::string name = r.text(64);
+      auto t = r.tensor(params[i], fmt::format("optimizer {} of parameter {}", name, i));
+      ps.tensors.emplace_back(std::move(name), std::move(t));
+    }
+    s.optimizer.push_back(std::move(ps));
+  }
+  if (r.at != bytes.size()) {
+    SHOAL_THROW(InvalidArgument, "{}: {} bytes after the end", what, bytes.size() - r.at);
+  }
+  snapshot_ = std::move(s);
+  taken_ = true;
+}
+
+void ElasticState::load(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) SHOAL_THROW(InvalidArgument, "elastic state {}: cannot open", path);
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  decode(ss.str(), "elastic state " + path);
+  restore();
+}
+
+// The view's source sends its committed state to everyone (one broadcast of its size, one of
+// its bytes); every rank then holds and has committed the same state.
+void ElasticState::sync() {
+  const auto& v = view();
+  const int source = v.source();
+  std::string bytes;
+  if (group_->rank() == source) bytes = encode();
+  int64_t n = static_cast<int64_t>(bytes.size());
+  comm::broadcast(*group_, &n, 1, DataType::kInt64, source);
+  bytes.resize(static_cast<size_t>(n));
+  comm::broadcast(*group_, bytes.data(), bytes.size(), DataType::kUInt8, source);
+  if (group_->rank() != source) {
+    decode(bytes, fmt::format("elastic state from rank {}", source));
+    restore();
+  }
+}
+
+void ElasticState::reform(const std::vector<int>& failed) {
+  const auto started = std::chrono::steady_clock::now();
+  const comm::View old = view();
+  const int64_t mine = snapshot_.progress.step;
+  group_.reset();  // the failed view's connections and shared memory go now
+  restore();
+  try {
+    context_.membership->next(mine, failed);
+  } catch (const TimeoutError& e) {
+    if (options_.checkpointPath.empty()) throw GaveUp(e.what());
+    // Every survivor writes its own copy (the same state) and renames it into place: the file
+    // is always one whole state, whichever rename comes last.
+    const std::string tmp =
+        fmt::format("{}.tmp.{}", options_.checkpointPath, context_.membership->id());
+    {
+      std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+      const std::string bytes = encode();
+      out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+      if (!out.flush()) SHOAL_THROW(SystemError, "elastic: cannot write {}", tmp);
+    }
+    std::filesystem::rename(tmp, options_.checkpointPath);
+    throw GaveUp(fmt::format("{}; the state of step {} was written to {}", e.what(), mine,
+                             options_.checkpointPath));
+  }
+  group_ = comm::groupForView(context_, view());
+  if (view().needsSync()) sync();
+  stats_.viewChanges += 1;
+  stats_.lastRecoverySeconds = secondsSince(started);
+  stats_.lastResumedStep = snapshot_.progress.step;
+  SHOAL_LOG_INFO("elastic: view {} of {} workers (was {}), rank {}, from step {} in {:.3f} s",
+                 view().generation, view().size(), old.size(), group_->rank(),
+                 snapshot_.progress.step, stats_.lastRecoverySeconds);
+  if (onViewChange) onViewChange(old, view());
+}
+
+void ElasticState::commit(const ElasticProgress& progress) {
+  take(progress);
+  const auto& v = view();
+  if (++commits_ % options_.admitEvery != 0 ||
+      v.size() >= context_.membership->options().range.maxSize) {
+    return;
+  }
+  int32_t admit = group_->rank() == 0 && context_.membership->joinersWaiting() ? 1 : 0;
+  comm::broadcast(*group_, &admit, 1, DataType::kInt32, 0);
+  if (admit) throw AdmitJoiners{};
+}
+
+void ElasticState::run(const std::function<void(comm::Group&)>& fn) {
+  if (!taken_) take(ElasticProgress{});
+  std::optional<std::vector<int>> reformWithout;  // set: the view ended, these members failed
+  while (true) {
+    try {
+      if (reformWithout) {
+        reform(*reformWithout);
+        reformWithout.reset();
+      } else if (!synced_ && view().needsSync()) {
+        sync();  // a joiner's first view: the state comes from the running members
+      }
+      synced_ = true;
+      fn(*group_);
+      return;
+    } catch (const AdmitJoiners&) {
+      reformWithout.emplace();
+    } catch (const GaveUp& e) {
+      throw TimeoutError(e.what());
+    } catch (const Error& e) {
+      // Forming the next view can fail the same way (a member died meanwhile): that view ends
+      // too, and the members try the one after it.
+      if (!dynamic_cast<const PeerError*>(&e) && !dynamic_cast<const TimeoutError*>(&e)) throw;
+      reformWithout.emplace();
+      const auto& v = view();
+      if (group_ && e.origin() >= 0 && e.origin() < v.size() && e.origin() != group_->rank()) {
+        reformWithout->push_back(v.members[static_cast<size_t>(e.origin())].id);
+      }
+      SHOAL_LOG_WARN("elastic: member {} in view {}: {}; forming the next view",
+                     context_.membership->id(), v.generation, e.what());
+      synced_ = true;
+    }
+  }
+}
+
+}  // namespace shoal::train

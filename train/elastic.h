@@ -1,0 +1,133 @@
+// Elastic data-parallel training: when a worker dies or stalls the survivors agree on a new view
+// without it and go on from the state they hold in memory, and new workers are admitted at a
+// step boundary, all without a restart (in the spirit of Horovod's hvd.elastic.run).
+//
+//   auto world = shoal::init();  // shoal run --elastic 2:4 -n 4 -- program
+//   train::ElasticState state(*world.elastic, world.group, *model, *optimizer);
+//   state.run([&](comm::Group& group) {
+//     train::DistributedDataParallel ddp(model, group.shared_from_this());
+//     for (auto p = state.progress(); p.step < steps;) {
+//       auto s = sampler.step(p.epoch, p.position, group.rank(), group.size(), batch);
+//       ... loss summed over s.indices, times group.size() / s.total; ddp.backward; step ...
+//       p = p.after(s.nextPosition, sampler.size());
+//       state.commit(p);
+//     }
+//   });
+//
+// The contract:
+// - commit(p) is the step boundary: it copies the model's parameters and buffers, the
+//   optimizer's state and the progress into this rank's snapshot (memory, no disk), and every
+//   `admitEvery` commits asks the store (rank 0, then one broadcast) whether workers wait to
+//   join.
+// - A PeerError or TimeoutError out of the function (a peer died, stalled, or left) ends this
+//   view: every rank restores its snapshot, the survivors agree on the next view (see
+//   comm/membership.h), form its group, and the function runs again with it. Survivors that
+//   committed different steps (a peer died inside the last step's all-reduce after some ranks
+//   got its result) all continue from the most advanced one, whose state is broadcast; so do
+//   joiners. The function must start from progress(), not from its own counters.
+// - Joiners: at a commit where workers wait, every rank leaves the function (run() catches it),
+//   the new view has them, they receive the state, and the function runs again.
+// - Other exceptions (the user's, InvalidArgument, MismatchError, ...) leave run() unchanged.
+// - Below the minimum size for longer than the membership allows, run() writes the last
+//   committed state to `checkpointPath` (when set; load() resumes from it) and throws the
+//   membership's TimeoutError, with the checkpoint named.
+//
+// Threads: one thread drives run(), commit() and the function. Blocking calls are bounded by
+// the group and membership deadlines.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "comm/membership.h"
+#include "train/optimizer_state.h"
+
+namespace shoal::train {
+
+// Where training is: completed steps, the epoch, and how many samples of it all ranks together
+// have taken (train/elastic_sampler.h's position).
+struct ElasticProgress {
+  int64_t step = 0;
+  int64_t epoch = 0;
+  int64_t position = 0;
+  // One step later, at `nextPosition`; a new epoch when it reached `epochSize`.
+  ElasticProgress after(int64_t nextPosition, int64_t epochSize) const;
+};
+
+struct ElasticOptions {
+  int64_t admitEvery = 1;      // commits between checks for joiners (>= 1)
+  std::string checkpointPath;  // written when the job gives up below the minimum; empty: none
+};
+
+struct ElasticStats {
+  int viewChanges = 0;
+  // The last change: from the failure (or the decision to admit) to the new group formed and
+  // the state synchronized, in seconds; and how many committed steps were lost (the step this
+  // rank had committed minus the step everyone continued from; always <= 0: no work lost
+  // beyond the uncommitted step).
+  double lastRecoverySeconds = 0;
+  int64_t lastResumedStep = 0;
+};
+
+class ElasticState {
+ public:
+  // `group` is the current view's group (World::group). The model and optimizer must outlive
+  // this object.
+  ElasticState(comm::ElasticContext context, std::shared_ptr<comm::Group> group,
+               torch::nn::Module& model, torch::optim::Optimizer& optimizer,
+               ElasticOptions options = {});
+
+  // See the file comment. Returns when `fn` returns.
+  void run(const std::function<void(comm::Group&)>& fn);
+
+  // The step boundary (see the file comment). May throw what a collective throws, and leaves
+  // `fn` to admit joiners.
+  void commit(const ElasticProgress& progress);
+
+  // The last committed progress.
+  const ElasticProgress& progress() const { return snapshot_.progress; }
+  const comm::View& view() const { return context_.membership->current(); }
+  const std::shared_ptr<comm::Group>& group() const { return group_; }
+  const ElasticStats& stats() const { return stats_; }
+
+  // Called after each view change, before `fn` runs again: (old view, new view).
+  std::function<void(const comm::View&, const comm::View&)> onViewChange;
+
+  // Replaces the model's, the optimizer's state and the progress with those saved in `path`
+  // (written when a job gave up), as the committed state. Before run(). InvalidArgument (one
+  // line) when the file is not such a state or was saved from another model.
+  void load(const std::string& path);
+
+ private:
+  struct Snapshot {
+    ElasticProgress progress;
+    std::vector<torch::Tensor> model;  // parameters, then buffers
+    std::vector<std::optional<ParamState>> optimizer;
+  };
+  void take(const ElasticProgress& progress);
+  void restore();
+  std::string encode() const;
+  void decode(const std::string& bytes, const std::string& what);
+  void sync();
+  void reform(const std::vector<int>& failed);
+  std::vector<torch::Tensor> modelTensors() const;
+
+  comm::ElasticContext context_;
+  std::shared_ptr<comm::Group> group_;
+  torch::nn::Module& model_;
+  torch::optim::Optimizer& optimizer_;
+  ElasticOptions options_;
+  Snapshot snapshot_;
+  bool taken_ = false;
+  bool synced_ = false;
+  int64_t commits_ = 0;
+  ElasticStats stats_;
+};
+
+}  // namespace shoal::train
