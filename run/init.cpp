@@ -4,6 +4,7 @@
 #include "common/error.h"
 #include "common/log.h"
 #include "common/socket.h"
+#include "store/etcd_store.h"
 #include "store/memory_store.h"
 #include "store/tcp_store.h"
 #include "transport/auth.h"
@@ -126,9 +127,13 @@ World init() {
     return w;
   }
 
-  std::shared_ptr<store::TcpStore> store;
+  std::shared_ptr<store::Store> store;
   std::string storeHost = r.storeHost;
-  if (r.launcher == Launcher::kMpirun && storeHost.empty()) {
+  if (!r.storeUrl.empty()) {
+    const auto etcd = store::EtcdAddress::parse(r.storeUrl);
+    storeHost = etcd.address.host;
+    store = std::make_shared<store::EtcdStore>(etcd, options.timeout);
+  } else if (r.launcher == Launcher::kMpirun && storeHost.empty()) {
     // Rank 0 hosts the store on a free port and tells the others where, with the job secret
     // if none is configured, over MPI (which mpirun already connected and trusts).
     std::string message;

@@ -20,6 +20,7 @@
 #include "run/output_forwarder.h"
 #include "run/process_util.h"
 #include "run/spawner.h"
+#include "store/etcd_store.h"
 #include "store/tcp_store.h"
 #include "transport/auth.h"
 
@@ -207,6 +208,12 @@ class Job {
   }
 
   void startStore() {
+    if (!o_.storeUrl.empty()) {
+      store::EtcdAddress::parse(o_.storeUrl);  // InvalidArgument before anything starts
+      secret_ = transport::generateSecret();
+      storeAddr_ = o_.storeUrl;
+      return;
+    }
     bool remote = false;
     for (auto& p : places_) remote |= !p.local;
     try {
@@ -258,7 +265,7 @@ class Job {
 
   std::vector<std::pair<std::string, std::string>> rankVariables(int r, int member) const {
     const Placement& p = places_[static_cast<size_t>(r)];
-    const auto storePort = std::to_string(store_->port());
+    const auto storePort = store_ ? std::to_string(store_->port()) : std::string();
     std::vector<std::pair<std::string, std::string>> v = {
         {"SHOAL_RANK", std::to_string(r)},
         {"SHOAL_WORLD_SIZE", std::to_string(places_.size())},
@@ -270,12 +277,15 @@ class Job {
         {"WORLD_SIZE", std::to_string(places_.size())},
         {"LOCAL_RANK", std::to_string(p.localRank)},
         {"LOCAL_WORLD_SIZE", std::to_string(p.localSize)},
-        {"MASTER_ADDR", storeHost_},
-        {"MASTER_PORT", storePort},
+
         {"SHOAL_NUM_SERVERS", std::to_string(o_.servers)},
         {"SHOAL_ROLE", r < workers_ ? "worker" : "server"},
         {"SHOAL_ROLE_RANK", std::to_string(r < workers_ ? r : r - workers_)},
     };
+    if (store_) {
+      v.emplace_back("MASTER_ADDR", storeHost_);
+      v.emplace_back("MASTER_PORT", storePort);
+    }
     if (o_.opTimeoutSeconds)
       v.emplace_back("SHOAL_TIMEOUT", fmt::format("{}", *o_.opTimeoutSeconds));
     if (o_.elastic) {

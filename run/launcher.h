@@ -50,6 +50,9 @@ struct LaunchOptions {
   // Elastic jobs ("MIN:MAX", SHOAL_ELASTIC for the ranks; comm/membership.h): a worker that
   // fails does not stop the others, and is started again (as a new member that joins the
   // running job) up to `maxRestarts` times over the whole job.
+  // etcd://host:port[/namespace]: the ranks' store is that etcd (store/etcd_store.h), not one
+  // the launcher hosts, so the job's rendezvous survives this launcher's host.
+  std::string storeUrl;
   std::optional<std::string> elastic;
   int maxRestarts = 0;
 };

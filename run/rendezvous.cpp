@@ -5,6 +5,7 @@
 #include "common/env.h"
 #include "common/error.h"
 #include "common/socket.h"
+#include "store/etcd_store.h"
 
 namespace shoal::run {
 
@@ -58,6 +59,12 @@ void checkRank(const Rendezvous& r, const char* launcher) {
 // SHOAL_STORE_ADDR, or MASTER_ADDR + MASTER_PORT, when set.
 bool storeOverride(const Reader& in, Rendezvous& r) {
   if (auto addr = in.get("SHOAL_STORE_ADDR")) {
+    if (store::EtcdAddress::matches(*addr)) {
+      store::EtcdAddress::parse(*addr);  // checked here, where the variable is named
+      r.storeUrl = *addr;
+      r.hostsStore = false;
+      return true;
+    }
     HostPort hp = parseHostPort(*addr);
     r.storeHost = hp.host;
     r.storePort = hp.port;
@@ -194,9 +201,8 @@ Rendezvous detectLauncher(const EnvLookup& env) {
     r.localRank = in.getInt("SHOAL_LOCAL_RANK", 0).value_or(r.rank);
     r.localSize = in.getInt("SHOAL_LOCAL_WORLD_SIZE", 1).value_or(r.size);
     r.hosts = in.getInt("SHOAL_NUM_HOSTS", 1).value_or(1);
-    HostPort hp = parseHostPort(in.need("SHOAL_STORE_ADDR"));
-    r.storeHost = hp.host;
-    r.storePort = hp.port;
+    storeOverride(in, r);
+    if (r.storeUrl.empty() && r.storeHost.empty()) in.need("SHOAL_STORE_ADDR");
     checkRank(r, "shoal run");
     return r;
   }

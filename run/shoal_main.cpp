@@ -6,6 +6,7 @@
 #include "common/env.h"
 #include "common/error.h"
 #include "run/launcher.h"
+#include "store/etcd_store.h"
 
 using namespace shoal;
 
@@ -35,6 +36,9 @@ int main(int argc, char** argv) {
   run->add_option("--grace", grace,
                   "seconds between SIGTERM and SIGKILL when stopping (default 5)");
   run->add_option("--ssh", o.sshCommand, "command that runs a shell command on a host");
+  run->add_option("--store", o.storeUrl,
+                  "etcd://host:port[/namespace]: the ranks' store (default: SHOAL_STORE_ADDR when "
+                  "it names etcd, else one this launcher hosts)");
   std::string elastic;
   run->add_option("--elastic", elastic,
                   "MIN:MAX: survivors of a failed worker go on, new workers join (elastic job)");
@@ -85,6 +89,12 @@ int main(int argc, char** argv) {
       o.timeLimitSeconds = parseNumber("--time-limit", timeLimit, 0.001, kMaxTimeoutSeconds);
     }
     if (!elastic.empty()) o.elastic = elastic;
+    if (o.storeUrl.empty()) {
+      if (const char* url = std::getenv("SHOAL_STORE_ADDR");
+          url != nullptr && store::EtcdAddress::matches(url)) {
+        o.storeUrl = url;
+      }
+    }
     if (!port.empty()) o.port = static_cast<int>(parseInteger("--port", port, 0, 65535));
     if (!grace.empty()) o.graceSeconds = parseNumber("--grace", grace, 0, 3600);
     if (!hosts.empty() && !hostfile.empty()) {

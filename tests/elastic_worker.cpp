@@ -9,8 +9,10 @@
 //            (and on until the view has --until-world workers again, if given), committing
 //            after each step. --die MEMBER:STEP:before|after makes member MEMBER SIGKILL itself
 //            in step STEP: after its forward (its peers fail inside that step's all-reduce) or
-//            after the all-reduce (before the commit). Repeatable. --checkpoint PATH: where the
-//            state goes when the job gives up below the minimum; --resume PATH starts from it.
+//            after the all-reduce (before the commit). Repeatable. --progress-every N: rank 0
+//            prints "STEP <n>" every N steps (tests wait for it before acting on the job).
+//            --checkpoint PATH: where the state goes when the job gives up below the minimum;
+//            --resume PATH starts from it.
 //   plain    (--plain, under shoal run without --elastic): the same loop on the world group,
 //            no elasticity: from --load PATH (or the start) until step --steps, then --save PATH
 //            (rank 0). Two plain jobs chained through a file are the reference an elastic run
@@ -51,6 +53,7 @@ struct Death {
 struct Options {
   int64_t steps = 40, samples = 600, batch = 8;
   int untilWorld = 0;
+  int64_t progressEvery = 0;
   std::vector<std::string> die;
   std::string checkpoint, resume, load, save;
   bool plain = false;
@@ -183,6 +186,10 @@ int runWorker(const Options& o) {
     for (auto p = state.progress(); p.step < o.steps || group.size() < o.untilWorld;) {
       p = trainStep(group, ddp, *model, opt, sampler, data, o.batch, p, member, deaths);
       state.commit(p);
+      if (o.progressEvery > 0 && p.step % o.progressEvery == 0 && group.rank() == 0) {
+        std::printf("STEP %lld\n", static_cast<long long>(p.step));
+        std::fflush(stdout);
+      }
     }
   });
   const auto& s = state.stats();
@@ -205,6 +212,7 @@ int main(int argc, char** argv) {
   app.add_option("--samples", o.samples);
   app.add_option("--batch", o.batch);
   app.add_option("--until-world", o.untilWorld);
+  app.add_option("--progress-every", o.progressEvery);
   app.add_option("--die", o.die);
   app.add_option("--checkpoint", o.checkpoint);
   app.add_option("--resume", o.resume);

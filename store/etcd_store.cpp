@@ -1,0 +1,279 @@
+#include "store/etcd_store.h"
+
+#include <fmt/format.h>
+#include <poll.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "common/error.h"
+
+namespace shoal::store {
+
+namespace {
+
+using nlohmann::json;
+
+constexpr size_t kMaxReply = 1 << 20;
+constexpr char kAlphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+std::string base64(const std::string& in) {
+  std::string out;
+  out.reserve((in.size() + 2) / 3 * 4);
+  for (size_t i = 0; i < in.size(); i += 3) {
+    uint32_t n = static_cast<uint8_t>(in[i]) << 16;
+    if (i + 1 < in.size()) n |= static_cast<uint8_t>(in[i + 1]) << 8;
+    if (i + 2 < in.size()) n |= static_cast<uint8_t>(in[i + 2]);
+    out += kAlphabet[(n >> 18) & 63];
+    out += kAlphabet[(n >> 12) & 63];
+    out += i + 1 < in.size() ? kAlphabet[(n >> 6) & 63] : '=';
+    out += i + 2 < in.size() ? kAlphabet[n & 63] : '=';
+  }
+  return out;
+}
+
+std::string unbase64(const std::string& in, const std::string& what) {
+  std::string out;
+  uint32_t acc = 0;
+  int bits = 0;
+  for (char c : in) {
+    if (c == '=') break;
+    const char* at = std::strchr(kAlphabet, c);
+    if (c == '\0' || at == nullptr)
+      SHOAL_THROW(StoreError, "{}: malformed base64 in a reply", what);
+    acc = (acc << 6) | static_cast<uint32_t>(at - kAlphabet);
+    bits += 6;
+    if (bits >= 8) {
+      bits -= 8;
+      out += static_cast<char>((acc >> bits) & 0xff);
+    }
+  }
+  return out;
+}
+
+// etcd's JSON gateway prints int64 fields as strings.
+int64_t jsonInt(const json& j, const char* field) {
+  if (!j.contains(field)) return 0;
+  const auto& v = j.at(field);
+  if (v.is_number_integer()) return v.get<int64_t>();
+  return std::stoll(v.get<std::string>());
+}
+
+// The body of an HTTP/1.1 reply read to the end of the connection: chunked or not.
+std::string httpBody(const std::string& reply, const std::string& what) {
+  const auto end = reply.find("\r\n\r\n");
+  if (reply.compare(0, 9, "HTTP/1.1 ") != 0 || end == std::string::npos) {
+    SHOAL_THROW(StoreError, "{}: not an HTTP reply", what);
+  }
+  const int status = std::atoi(reply.c_str() + 9);
+  std::string head = reply.substr(0, end);
+  std::transform(head.begin(), head.end(), head.begin(), ::tolower);
+  std::string body = reply.substr(end + 4);
+  if (head.find("transfer-encoding: chunked") != std::string::npos) {
+    std::string plain;
+    size_t at = 0;
+    while (true) {
+      const auto eol = body.find("\r\n", at);
+      if (eol == std::string::npos) SHOAL_THROW(StoreError, "{}: truncated chunked reply", what);
+      const size_t n = std::strtoul(body.c_str() + at, nullptr, 16);
+      if (n == 0) break;
+      if (eol + 2 + n > body.size()) SHOAL_THROW(StoreError, "{}: truncated chunk", what);
+      plain.append(body, eol + 2, n);
+      at = eol + 2 + n + 2;
+    }
+    body = std::move(plain);
+  }
+  if (status != 200) {
+    SHOAL_THROW(StoreError, "{}: HTTP {}: {}", what, status, body.substr(0, 200));
+  }
+  return body;
+}
+
+}  // namespace
+
+bool EtcdAddress::matches(const std::string& url) {
+  return url.rfind("etcd://", 0) == 0;
+}
+
+EtcdAddress EtcdAddress::parse(const std::string& url) {
+  if (!matches(url)) SHOAL_THROW(InvalidArgument, "'{}' is not an etcd://host:port URL", url);
+  std::string rest = url.substr(7);
+  EtcdAddress a;
+  const auto slash = rest.find('/');
+  if (slash != std::string::npos) {
+    a.ns = rest.substr(slash + 1);
+    rest = rest.substr(0, slash);
+    while (!a.ns.empty() && a.ns.back() == '/') a.ns.pop_back();
+    if (a.ns.empty()) SHOAL_THROW(InvalidArgument, "'{}': empty etcd namespace", url);
+  }
+  a.address = parseHostPort(rest);
+  return a;
+}
+
+EtcdStore::EtcdStore(EtcdAddress address, Duration requestTimeout)
+    : address_(std::move(address)), requestTimeout_(requestTimeout) {}
+
+std::string EtcdStore::post(const std::string& path, const std::string& body) {
+  const std::string what = fmt::format("etcd store {}", address_.address.str());
+  const Deadline deadline(requestTimeout_);
+  std::string lastError;
+  // A connection refused (an etcd member restarting) is tried again until the deadline.
+  while (true) {
+    try {
+      Fd fd = connectTcp(address_.address, deadline, what);
+      const std::string request = fmt::format(
+          "POST {} HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\nContent-Length: "
+          "{}\r\nConnection: close\r\n\r\n{}",
+          path, address_.address.str(), body.size(), body);
+      writeAll(fd.get(), request.data(), request.size(), deadline, what);
+      std::string reply;
+      char buf[16384];
+      while (true) {
+        if (!pollFor(fd.get(), POLLIN, deadline)) {
+          SHOAL_THROW(StoreError, "{}: no reply within {:.1f} s", what, deadline.timeoutSeconds());
+        }
+        const ssize_t n = ::read(fd.get(), buf, sizeof buf);
+        if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+        if (n < 0) throwSystemError("read from " + what, errno);
+        if (n == 0) break;
+        if (reply.size() + static_cast<size_t>(n) > kMaxReply) {
+          SHOAL_THROW(StoreError, "{}: a reply above {} bytes", what, kMaxReply);
+        }
+        reply.append(buf, static_cast<size_t>(n));
+      }
+      return httpBody(reply, what);
+    } catch (const StoreError&) {
+      throw;
+    } catch (const Error& e) {
+      lastError = e.what();
+    }
+    if (deadline.expired()) {
+      SHOAL_THROW(StoreError, "{}: unreachable within {:.1f} s: {}", what,
+                  deadline.timeoutSeconds(), lastError);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+}
+
+EtcdStore::Value EtcdStore::range(const std::string& key) {
+  const auto reply =
+      json::parse(post("/v3/kv/range", json{{"key", base64(full(key))}}.dump()), nullptr, false);
+  if (reply.is_discarded()) SHOAL_THROW(StoreError, "etcd store: malformed range reply");
+  Value v;
+  if (reply.contains("kvs") && !reply["kvs"].empty()) {
+    const auto& kv = reply["kvs"][0];
+    v.exists = true;
+    v.value = unbase64(kv.value("value", ""), "etcd store");
+    v.modRevision = jsonInt(kv, "mod_revision");
+  }
+  return v;
+}
+
+void EtcdStore::set(const std::string& key, const std::string& value) {
+  post("/v3/kv/put", json{{"key", base64(full(key))}, {"value", base64(value)}}.dump());
+}
+
+std::string EtcdStore::get(const std::string& key, Duration timeout) {
+  wait({key}, timeout);
+  return range(key).value;
+}
+
+int64_t EtcdStore::add(const std::string& key, int64_t delta) {
+  const Deadline deadline(requestTimeout_);
+  while (true) {
+    const Value v = range(key);
+    int64_t now = 0;
+    if (v.exists) {
+      try {
+        size_t used = 0;
+        now = std::stoll(v.value, &used);
+        if (used != v.value.size()) throw std::invalid_argument("trailing");
+      } catch (const std::exception&) {
+        SHOAL_THROW(StoreError, "etcd store: key '{}' holds '{}', not a counter", key,
+                    v.value.substr(0, 64));
+      }
+    }
+    const int64_t sum = now + delta;
+    // Put only if nobody changed the key since it was read (absent: created since).
+    json cmp = v.exists ? json{{"key", base64(full(key))},
+                               {"target", "MOD"},
+                               {"result", "EQUAL"},
+                               {"mod_revision", std::to_string(v.modRevision)}}
+                        : json{{"key", base64(full(key))},
+                               {"target", "CREATE"},
+                               {"result", "EQUAL"},
+                               {"create_revision", "0"}};
+    json txn{{"compare", json::array({cmp})},
+             {"success", json::array({json{{"request_put",
+                                            {{"key", base64(full(key))},
+                                             {"value", base64(std::to_string(sum))}}}}})}};
+    const auto reply = json::parse(post("/v3/kv/txn", txn.dump()), nullptr, false);
+    if (reply.is_discarded()) SHOAL_THROW(StoreError, "etcd store: malformed txn reply");
+    if (reply.value("succeeded", false)) return sum;
+    if (deadline.expired()) {
+      SHOAL_THROW(StoreError, "etcd store: add to '{}' kept losing to other clients for {:.1f} s",
+                  key, deadline.timeoutSeconds());
+    }
+  }
+}
+
+std::string EtcdStore::compareSet(const std::string& key, const std::string& expected,
+                                  const std::string& desired) {
+  // An absent key equals "": compare its creation (absent) or its value.
+  json cmp = expected.empty() ? json{{"key", base64(full(key))},
+                                     {"target", "CREATE"},
+                                     {"result", "EQUAL"},
+                                     {"create_revision", "0"}}
+                              : json{{"key", base64(full(key))},
+                                     {"target", "VALUE"},
+                                     {"result", "EQUAL"},
+                                     {"value", base64(expected)}};
+  json txn{{"compare", json::array({cmp})},
+           {"success",
+            json::array(
+                {json{{"request_put", {{"key", base64(full(key))}, {"value", base64(desired)}}}}})},
+           {"failure", json::array({json{{"request_range", {{"key", base64(full(key))}}}}})}};
+  const auto reply = json::parse(post("/v3/kv/txn", txn.dump()), nullptr, false);
+  if (reply.is_discarded()) SHOAL_THROW(StoreError, "etcd store: malformed txn reply");
+  if (reply.value("succeeded", false)) return desired;
+  // Failed: the value the range inside the transaction saw.
+  try {
+    const auto& kvs = reply.at("responses").at(0).at("response_range").value("kvs", json::array());
+    return kvs.empty() ? std::string() : unbase64(kvs[0].value("value", ""), "etcd store");
+  } catch (const json::exception&) {
+    SHOAL_THROW(StoreError, "etcd store: malformed txn reply");
+  }
+}
+
+void EtcdStore::wait(const std::vector<std::string>& keys, Duration timeout) {
+  const Deadline deadline(timeout);
+  auto pause = std::chrono::milliseconds(10);
+  while (!check(keys)) {
+    if (deadline.expired()) {
+      SHOAL_THROW(TimeoutError, "etcd store {}: keys [{}] did not appear within {:.1f} s",
+                  address_.address.str(), joinKeys(keys), deadline.timeoutSeconds());
+    }
+    std::this_thread::sleep_for(std::min<Duration>(pause, deadline.remaining()));
+    pause = std::min(pause * 2, std::chrono::milliseconds(100));
+  }
+}
+
+bool EtcdStore::deleteKey(const std::string& key) {
+  const auto reply = json::parse(
+      post("/v3/kv/deleterange", json{{"key", base64(full(key))}}.dump()), nullptr, false);
+  if (reply.is_discarded()) SHOAL_THROW(StoreError, "etcd store: malformed delete reply");
+  return jsonInt(reply, "deleted") > 0;
+}
+
+bool EtcdStore::check(const std::vector<std::string>& keys) {
+  for (const auto& k : keys) {
+    if (!range(k).exists) return false;
+  }
+  return true;
+}
+
+}  // namespace shoal::store
