@@ -44,13 +44,14 @@ case "$MODE" in
     export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
     cd "$BUILD"
     # Tests of binaries not built here (the libtorch ones) appear as <target>_NOT_BUILT; the
-    # libtorch examples' own tests (pipeline_example_*, gpt_example_*) are left out by name.
+    # libtorch examples' own tests (pipeline_example_*, gpt_example_*) and etcd_store (its jobs
+    # run the libtorch elastic worker) are left out by name.
     # SHOAL_ASAN_EXCLUDE: more tests to leave out (a ctest regex), e.g. the timing-bound ones.
     # Two tests at a time (SHOAL_ASAN_JOBS): the sanitized ranks spend much of their time waiting
     # on each other, and what remains bounds time only where the bound is structural (a failure
     # report's fixed budgets) or relative (a bootstrap against its own clean run).
     ctest --output-on-failure --timeout 900 -j "${SHOAL_ASAN_JOBS:-2}" \
-      -E "_NOT_BUILT\$|^mpirun_|^multihost_|^slurm_|^pipeline_example_|^gpt_example_${SHOAL_ASAN_EXCLUDE:+|$SHOAL_ASAN_EXCLUDE}" "$@"
+      -E "_NOT_BUILT\$|^mpirun_|^multihost_|^slurm_|^pipeline_example_|^gpt_example_|^etcd_store\$${SHOAL_ASAN_EXCLUDE:+|$SHOAL_ASAN_EXCLUDE}" "$@"
     ;;
   tsan)
     BUILD=$ROOT/build-tsan
