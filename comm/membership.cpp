@@ -190,13 +190,18 @@ std::optional<View> Membership::previousView(uint64_t generation) {
   return View::decode(store_->get(k, options_.settle), k);
 }
 
+// Members of the view before `generation` (for generation 0: the launch's workers) propose it;
+// joiners only wait.
+bool Membership::proposer(uint64_t generation, const std::optional<View>& previous) const {
+  if (generation == 0) return id_ < options_.initialSize;
+  return inView_ && previous && previous->rankOf(id_) >= 0;
+}
+
 // Proposes `generation`'s view if this member may and the arrivals allow it; returns the agreed
 // view if there is one now.
 std::optional<View> Membership::tryPropose(uint64_t generation, const std::optional<View>& previous,
                                            bool settled) {
-  const bool mayPropose = generation == 0 ? id_ < options_.initialSize
-                                          : previous && previous->rankOf(id_) >= 0 && inView_;
-  if (!mayPropose) return std::nullopt;
+  if (!proposer(generation, previous)) return std::nullopt;
   auto arrived = arrivals(generation);
   std::vector<int> expected;
   if (generation == 0) {
@@ -258,7 +263,7 @@ View Membership::next(int64_t committed, const std::vector<int>& failed) {
       }
       agreed = tryPropose(generation, previous, settle.expired());
       if (agreed) break;
-      const bool member = generation == 0 || (previous && previous->rankOf(id_) >= 0 && inView_);
+      const bool member = proposer(generation, previous);
       if (member ? below.expired() : admitted.expired()) {
         const auto n = arrivals(generation).size();
         SHOAL_THROW(TimeoutError,

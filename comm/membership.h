@@ -105,6 +105,7 @@ class Membership {
   uint64_t latestAgreed();
   std::vector<Arrival> arrivals(uint64_t generation);
   std::optional<View> previousView(uint64_t generation);
+  bool proposer(uint64_t generation, const std::optional<View>& previous) const;
   std::optional<View> tryPropose(uint64_t generation, const std::optional<View>& previous,
                                  bool settled);
 

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -38,7 +39,10 @@ void writeSealedFile(const std::string& path, std::string_view payload) {
   const uint64_t len = payload.size();
   unsigned char digest[SHA256_DIGEST_LENGTH];
   SHA256(reinterpret_cast<const unsigned char*>(payload.data()), payload.size(), digest);
-  const std::string tmp = path + ".tmp";
+  // Its own temporary per writer: several processes may write the same state to one path (the
+  // survivors of an elastic job do), and each rename must bring a whole file.
+  static std::atomic<uint64_t> writes{0};
+  const std::string tmp = fmt::format("{}.tmp.{}.{}", path, ::getpid(), writes.fetch_add(1));
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) throwSystemError("open " + tmp, errno);
   try {

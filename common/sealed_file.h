@@ -2,8 +2,9 @@
 // checkpoint (data-parallel checkpoints in train/, parameter-server shards in ps/).
 //
 // Format: "SHOALCK1", u64 payload length (little endian), the payload, the SHA-256 of the
-// payload. Written to <name>.tmp, fsync'ed, renamed over <name>, and the folder fsync'ed: a
-// crash at any point leaves either the old file or the new one. Reading checks length and
+// payload. Written to <name>.tmp.<pid>.<n> (one per writer, so concurrent writers of one name
+// never mix their bytes), fsync'ed, renamed over <name>, and the folder fsync'ed: a crash at any
+// point leaves either the old file or the new one (and perhaps a stray temporary). Reading checks length and
 // checksum before returning a byte; a truncated or corrupt file is an InvalidArgument naming the
 // file and what is wrong.
 #pragma once

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "common/byte_codec.h"
 #include "common/error.h"
 #include "ps/server_optimizer.h"
 
@@ -11,61 +12,6 @@ namespace shoal::ps {
 namespace {
 
 constexpr size_t kChunk = 4096;  // elements reduced at a time (stays in L1/L2)
-
-template <typename T>
-void put(std::string& out, const T& v) {
-  out.append(reinterpret_cast<const char*>(&v), sizeof(T));
-}
-
-void putBytes(std::string& out, const void* data, size_t n) {
-  put<uint64_t>(out, n);
-  out.append(static_cast<const char*>(data), n);
-}
-
-// Reads a snapshot. Every count and length in it is checked against the bytes that remain (and
-// by the caller against this shard) before it sizes anything: a crafted file claiming 2^60
-// elements is refused, never allocated.
-class Reader {
- public:
-  Reader(const std::string& s, std::string_view source) : s_(s), source_(source) {}
-  template <typename T>
-  T get() {
-    T v;
-    need(sizeof(T));
-    std::memcpy(&v, s_.data() + at_, sizeof(T));
-    at_ += sizeof(T);
-    return v;
-  }
-  std::string_view bytes() {
-    auto n = get<uint64_t>();
-    need(n);
-    std::string_view v(s_.data() + at_, n);
-    at_ += n;
-    return v;
-  }
-  // A count of `size`-byte items that must all still be in the payload.
-  uint64_t count(size_t size, const char* what) {
-    const auto n = get<uint64_t>();
-    if (n > (s_.size() - at_) / size) {
-      SHOAL_THROW(InvalidArgument,
-                  "{} is corrupt: it claims {} {}, more than its remaining {} bytes can hold",
-                  source_, n, what, s_.size() - at_);
-    }
-    return n;
-  }
-  bool atEnd() const { return at_ == s_.size(); }
-
- private:
-  void need(uint64_t n) {
-    if (n > s_.size() - at_) {
-      SHOAL_THROW(InvalidArgument, "{} is truncated: {} more bytes needed, {} left", source_, n,
-                  s_.size() - at_);
-    }
-  }
-  const std::string& s_;
-  std::string_view source_;
-  size_t at_ = 0;
-};
 
 }  // namespace
 
@@ -234,11 +180,11 @@ std::string Shard::snapshot(const std::string& header, uint64_t round,
                             const std::vector<uint64_t>& clocks) const {
   std::string out;
   putBytes(out, header.data(), header.size());
-  put<uint64_t>(out, round);
-  put<uint64_t>(out, clocks.size());
-  for (uint64_t c : clocks) put<uint64_t>(out, c);
-  put<uint64_t>(out, pieces_.size());
-  for (const PieceState& ps : pieces_) put<uint64_t>(out, ps.version);
+  putValue<uint64_t>(out, round);
+  putValue<uint64_t>(out, clocks.size());
+  for (uint64_t c : clocks) putValue<uint64_t>(out, c);
+  putValue<uint64_t>(out, pieces_.size());
+  for (const PieceState& ps : pieces_) putValue<uint64_t>(out, ps.version);
   putBytes(out, values_.data(), values_.size() * sizeof(float));
   putBytes(out, state0_.data(), state0_.size() * sizeof(float));
   putBytes(out, state1_.data(), state1_.size() * sizeof(float));
@@ -246,7 +192,7 @@ std::string Shard::snapshot(const std::string& header, uint64_t round,
 }
 
 std::string Shard::snapshotHeader(const std::string& payload, std::string_view source) {
-  Reader in(payload, source);
+  ByteReader in(payload, std::string(source));
   return std::string(in.bytes());
 }
 
@@ -267,7 +213,7 @@ void Shard::checkSnapshotFits(const Partition& partition, int server, const Trai
 
 std::string Shard::restore(const std::string& payload, uint64_t& round,
                            std::vector<uint64_t>& clocks, std::string_view source) {
-  Reader in(payload, source);
+  ByteReader in(payload, std::string(source));
   std::string header(in.bytes());
   round = in.get<uint64_t>();
   // Checked against this job before the vector is sized (the count comes from the file).

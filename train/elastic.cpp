@@ -3,15 +3,13 @@
 #include <fmt/format.h>
 
 #include <chrono>
-#include <cstdio>
 #include <cstring>
-#include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include "comm/collectives.h"
+#include "common/byte_codec.h"
 #include "common/error.h"
 #include "common/log.h"
+#include "common/sealed_file.h"
 
 namespace shoal::train {
 
@@ -29,66 +27,30 @@ class GaveUp : public TimeoutError {
 
 constexpr char kMagic[8] = {'S', 'H', 'O', 'A', 'L', 'E', 'L', '1'};
 
-// Appends and reads the snapshot format: little-endian integers, raw tensor bytes.
-struct Writer {
-  std::string out;
-  template <typename T>
-  void put(T v) {
-    out.append(reinterpret_cast<const char*>(&v), sizeof v);
-  }
-  void tensor(const torch::Tensor& t) {
-    auto c = t.contiguous();
-    put<int32_t>(static_cast<int32_t>(c.scalar_type()));
-    put<int64_t>(c.numel());
-    out.append(static_cast<const char*>(c.data_ptr()), c.nbytes());
-  }
-};
+// A tensor's type, element count and bytes (common/byte_codec.h).
+void putTensor(std::string& out, const torch::Tensor& t) {
+  auto c = t.contiguous();
+  putValue<int32_t>(out, static_cast<int32_t>(c.scalar_type()));
+  putValue<int64_t>(out, c.numel());
+  out.append(static_cast<const char*>(c.data_ptr()), c.nbytes());
+}
 
-struct Reader {
-  const std::string& in;
-  const std::string& what;
-  size_t at = 0;
-  template <typename T>
-  T get() {
-    need(sizeof(T));
-    T v;
-    std::memcpy(&v, in.data() + at, sizeof v);
-    at += sizeof v;
-    return v;
+// Into `like`'s shape and type: the receiver's own model decides them, the sender's bytes must
+// match.
+torch::Tensor getTensor(ByteReader& in, const torch::Tensor& like, const std::string& name) {
+  const auto type = in.get<int32_t>();
+  const auto numel = in.get<int64_t>();
+  if (type != static_cast<int32_t>(like.scalar_type()) || numel != like.numel()) {
+    SHOAL_THROW(InvalidArgument,
+                "{}: {} holds {} elements of type {}, this model has {} of type {} (saved from "
+                "another model?)",
+                in.source(), name, numel, type, like.numel(), c10::toString(like.scalar_type()));
   }
-  void need(size_t n) const {
-    if (in.size() - at < n) {
-      SHOAL_THROW(InvalidArgument, "{}: truncated ({} bytes, {} more needed at offset {})", what,
-                  in.size(), n, at);
-    }
-  }
-  // Into `like`'s shape and type: the receiver's own model decides them, the sender's bytes
-  // must match.
-  torch::Tensor tensor(const torch::Tensor& like, const std::string& name) {
-    const auto type = get<int32_t>();
-    const auto numel = get<int64_t>();
-    if (type != static_cast<int32_t>(like.scalar_type()) || numel != like.numel()) {
-      SHOAL_THROW(InvalidArgument,
-                  "{}: {} holds {} elements of type {}, this model has {} of type {} (saved from "
-                  "another model?)",
-                  what, name, numel, type, like.numel(), c10::toString(like.scalar_type()));
-    }
-    const size_t bytes = static_cast<size_t>(numel) * like.element_size();
-    need(bytes);
-    auto t = torch::empty_like(like, torch::MemoryFormat::Contiguous);
-    std::memcpy(t.data_ptr(), in.data() + at, bytes);
-    at += bytes;
-    return t;
-  }
-  std::string text(size_t max) {
-    const auto n = get<uint32_t>();
-    if (n > max) SHOAL_THROW(InvalidArgument, "{}: a name of {} bytes", what, n);
-    need(n);
-    std::string s = in.substr(at, n);
-    at += n;
-    return s;
-  }
-};
+  const auto bytes = in.take(static_cast<uint64_t>(numel) * like.element_size());
+  auto t = torch::empty_like(like, torch::MemoryFormat::Contiguous);
+  std::memcpy(t.data_ptr(), bytes.data(), bytes.size());
+  return t;
+}
 
 // Copies `from` into `into` where the shapes allow it (no allocation at each commit), else
 // clones.
@@ -181,36 +143,32 @@ void ElasticState::restore() {
 }
 
 std::string ElasticState::encode() const {
-  Writer w;
-  w.out.append(kMagic, sizeof kMagic);
-  w.put<int64_t>(snapshot_.progress.step);
-  w.put<int64_t>(snapshot_.progress.epoch);
-  w.put<int64_t>(snapshot_.progress.position);
-  w.put<int64_t>(static_cast<int64_t>(snapshot_.model.size()));
-  for (const auto& t : snapshot_.model) w.tensor(t);
-  w.put<int64_t>(static_cast<int64_t>(snapshot_.optimizer.size()));
+  std::string out(kMagic, sizeof kMagic);
+  putValue<int64_t>(out, snapshot_.progress.step);
+  putValue<int64_t>(out, snapshot_.progress.epoch);
+  putValue<int64_t>(out, snapshot_.progress.position);
+  putValue<int64_t>(out, static_cast<int64_t>(snapshot_.model.size()));
+  for (const auto& t : snapshot_.model) putTensor(out, t);
+  putValue<int64_t>(out, static_cast<int64_t>(snapshot_.optimizer.size()));
   for (const auto& s : snapshot_.optimizer) {
-    w.put<int8_t>(s ? 1 : 0);
+    putValue<int8_t>(out, s ? 1 : 0);
     if (!s) continue;
-    w.put<int64_t>(s->step);
-    w.put<int32_t>(static_cast<int32_t>(s->tensors.size()));
+    putValue<int64_t>(out, s->step);
+    putValue<int32_t>(out, static_cast<int32_t>(s->tensors.size()));
     for (const auto& [name, t] : s->tensors) {
-      w.put<uint32_t>(static_cast<uint32_t>(name.size()));
-      w.out += name;
-      w.tensor(t);
+      putBytes(out, name.data(), name.size());
+      putTensor(out, t);
     }
   }
-  return std::move(w.out);
+  return out;
 }
 
 // Into the snapshot, checked against this rank's own model before anything is kept.
 void ElasticState::decode(const std::string& bytes, const std::string& what) {
-  Reader r{bytes, what};
-  r.need(sizeof kMagic);
-  if (std::memcmp(bytes.data(), kMagic, sizeof kMagic) != 0) {
+  if (bytes.size() < sizeof kMagic || std::memcmp(bytes.data(), kMagic, sizeof kMagic) != 0) {
     SHOAL_THROW(InvalidArgument, "{}: not a Shoal elastic state", what);
   }
-  r.at = sizeof kMagic;
+  ByteReader r(std::string_view(bytes).substr(sizeof kMagic), what);
   Snapshot s;
   s.progress.step = r.get<int64_t>();
   s.progress.epoch = r.get<int64_t>();
@@ -223,7 +181,7 @@ void ElasticState::decode(const std::string& bytes, const std::string& what) {
     SHOAL_THROW(InvalidArgument, "{}: saved from a model with another number of tensors", what);
   }
   for (size_t i = 0; i < tensors.size(); ++i) {
-    s.model.push_back(r.tensor(tensors[i], fmt::format("model tensor {}", i)));
+    s.model.push_back(getTensor(r, tensors[i], fmt::format("model tensor {}", i)));
   }
   const auto params = model_.parameters();
   if (r.get<int64_t>() != static_cast<int64_t>(params.size())) {
@@ -239,25 +197,31 @@ void ElasticState::decode(const std::string& bytes, const std::string& what) {
     const auto k = r.get<int32_t>();
     if (k < 0 || k > 16) SHOAL_THROW(InvalidArgument, "{}: {} optimizer tensors", what, k);
     for (int32_t j = 0; j < k; ++j) {
-      std::string name = r.text(64);
-      auto t = r.tensor(params[i], fmt::format("optimizer {} of parameter {}", name, i));
+      const auto nameBytes = r.bytes();
+      if (nameBytes.size() > 64)
+        SHOAL_THROW(InvalidArgument, "{}: a name of {} bytes", what, nameBytes.size());
+      std::string name(nameBytes);
+      auto t = getTensor(r, params[i], fmt::format("optimizer {} of parameter {}", name, i));
       ps.tensors.emplace_back(std::move(name), std::move(t));
     }
     s.optimizer.push_back(std::move(ps));
   }
-  if (r.at != bytes.size()) {
-    SHOAL_THROW(InvalidArgument, "{}: {} bytes after the end", what, bytes.size() - r.at);
+  if (!r.atEnd()) {
+    SHOAL_THROW(InvalidArgument, "{}: {} bytes after the end", what, r.remaining());
   }
   snapshot_ = std::move(s);
   taken_ = true;
 }
 
 void ElasticState::load(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) SHOAL_THROW(InvalidArgument, "elastic state {}: cannot open", path);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  decode(ss.str(), "elastic state " + path);
+  std::string bytes;
+  try {
+    bytes = readSealedFile(path);
+  } catch (const InvalidArgument& e) {
+    SHOAL_THROW(InvalidArgument, "elastic state {}: not a Shoal elastic state ({})", path,
+                e.what());
+  }
+  decode(bytes, "elastic state " + path);
   restore();
 }
 
@@ -288,17 +252,8 @@ void ElasticState::reform(const std::vector<int>& failed) {
     context_.membership->next(mine, failed);
   } catch (const TimeoutError& e) {
     if (options_.checkpointPath.empty()) throw GaveUp(e.what());
-    // Every survivor writes its own copy (the same state) and renames it into place: the file
-    // is always one whole state, whichever rename comes last.
-    const std::string tmp =
-        fmt::format("{}.tmp.{}", options_.checkpointPath, context_.membership->id());
-    {
-      std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-      const std::string bytes = encode();
-      out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-      if (!out.flush()) SHOAL_THROW(SystemError, "elastic: cannot write {}", tmp);
-    }
-    std::filesystem::rename(tmp, options_.checkpointPath);
+    // Every survivor writes the same state; the sealed file makes each write whole.
+    writeSealedFile(options_.checkpointPath, encode());
     throw GaveUp(fmt::format("{}; the state of step {} was written to {}", e.what(), mine,
                              options_.checkpointPath));
   }
