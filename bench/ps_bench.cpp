@@ -133,9 +133,11 @@ int main(int argc, char** argv) {
     }
     World w = init();
     const int workers = w.size - w.numServers;
+    options.replicas = w.psReplicas;  // shoal run --ps-replicas 2: the cost of a second copy
     if (w.role == run::Role::kServer) {
       ps::ServerOptions o;
       o.quiet = true;
+      o.replicas = w.psReplicas;
       ps::serve(*w.group, w.roleRank, w.numServers, workers, o);
       return 0;
     }

@@ -84,6 +84,7 @@ int serveMain(const Flags& f, World& w) {
   o.checkpointDir = f.checkpointDir;
   o.checkpointEvery = f.checkpointEvery;
   o.keep = f.keep;
+  o.replicas = w.psReplicas;  // shoal run --ps-replicas
   o.resume = !f.resume.empty();
   if (o.resume && f.resume != "latest") {
     SHOAL_THROW(InvalidArgument, "--resume: parameter servers resume from 'latest' only");
@@ -233,6 +234,7 @@ int trainMain(const Flags& f) {
     ps::ClientOptions client;
     client.compression = compress::CompressionSpec::parse(f.compression);
     client.pullHalf = f.pullHalf;
+    client.replicas = w.psReplicas;
     psTrainer = std::make_unique<train::PsTrainer>(*w.group, w.roleRank, numWorkers, w.numServers,
                                                    *model, pc, client);
   } else {

@@ -4,6 +4,7 @@
 #include <mutex>
 
 #include "common/error.h"
+#include "common/log.h"
 #include "ps/payload_codec.h"
 #include "ps/protocol.h"
 
@@ -62,6 +63,41 @@ std::shared_ptr<comm::Work> allOf(const std::vector<std::shared_ptr<comm::Work>>
   return all;
 }
 
+// Calls `fn(errorOfA, errorOfB)` once both finished; `b` may be null (no error from it).
+void whenBoth(const std::shared_ptr<comm::Work>& a, const std::shared_ptr<comm::Work>& b,
+              std::function<void(std::exception_ptr, std::exception_ptr)> fn) {
+  if (!b) {
+    a->onDone([fn](std::exception_ptr e) { fn(e, nullptr); });
+    return;
+  }
+  struct State {
+    std::mutex mu;
+    int left = 2;
+    std::exception_ptr a, b;
+  };
+  auto state = std::make_shared<State>();
+  auto done = [state, fn](bool first, std::exception_ptr e) {
+    {
+      std::lock_guard<std::mutex> lock(state->mu);
+      (first ? state->a : state->b) = e;
+      if (--state->left > 0) return;
+    }
+    fn(state->a, state->b);
+  };
+  a->onDone([done](std::exception_ptr e) { done(true, e); });
+  b->onDone([done](std::exception_ptr e) { done(false, e); });
+}
+
+std::string messageOf(const std::exception_ptr& e) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const std::exception& x) {
+    return x.what();
+  } catch (...) {
+    return "unknown error";
+  }
+}
+
 void setShape(Request& rq, const std::vector<int64_t>& shape) {
   if (shape.size() > static_cast<size_t>(kMaxDims)) {
     SHOAL_THROW(InvalidArgument, "a tensor of {} dimensions (parameter servers take up to {})",
@@ -72,6 +108,187 @@ void setShape(Request& rq, const std::vector<int64_t>& shape) {
 }
 
 }  // namespace
+
+// Note [Replicated shards], the worker's side (the servers' side is in ps/server.h). Shard s
+// has its primary on server s and its backup on server (s + 1) % servers. Every request but a
+// pull goes to both (a push-pull's copy to the backup is a plain push); the call completes
+// once both answered, so an acknowledged update is held by two servers. Both apply the same
+// pushes under the same rules, so in synchronous mode they hold bit-identical values; in the
+// asynchronous modes they apply the same updates, possibly in another order.
+//
+// A replica is lost when its exchange fails without an answer from its server (the
+// connection broke, or no reply came within the timeout) or with the server saying it failed
+// (if a worker died, the other copy fails the same way and the call fails); another answered
+// failure (a refusal, a server that gave up waiting for a slow worker) is the call's error and
+// loses nothing, unless only one of the two answered that way: then the backup no longer
+// mirrors the primary and is dropped. A lost replica's link is interrupted (its server sees this
+// worker leave) and never used again; a lost primary's pull is repeated on the backup, after this
+// call's push there.
+//
+// The links belong to the Client, not to this state: callbacks keep the state alive, and the
+// last owner of a group must never be a callback on that group's own thread (its destructor
+// joins that thread). Every group operation of a call ends before the call's Work finishes, so
+// the groups outlive every use made of them here.
+class Client::Replicas : public std::enable_shared_from_this<Client::Replicas> {
+ public:
+  // links: shard s's primary at 2s, its backup at 2s + 1 (owned by the Client).
+  Replicas(std::vector<comm::Group*> links, int worker, int servers,
+           std::chrono::nanoseconds timeout)
+      : worker_(worker),
+        servers_(servers),
+        timeout_(timeout),
+        links_(std::move(links)),
+        up_(2 * static_cast<size_t>(servers), 1) {}
+
+  std::shared_ptr<comm::Work> submit(int s, std::shared_ptr<Exchange> x) {
+    const auto kind = static_cast<RequestKind>(x->request.kind);
+    if (!isUp(s, kPrimary)) return onBackup(s, std::move(x));
+    auto first = submitExchange(*links_[2 * s], s, worker_, x, timeout_);
+    std::shared_ptr<Exchange> copy;
+    std::shared_ptr<comm::Work> second;
+    if (kind != RequestKind::kPull && isUp(s, kBackup)) {
+      copy = std::make_shared<Exchange>();
+      copy->request = x->request;
+      copy->payload = x->payload;
+      if (kind == RequestKind::kPushPull) {
+        copy->request.kind = static_cast<uint32_t>(RequestKind::kPush);
+        copy->request.pullBytes = 0;
+        copy->request.pullEncoding = 0;
+      }
+      second = submitExchange(*links_[2 * s + 1], backupHost(s), worker_, copy, timeout_);
+    }
+    auto result = std::make_shared<comm::Work>();
+    whenBoth(first, second,
+             [self = shared_from_this(), s, x, copy, result](std::exception_ptr ep,
+                                                             std::exception_ptr eb) {
+               self->settle(s, x, copy, result, ep, eb);
+             });
+    return result;
+  }
+
+  uint64_t failovers() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return failovers_;
+  }
+
+ private:
+  static constexpr int kPrimary = 0, kBackup = 1;
+
+  int backupHost(int s) const { return (s + 1) % servers_; }
+
+  // A failed exchange's server is of no more use: it did not answer, or it answered that it
+  // failed (it lost another worker, or another worker gave up on it).
+  static bool lost(const Exchange& x) {
+    return !x.answered || x.reply.status == static_cast<uint32_t>(Status::kFailed);
+  }
+
+  bool isUp(int s, int which) const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return up_[2 * s + which] != 0;
+  }
+
+  void settle(int s, const std::shared_ptr<Exchange>& x, const std::shared_ptr<Exchange>& copy,
+              const std::shared_ptr<comm::Work>& result, std::exception_ptr ep,
+              std::exception_ptr eb) {
+    const bool primaryLost = ep && lost(*x);
+    if (copy && eb && (lost(*copy) || !ep)) {
+      // Gone, or out of step with the primary (it answered a failure the primary did not).
+      lose(s, kBackup, eb);
+      if (primaryLost) {
+        result->finish(std::make_exception_ptr(
+            PeerError(fmt::format("worker {}: shard {} lost both copies: {}; and its backup: {}",
+                                  worker_, s, messageOf(ep), messageOf(eb)))));
+        return;
+      }
+    }
+    if (!primaryLost) {
+      result->finish(ep);
+      return;
+    }
+    lose(s, kPrimary, ep);
+    const auto kind = static_cast<RequestKind>(x->request.kind);
+    if (copy) x->reply = copy->reply;  // the push's numbers, from the replica that applied it
+    if (!x->into) {
+      // Pushed to the backup already (or, without a copy, never reached a replica: again).
+      if (copy) {
+        result->finish(nullptr);
+      } else {
+        forward(onBackup(s, x), result);
+      }
+      return;
+    }
+    // The values: from the backup, after this call's push there (same link, issue order).
+    auto pull = std::make_shared<Exchange>();
+    pull->request = x->request;
+    pull->request.kind = static_cast<uint32_t>(RequestKind::kPull);
+    pull->request.bytes = 0;
+    pull->request.encoding = 0;
+    if (kind == RequestKind::kPushPull) pull->request.step += 1;
+    pull->into = x->into;
+    auto work = onBackup(s, pull);
+    work->onDone([x, pull, result](std::exception_ptr e) {
+      x->reply = pull->reply;
+      result->finish(e);
+    });
+  }
+
+  static void forward(const std::shared_ptr<comm::Work>& from,
+                      const std::shared_ptr<comm::Work>& to) {
+    from->onDone([to](std::exception_ptr e) { to->finish(e); });
+  }
+
+  // The shard's backup alone (its primary was lost).
+  std::shared_ptr<comm::Work> onBackup(int s, std::shared_ptr<Exchange> x) {
+    auto result = std::make_shared<comm::Work>();
+    if (!isUp(s, kBackup)) {
+      result->finish(std::make_exception_ptr(PeerError(fmt::format(
+          "worker {}: shard {} has no copy left: parameter server {} and its backup on server {} "
+          "were lost",
+          worker_, s, s, backupHost(s)))));
+      return result;
+    }
+    auto work = submitExchange(*links_[2 * s + 1], backupHost(s), worker_, x, timeout_);
+    work->onDone([self = shared_from_this(), s, x, result](std::exception_ptr e) {
+      if (e && lost(*x)) {
+        self->lose(s, kBackup, e);
+        e = std::make_exception_ptr(PeerError(fmt::format(
+            "worker {}: shard {} lost both copies (its primary, server {}, earlier): {}",
+            self->worker_, s, s, messageOf(e))));
+      }
+      result->finish(e);
+    });
+    return result;
+  }
+
+  void lose(int s, int which, const std::exception_ptr& why) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!up_[2 * s + which]) return;
+      up_[2 * s + which] = 0;
+      ++failovers_;
+    }
+    // Its server sees this worker leave (a stalled one stops waiting for it).
+    links_[2 * s + which]->interrupt();
+    if (which == kPrimary) {
+      SHOAL_LOG_WARN(
+          "worker {}: parameter server {} lost ({}); shard {} continues on its backup "
+          "on server {}",
+          worker_, s, messageOf(why), s, backupHost(s));
+    } else {
+      SHOAL_LOG_WARN(
+          "worker {}: the backup of shard {} on server {} lost ({}); shard {} "
+          "continues unreplicated on server {}",
+          worker_, s, backupHost(s), messageOf(why), s, s);
+    }
+  }
+
+  const int worker_, servers_;
+  const std::chrono::nanoseconds timeout_;
+  const std::vector<comm::Group*> links_;  // shard s: 2s primary, 2s + 1 backup
+  mutable std::mutex mu_;
+  std::vector<char> up_;
+  uint64_t failovers_ = 0;
+};
 
 Client::Client(comm::Group& world, int worker, int numWorkers, int numServers,
                std::vector<KeySpec> keys, const TrainingConfig& config,
@@ -89,7 +306,28 @@ Client::Client(comm::Group& world, int worker, int numWorkers, int numServers,
   if (pushEncoding(options.compression) != Encoding::kRaw) {
     encoder_ = std::make_unique<PushEncoder>(options.compression, partition_);
   }
-  for (int s = 0; s < numServers; ++s) links_.push_back(world.connect(pairName(s, worker), 1, 2));
+  if (options.replicas != 1 && options.replicas != 2) {
+    SHOAL_THROW(InvalidArgument, "parameter-server replicas {}: 1 or 2", options.replicas);
+  }
+  if (options.replicas == 2) {
+    if (numServers < 2) {
+      SHOAL_THROW(InvalidArgument,
+                  "parameter-server replicas 2 need at least 2 servers (the job has {})",
+                  numServers);
+    }
+    std::vector<comm::Group*> links;
+    for (int s = 0; s < numServers; ++s) {
+      links_.push_back(world.connect(pairName(s, worker), 1, 2));
+      links_.push_back(world.connect(backupPairName(s, worker), 1, 2));
+      links.push_back(links_[2 * s].get());
+      links.push_back(links_[2 * s + 1].get());
+    }
+    replicas_ = std::make_shared<Replicas>(std::move(links), worker, numServers, timeout_);
+  } else {
+    for (int s = 0; s < numServers; ++s) {
+      links_.push_back(world.connect(pairName(s, worker), 1, 2));
+    }
+  }
 
   const std::string hello = config.toText() + "\n" + partition_.keysText();
   std::vector<std::shared_ptr<Exchange>> xs;
@@ -99,7 +337,7 @@ Client::Client(comm::Group& world, int worker, int numWorkers, int numServers,
     x->request.kind = static_cast<uint32_t>(RequestKind::kHello);
     x->request.bytes = hello.size();
     x->payload = hello.data();
-    works.push_back(submitExchange(*links_[s], s, worker_, x, timeout_));
+    works.push_back(submit(s, x));
     xs.push_back(x);
   }
   allOf(works, nullptr)->wait();
@@ -132,7 +370,7 @@ void Client::initialize(const float* flat) {
     x->request.kind = static_cast<uint32_t>(RequestKind::kInit);
     x->request.bytes = partition_.elements(s) * sizeof(float);
     x->payload = flat + partition_.begin(s);
-    works.push_back(submitExchange(*links_[s], s, worker_, x, timeout_));
+    works.push_back(submit(s, x));
   }
   allOf(works, nullptr)->wait();
   mustInitialize_ = false;
@@ -164,10 +402,15 @@ std::shared_ptr<comm::Work> Client::whole(int kind, const float* payload, float*
     rq.step = static_cast<uint64_t>(step);
     if (payload) setPush(*x, partition_.pieces(s), payload + partition_.begin(s), step);
     if (into) setPull(*x, partition_.elements(s), into + partition_.begin(s));
-    works.push_back(submitExchange(*links_[s], s, worker_, x, timeout_));
+    works.push_back(submit(s, x));
     xs.push_back(std::move(x));
   }
   return allExchanges(kind, std::move(xs), std::move(works), into != nullptr);
+}
+
+std::shared_ptr<comm::Work> Client::submit(int shard, std::shared_ptr<Exchange> x) {
+  if (replicas_) return replicas_->submit(shard, std::move(x));
+  return submitExchange(*links_[shard], shard, worker_, std::move(x), timeout_);
 }
 
 void Client::setPush(Exchange& x, std::span<const Piece> pieces, const float* grad, int64_t step) {
@@ -261,7 +504,7 @@ std::shared_ptr<comm::Work> Client::keyed(int kind, const std::string& key, cons
       setPush(*x, std::span(&p, 1), static_cast<const float*>(payload) + p.offset, step);
     }
     if (matches && into) setPull(*x, p.count, static_cast<float*>(into) + p.offset);
-    works.push_back(submitExchange(*links_[p.server], p.server, worker_, x, timeout_));
+    works.push_back(submit(p.server, x));
     xs.push_back(std::move(x));
   }
   return allExchanges(kind, std::move(xs), std::move(works), false);
@@ -274,7 +517,7 @@ void Client::finish() {
   for (int s = 0; s < numServers_; ++s) {
     auto x = std::make_shared<Exchange>();
     x->request.kind = static_cast<uint32_t>(RequestKind::kBye);
-    works.push_back(submitExchange(*links_[s], s, worker_, x, timeout_));
+    works.push_back(submit(s, x));
   }
   allOf(works, nullptr)->wait();
 }
@@ -287,6 +530,15 @@ std::vector<int64_t> Client::leads() const {
 Traffic Client::traffic() const {
   std::lock_guard<std::mutex> lock(stats_->mu);
   return stats_->traffic;
+}
+
+comm::Group& Client::link(int server) {
+  SHOAL_CHECK(server >= 0 && server < numServers_, "server {} of {}", server, numServers_);
+  return *links_.at(replicas_ ? 2 * static_cast<size_t>(server) : static_cast<size_t>(server));
+}
+
+uint64_t Client::failovers() const {
+  return replicas_ ? replicas_->failovers() : 0;
 }
 
 const std::vector<float>& Client::residual() const {

@@ -47,6 +47,14 @@ struct ClientOptions {
   // precision in this worker's copy only: the servers' master values stay float32, and the
   // updates are applied to them.
   bool pullHalf = false;
+  // Copies of each shard the servers keep: 1, or 2 (Note [Replicated shards] in ps/server.h;
+  // every worker and server of the job must use the same value, shoal run --ps-replicas).
+  // With 2, every push (and hello, init, goodbye) goes to the shard's primary and to its backup
+  // and completes once both applied it; pulls go to the primary. When a server is lost (its
+  // connection breaks or it stops answering within the timeout), its shard continues on the
+  // backup: this worker says so once on stderr and counts it in failovers(). Losing both copies
+  // of a shard fails the call with PeerError naming both servers.
+  int replicas = 1;
 };
 
 // Payload bytes this worker sent and received (request and reply headers not counted), over
@@ -96,12 +104,15 @@ class Client {
   std::vector<int64_t> leads() const;
   // Totals so far (thread-safe).
   Traffic traffic() const;
+  // Replicas this worker stopped using because their server was lost (replicas 2).
+  uint64_t failovers() const;
   // What error feedback holds back, per element of the model in flat order (partition());
   // empty unless compressing with top-k or 1-bit. Changes with each push call.
   const std::vector<float>& residual() const;
 
-  // The connection to server s (diagnostics and protocol tests).
-  comm::Group& link(int server) { return *links_.at(server); }
+  // The connection to server s (diagnostics and protocol tests); with replicas 2, to the
+  // primary of shard s.
+  comm::Group& link(int server);
 
  private:
   std::shared_ptr<comm::Work> whole(int kind, const float* payload, float* into, int64_t step);
@@ -113,6 +124,8 @@ class Client {
   void setPush(Exchange& x, std::span<const Piece> pieces, const float* grad, int64_t step);
   // The request's values: `count` elements into `into`, raw or fp16.
   void setPull(Exchange& x, size_t count, float* into);
+  // Runs exchange `x` on shard s's server, or its replicas (Note [Replicated shards]).
+  std::shared_ptr<comm::Work> submit(int shard, std::shared_ptr<Exchange> x);
   // Finishes once every exchange did; counts the traffic (and the leads of a whole pull).
   std::shared_ptr<comm::Work> allExchanges(int kind, std::vector<std::shared_ptr<Exchange>> xs,
                                            std::vector<std::shared_ptr<comm::Work>> works,
@@ -123,6 +136,8 @@ class Client {
   int numServers_;
   Partition partition_;
   std::chrono::nanoseconds timeout_;
+  // The pair groups: server s's at s; with replicas 2, shard s's primary at 2s and its backup
+  // at 2s + 1.
   std::vector<std::shared_ptr<comm::Group>> links_;
   int64_t startStep_ = 0;
   bool mustInitialize_ = false;
@@ -131,6 +146,8 @@ class Client {
   std::unique_ptr<PushEncoder> encoder_;  // null: raw pushes
   struct Stats;
   std::shared_ptr<Stats> stats_;
+  class Replicas;
+  std::shared_ptr<Replicas> replicas_;  // null: one copy of each shard
 };
 
 }  // namespace shoal::ps

@@ -46,6 +46,10 @@ std::string pairName(int server, int worker) {
   return fmt::format("ps-s{}-w{}", server, worker);
 }
 
+std::string backupPairName(int shard, int worker) {
+  return fmt::format("ps-b{}-w{}", shard, worker);
+}
+
 namespace {
 
 // The engine's error, retold from the worker's point of view (which server, which request).
@@ -124,6 +128,7 @@ std::shared_ptr<comm::Work> submitExchange(comm::Group& pair, int server, int wo
   auto outer = std::make_shared<comm::Work>();
   inner->onDone([outer, x, server, worker](std::exception_ptr e) {
     if (!e) {
+      x->answered = true;
       switch (static_cast<Status>(x->reply.status)) {
         case Status::kOk:
           break;

@@ -107,6 +107,9 @@ inline constexpr uint64_t kNeedsInit = 1;
 
 // The name of the pair group between server s and worker w.
 std::string pairName(int server, int worker);
+// The name of the pair group between the backup of shard s (Note [Replicated shards] in
+// ps/server.h: hosted by server (s + 1) % servers) and worker w.
+std::string backupPairName(int shard, int worker);
 
 // One exchange from the worker's side. `payload` and `into` belong to the exchange until its
 // Work finishes. `into` receives the values: request.pullBytes of them, or with pullEncoding
@@ -116,7 +119,10 @@ struct Exchange {
   const void* payload = nullptr;
   void* into = nullptr;
   Reply reply;
-  std::string text;             // the reply text: a kOk hello's payload, or why the server refused
+  std::string text;  // the reply text: a kOk hello's payload, or why the server refused
+  // The server replied (whatever the status): the exchange failed, if it did, because the
+  // server said so, not because the server was lost.
+  bool answered = false;
   std::vector<uint8_t> packed;  // a compressed push's payload, when `payload` points here
   std::vector<uint16_t> half;   // an fp16 pull's values as they arrived
 };

@@ -96,19 +96,26 @@ void applyPiece(void* context, const void* data, size_t offset, size_t bytes) {
 
 class Server {
  public:
-  Server(comm::Group& world, int id, int servers, int workers, const ServerOptions& o)
+  // `backup`: this is the backup of shard `id`, hosted by server (id + 1) % servers (Note
+  // [Replicated shards] in ps/server.h): its own connections, no checkpoints.
+  Server(comm::Group& world, int id, int servers, int workers, const ServerOptions& o,
+         bool backup = false)
       : world_(world),
         id_(id),
         servers_(servers),
         workers_(workers),
         opt_(o),
+        backup_(backup),
+        name_(backup
+                  ? fmt::format("parameter server {} (backup of shard {})", (id + 1) % servers, id)
+                  : fmt::format("parameter server {}", id)),
         clocks_(static_cast<size_t>(workers), 0),
         done_(static_cast<size_t>(workers), 0),
         busy_(static_cast<size_t>(workers), 0),
         pairs_(static_cast<size_t>(workers)) {
     SHOAL_CHECK(servers >= 1 && id >= 0 && id < servers, "server {} of {}", id, servers);
     SHOAL_CHECK(workers >= 1, "parameter server {}: {} workers", id, workers);
-    if (!opt_.checkpointDir.empty()) {
+    if (!opt_.checkpointDir.empty() && !backup_) {
       series_ = std::make_unique<SealedSeries>(fmt::format("{}/server-{}", opt_.checkpointDir, id),
                                                "shard-", ".bin", opt_.keep);
     }
@@ -131,7 +138,7 @@ class Server {
 
   void serveWorker(int w) {
     try {
-      auto pair = world_.connect(pairName(id_, w), 0, 2);
+      auto pair = world_.connect(backup_ ? backupPairName(id_, w) : pairName(id_, w), 0, 2);
       {
         std::lock_guard<std::mutex> lock(mu_);
         pairs_[w] = pair;
@@ -361,8 +368,8 @@ class Server {
       report_.partition = partition_->describe();
       if (!opt_.quiet) {
         fmt::print(
-            "parameter server {} of {}: {} mode{}, {} workers, {} (lr {}); holds {:.1f} KB\n", id_,
-            servers_, toString(config_.mode),
+            "{} of {}: {} mode{}, {} workers, {} (lr {}); holds {:.1f} KB\n", name_, servers_,
+            toString(config_.mode),
             config_.mode == Mode::kSsp ? fmt::format(" (staleness {})", config_.staleness) : "",
             workers_, toString(config_.optimizer.kind), config_.optimizer.lr,
             static_cast<double>(shard_->elements() * sizeof(float)) / 1e3);
@@ -479,9 +486,8 @@ class Server {
       throw;
     } catch (const Error& e) {
       // The worker already has its reply: what went wrong here is the server's to report.
-      throw ServerFault(
-          fmt::format("parameter server {}: after worker {}'s push-pull of step {}: {}", id_, w,
-                      rq.step, e.what()));
+      throw ServerFault(fmt::format("{}: after worker {}'s push-pull of step {}: {}", name_, w,
+                                    rq.step, e.what()));
     }
     ++report_.pulls;
     ++report_.streamed;
@@ -622,7 +628,7 @@ class Server {
       if (cv_.wait_until(lock, deadline) == std::cv_status::timeout) {
         throwIfFailed();
         if (pred()) return;
-        SHOAL_THROW(TimeoutError, "parameter server {}: {} (waited {:.0f} s)", id_, what(),
+        SHOAL_THROW(TimeoutError, "{}: {} (waited {:.0f} s)", name_, what(),
                     std::chrono::duration<double>(timeout).count());
       }
     }
@@ -944,9 +950,8 @@ class Server {
   void fail(int w, const std::string& what, bool serverFault = false) {
     std::lock_guard<std::mutex> lock(mu_);
     if (!failure_.empty()) return;
-    failure_ = serverFault
-                   ? fmt::format("parameter server {} stopped: {}", id_, what)
-                   : fmt::format("parameter server {} stopped: worker {} failed: {}", id_, w, what);
+    failure_ = serverFault ? fmt::format("{} stopped: {}", name_, what)
+                           : fmt::format("{} stopped: worker {} failed: {}", name_, w, what);
     cv_.notify_all();
     // Workers waiting in a request get the reason in their reply; idle connections are closed
     // so that their threads stop waiting for requests that will not come.
@@ -958,6 +963,8 @@ class Server {
   comm::Group& world_;
   const int id_, servers_, workers_;
   const ServerOptions opt_;
+  const bool backup_;
+  const std::string name_;  // in messages
   std::unique_ptr<SealedSeries> series_;
 
   std::mutex mu_;
@@ -982,8 +989,45 @@ class Server {
 
 ServerReport serve(comm::Group& world, int server, int numServers, int numWorkers,
                    const ServerOptions& options) {
-  Server s(world, server, numServers, numWorkers, options);
-  return s.run();
+  if (options.replicas != 1 && options.replicas != 2) {
+    SHOAL_THROW(InvalidArgument, "parameter-server replicas {}: 1 or 2", options.replicas);
+  }
+  if (options.replicas == 1) return Server(world, server, numServers, numWorkers, options).run();
+  if (numServers < 2) {
+    SHOAL_THROW(InvalidArgument,
+                "parameter-server replicas 2 need at least 2 servers (the job has {})", numServers);
+  }
+  if (options.resume) {
+    SHOAL_THROW(InvalidArgument,
+                "parameter server {}: resuming from checkpoints with replicas 2 is not supported "
+                "(resume with one copy of each shard: shoal run without --ps-replicas)",
+                server);
+  }
+  // Note [Replicated shards]: this server's own shard, and the backup of the previous one.
+  const int shard = (server + numServers - 1) % numServers;
+  ServerReport backup;
+  std::exception_ptr backupError;
+  std::thread backupThread([&] {
+    try {
+      backup = Server(world, shard, numServers, numWorkers, options, /*backup=*/true).run();
+    } catch (...) {
+      backupError = std::current_exception();
+    }
+  });
+  ServerReport primary;
+  std::exception_ptr primaryError;
+  try {
+    primary = Server(world, server, numServers, numWorkers, options).run();
+  } catch (...) {
+    primaryError = std::current_exception();
+  }
+  // A failed primary's workers went on with its backup elsewhere: the backup hosted here still
+  // serves its workers to the end.
+  backupThread.join();
+  if (primaryError) std::rethrow_exception(primaryError);
+  if (backupError) std::rethrow_exception(backupError);
+  primary.backups.push_back(std::move(backup));
+  return primary;
 }
 
 }  // namespace shoal::ps

@@ -21,6 +21,7 @@
 #include <chrono>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "comm/group.h"
 
@@ -42,6 +43,10 @@ struct ServerOptions {
   // that wrote it, on every server that needs it; the same number of workers is required.
   bool resume = false;
   std::chrono::nanoseconds idleTimeout = std::chrono::minutes(30);
+  // Copies of each shard: 1, or 2 (Note [Replicated shards] below; the workers' ClientOptions
+  // must say the same; shoal run --ps-replicas). Needs at least 2 servers; with 2, resume is
+  // refused (InvalidArgument) and only the primaries write checkpoints.
+  int replicas = 1;
   bool quiet = false;  // do not print the partition
 };
 
@@ -56,8 +61,25 @@ struct ServerReport {
   int64_t maxLead = 0;            // the furthest any pull ran ahead of the slowest worker
   std::string partition;          // Partition::describe()
   std::string lastCheckpoint;
+  // Replicas 2: the report of the backup this server hosted (one element).
+  std::vector<ServerReport> backups;
 };
 
+// Note [Replicated shards]: with replicas 2, server s serves the primary of shard s and the
+// backup of shard (s - 1) mod servers, each over its own connections to every worker (pair
+// groups ps-s<s>-w<w> and ps-b<shard>-w<w>), on its own threads. The workers send every push
+// to both copies and complete it once both applied it (ps/client.h), so the two copies apply
+// the same updates under the same rules: bit-identical in synchronous mode (each step reduced
+// in worker order); the same updates, possibly in another order, in the asynchronous modes.
+// When a server is lost the workers go on with the backups of its shard; a job loses data only
+// when both copies of a shard are lost (servers s and s + 1). The cost: every push crosses the
+// network twice (the worker sends it to both), pulls once.
+//
+// serve() returns once both the primary and the backup are done; when the primary failed
+// (its workers went on with its backup elsewhere), the backup hosted here still serves to the
+// end, then the primary's error is thrown. Shoal run --ps-replicas 2 keeps the job going when a
+// server rank fails.
+//
 // `world` is the job's world group (native engine); this is server `server` of `numServers`,
 // serving workers 0..numWorkers-1.
 ServerReport serve(comm::Group& world, int server, int numServers, int numWorkers,

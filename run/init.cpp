@@ -85,6 +85,7 @@ World init() {
   w.role = r.role;
   w.roleRank = r.roleRank;
   w.numServers = r.numServers;
+  w.psReplicas = r.psReplicas;
   if (r.rank == 0) {
     SHOAL_LOG_INFO("started by {}: {} ranks on {} host(s); configuration: {}", toString(r.launcher),
                    r.size, r.hosts, describe(env));

@@ -33,6 +33,9 @@ struct World {
   run::Role role = run::Role::kWorker;
   int roleRank = 0;
   int numServers = 0;
+  // Copies of each parameter-server shard (shoal run --ps-replicas, SHOAL_PS_REPLICAS): pass it
+  // to ps::ServerOptions::replicas and ps::ClientOptions::replicas.
+  int psReplicas = 1;
   // Elastic jobs (shoal run --elastic MIN:MAX, SHOAL_ELASTIC): what train/elastic.h needs to
   // form each new view's group. rank and size are then the first view's (a worker that joins a
   // running job blocks in init() until the running workers admit it). Unset otherwise.

@@ -70,6 +70,8 @@ struct Rank {
   // remote one the launcher's child is ssh, whose status says nothing about the rank.
   int stopSignal = 0;
   Clock::time_point stoppedAt;
+  // A parameter server that failed in a job with replicated shards: the job went on.
+  bool tolerated = false;
   Fd out, err, in;  // in: ssh's stdin (the secret, then held open as a lifeline)
   std::unique_ptr<std::FILE, int (*)(std::FILE*)> log{nullptr, &std::fclose};
   std::deque<std::string> tail;
@@ -123,6 +125,13 @@ class Job {
       SHOAL_THROW(InvalidArgument, "--servers {} leaves no slot for a worker", o_.servers);
     }
     workers_ = static_cast<int>(places_.size()) - o_.servers;
+    if (o_.psReplicas != 1 && o_.psReplicas != 2) {
+      SHOAL_THROW(InvalidArgument, "--ps-replicas {}: 1 or 2", o_.psReplicas);
+    }
+    if (o_.psReplicas == 2 && o_.servers < 2) {
+      SHOAL_THROW(InvalidArgument, "--ps-replicas 2 needs --servers 2 or more (got {})",
+                  o_.servers);
+    }
     if (o_.maxRestarts < 0) {
       SHOAL_THROW(InvalidArgument, "--max-restarts {} must not be negative", o_.maxRestarts);
     }
@@ -279,6 +288,7 @@ class Job {
         {"LOCAL_WORLD_SIZE", std::to_string(p.localSize)},
 
         {"SHOAL_NUM_SERVERS", std::to_string(o_.servers)},
+        {"SHOAL_PS_REPLICAS", std::to_string(o_.psReplicas)},
         {"SHOAL_ROLE", r < workers_ ? "worker" : "server"},
         {"SHOAL_ROLE_RANK", std::to_string(r < workers_ ? r : r - workers_)},
     };
@@ -490,6 +500,29 @@ class Job {
         // Whatever the rank started goes with it.
         ::kill(-r.pid, SIGKILL);
         const bool failed = !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+        if (failed && !stopping_ && o_.psReplicas == 2 && r.rank >= workers_) {
+          // Note [Replicated shards] (ps/server.h): the workers go on with its shard's backup;
+          // if they cannot (both copies lost), they fail and say so.
+          r.tolerated = true;
+          const int s = r.rank - workers_, next = (s + 1) % o_.servers,
+                    previous = (s + o_.servers - 1) % o_.servers;
+          auto lost = [&](int server) {
+            for (const auto& q : ranks_) {
+              if (q.rank == workers_ + server && q.tolerated) return true;
+            }
+            return false;
+          };
+          if (lost(next) || lost(previous)) {
+            say("parameter server {} (rank {}) {}; server {} failed before it: a shard lost both "
+                "copies, the workers will fail",
+                s, r.rank, describeRank(status, r.where.local), lost(next) ? next : previous);
+          } else {
+            say("parameter server {} (rank {}) {}; the workers go on with its shard's backup on "
+                "server {}",
+                s, r.rank, describeRank(status, r.where.local), next);
+          }
+          continue;
+        }
         if (failed && !stopping_ && o_.elastic) {
           // Note [Elastic failures]: the survivors go on without it (comm/membership.h).
           elasticFailures_.push_back(&r);
@@ -607,7 +640,9 @@ class Job {
     if (o_.elastic) return finishElastic();
     // A rank that failed while the job was already stopping is still a failure.
     for (auto& r : ranks_) {
-      if (!(WIFEXITED(r.status) && WEXITSTATUS(r.status) == 0)) return exitCodeOf(r.status);
+      if (!r.tolerated && !(WIFEXITED(r.status) && WEXITSTATUS(r.status) == 0)) {
+        return exitCodeOf(r.status);
+      }
     }
     if (o_.verbose) say("all {} ranks exited 0", ranks_.size());
     return 0;

@@ -33,6 +33,10 @@ struct LaunchOptions {
   int ranks = 0;  // workers; 0 with hosts: one per slot (less the servers)
   // Parameter-server processes, started after the workers: world ranks ranks..ranks+servers-1.
   int servers = 0;
+  // Copies of each parameter-server shard (SHOAL_PS_REPLICAS for the ranks): with 2, a server
+  // rank that fails does not stop the job (the workers go on with its shard's backup); the job
+  // succeeds when every worker exited 0.
+  int psReplicas = 1;
   std::vector<HostSlots> hosts;
   std::vector<std::string> command;                      // program, then its arguments
   std::vector<std::pair<std::string, std::string>> env;  // set for every rank (-x)

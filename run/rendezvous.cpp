@@ -97,6 +97,15 @@ void assignRole(const EnvLookup& env, Rendezvous& r) {
     SHOAL_THROW(InvalidArgument, "SHOAL_NUM_SERVERS={} leaves no worker in a world of {}",
                 r.numServers, r.size);
   }
+  r.psReplicas = static_cast<int>(in.getInt("SHOAL_PS_REPLICAS", 1).value_or(1));
+  if (r.psReplicas != 1 && r.psReplicas != 2) {
+    SHOAL_THROW(InvalidArgument, "SHOAL_PS_REPLICAS={}: 1 or 2", r.psReplicas);
+  }
+  if (r.psReplicas == 2 && r.numServers < 2) {
+    SHOAL_THROW(InvalidArgument,
+                "SHOAL_PS_REPLICAS=2 needs at least 2 servers (SHOAL_NUM_SERVERS={})",
+                r.numServers);
+  }
   const int workers = r.size - r.numServers;
   r.role = r.rank < workers ? Role::kWorker : Role::kServer;
   r.roleRank = r.rank < workers ? r.rank : r.rank - workers;

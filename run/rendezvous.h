@@ -51,6 +51,9 @@ struct Rendezvous {
   Role role = Role::kWorker;
   int roleRank = 0;  // among the ranks of its role
   int numServers = 0;
+  // SHOAL_PS_REPLICAS: copies of each parameter-server shard, 1 (default) or 2 (needs at least
+  // 2 servers; ps/server.h's Note [Replicated shards]).
+  int psReplicas = 1;
   // Elastic jobs (shoal run --elastic): SHOAL_ELASTIC = "MIN:MAX" (run/membership.h), and this
   // worker's member id, SHOAL_ELASTIC_MEMBER (default: its rank; a worker started later gets a
   // new id and joins the running job).

@@ -21,6 +21,7 @@
 #include "ps/server_optimizer.h"
 #include "ps/shard.h"
 #include "tests/process_util.h"
+#include "tests/ps_job_util.h"
 #include "tests/thread_ranks.h"
 
 namespace shoal::test {
@@ -416,25 +417,6 @@ TEST(PsConfigErrors, BadVariablesStopARankWithExitCodeTwo) {
 
 // ---- whole jobs
 
-RunResult psJob(const std::vector<std::string>& launch, const std::vector<std::string>& program,
-                const TempDir& dir, std::chrono::seconds timeout = 300s) {
-  std::vector<std::string> args = launch;
-  args.insert(args.end(), {"--timeout", "60", "--", SHOAL_PS_WORKER});
-  args.insert(args.end(), program.begin(), program.end());
-  return shoalRun(SHOAL_BIN, args, dir, timeout);
-}
-
-// Lines "[r] <text>" of the workers 0..n-1 that contain `what`.
-int workersSaying(const std::string& output, int n, const std::string& what) {
-  int count = 0;
-  for (int r = 0; r < n; ++r) {
-    std::regex line("\\[" + std::to_string(r) + "\\] [^\n]*" +
-                    std::regex_replace(what, std::regex(R"([\[\]\(\)\.\*\+\?])"), R"(\$&)"));
-    if (std::regex_search(output, line)) ++count;
-  }
-  return count;
-}
-
 TEST(PsJob, NoUpdateIsLostUnderSixteenWorkersPushingConcurrently) {
   TempDir dir;
   auto r = psJob({"-n", "16", "--servers", "2"}, {"sums", "--pushes", "2000"}, dir);
@@ -534,12 +516,6 @@ TEST(PsJob, PushesAppliedAsTheyArriveMatchTheReferenceOptimizerBitForBit) {
   }
 }
 
-std::string finalDigest(const std::string& output) {
-  std::smatch m;
-  std::regex d(R"(\[0\] final digest ([0-9a-f]+))");
-  return std::regex_search(output, m, d) ? m[1].str() : "";
-}
-
 // Before, a server whose own checkpoint write failed said "worker w failed" (the worker whose
 // push triggered the write).
 TEST(PsJob, AServerThatCannotWriteItsCheckpointBlamesItselfNotAWorker) {
@@ -556,11 +532,8 @@ TEST(PsJob, AServerThatCannotWriteItsCheckpointBlamesItselfNotAWorker) {
 }
 
 TEST(PsJob, AKilledServerFailsTheWorkersFastAndResumeFinishesExactly) {
-  TempDir clean;
-  auto whole = psJob({"-n", "2", "--servers", "2"}, {"train", "--dir", clean.path}, clean);
-  ASSERT_EQ(whole.code, 0) << whole.output;
-  const std::string expected = finalDigest(whole.output);
-  ASSERT_FALSE(expected.empty()) << whole.output;
+  const std::string expected = uninterruptedTrainDigest();
+  ASSERT_FALSE(expected.empty());
 
   TempDir dir;
   auto killed = psJob({"-n", "2", "--servers", "2"},
@@ -584,11 +557,8 @@ TEST(PsJob, AKilledServerFailsTheWorkersFastAndResumeFinishesExactly) {
 // Note [Resharding checkpoints]: a checkpoint written by one number of servers resumes under
 // another, exactly (synchronous training gives the same values whatever the partition).
 TEST(PsJob, ACheckpointOfTwoServersResumesOnThreeExactly) {
-  TempDir clean;
-  auto whole = psJob({"-n", "2", "--servers", "2"}, {"train", "--dir", clean.path}, clean);
-  ASSERT_EQ(whole.code, 0) << whole.output;
-  const std::string expected = finalDigest(whole.output);
-  ASSERT_FALSE(expected.empty()) << whole.output;
+  const std::string expected = uninterruptedTrainDigest();
+  ASSERT_FALSE(expected.empty());
 
   TempDir dir;
   auto first =
@@ -608,11 +578,8 @@ TEST(PsJob, ACheckpointOfTwoServersResumesOnThreeExactly) {
 // 3 -> 2 -> 3: after the second job, server-2's folder is stale (step 12, written by 3 servers)
 // while servers 0 and 1 hold step 20 of 2 servers; the third job must resume from step 20.
 TEST(PsJob, ACheckpointOfThreeServersResumesOnTwoAndStaleFoldersAreIgnored) {
-  TempDir clean;
-  auto whole = psJob({"-n", "2", "--servers", "2"}, {"train", "--dir", clean.path}, clean);
-  ASSERT_EQ(whole.code, 0) << whole.output;
-  const std::string expected = finalDigest(whole.output);
-  ASSERT_FALSE(expected.empty()) << whole.output;
+  const std::string expected = uninterruptedTrainDigest();
+  ASSERT_FALSE(expected.empty());
 
   TempDir dir;
   auto first =

@@ -1,9 +1,12 @@
 // A rank program for the parameter-server tests, started by `shoal run -n W --servers S`.
 // Server ranks serve; worker ranks run the scenario and print one verdict line.
 //
-//   ps_worker sums [--pushes N]            async, lr 1: every worker pushes known gradients N
+//   ps_worker sums [--pushes N] [--dir D --kill-server-at K]
+//                                          async, lr 1: every worker pushes known gradients N
 //                                          times (some per key); the pulled values must be the
-//                                          exact sums: "sums exact over K elements"
+//                                          exact sums: "sums exact over K elements"; worker 0
+//                                          SIGKILLs server 1 at its push K (replicated shards;
+//                                          --kill-servers S1,S2 kills those instead)
 //   ps_worker staleness --mode M --staleness S
 //                                          the last worker is slow; prints the largest lead of
 //                                          each worker: "lead max L (staleness S)"
@@ -18,7 +21,9 @@
 //   ps_worker train --dir D [--steps N] [--kill-server-at K] [--resume]
 //                                          deterministic synchronous training with shard
 //                                          checkpoints every 5 steps; worker 0 SIGKILLs server 1
-//                                          after step K; prints "final digest X"
+//                                          after step K; prints "final digest X" (and with
+//                                          replicated shards "failovers F")
+// Shards are replicated when the job is (shoal run --ps-replicas 2).
 // Errors are printed as "ERROR <Type>: <message>" (exit 1).
 #include <signal.h>
 
@@ -51,7 +56,9 @@ struct Args {
   int pushes = 2000;
   int steps = 30;
   int killServerAt = -1;
+  std::vector<int> killServers{1};  // which servers --kill-server-at kills
   bool resume = false;
+  int replicas = 1;  // the job's (World::psReplicas)
 };
 
 Args parse(int argc, char** argv) {
@@ -77,7 +84,15 @@ Args parse(int argc, char** argv) {
       a.steps = std::stoi(next());
     else if (f == "--kill-server-at")
       a.killServerAt = std::stoi(next());
-    else if (f == "--resume")
+    else if (f == "--kill-servers") {
+      a.killServers.clear();
+      std::string list = next();
+      for (size_t at = 0; at <= list.size();) {
+        const size_t comma = std::min(list.find(',', at), list.size());
+        a.killServers.push_back(std::stoi(list.substr(at, comma - at)));
+        at = comma + 1;
+      }
+    } else if (f == "--resume")
       a.resume = true;
     else
       SHOAL_THROW(InvalidArgument, "unknown flag {}", f);
@@ -95,6 +110,22 @@ ps::TrainingConfig sgd(ps::Mode mode, double lr, double momentum, int staleness 
   return c;
 }
 
+ps::ClientOptions clientOptions(const Args& a) {
+  ps::ClientOptions o;
+  o.replicas = a.replicas;
+  return o;
+}
+
+// SIGKILLs the servers of --kill-servers.
+void killServers(const Args& a, const std::string& when) {
+  for (int server : a.killServers) {
+    const std::string pid = test::readFile(fmt::format("{}/server-{}.pid", a.dir, server));
+    std::printf("killing parameter server %d (pid %s) %s\n", server, pid.c_str(), when.c_str());
+    std::fflush(stdout);
+    ::kill(std::stoi(pid), SIGKILL);
+  }
+}
+
 // Worker 0 starts the servers from zeros; everyone then has the values of step `start`.
 void start(ps::Client& c, std::vector<float>& values) {
   if (c.mustInitialize()) c.initialize(values.data());
@@ -103,7 +134,8 @@ void start(ps::Client& c, std::vector<float>& values) {
 
 int sums(comm::Group& world, int me, int workers, const Args& a) {
   std::vector<ps::KeySpec> keys{{"big", {20000}}, {"b", {7}}, {"m", {30, 3}}};
-  ps::Client c(world, me, workers, world.size() - workers, keys, sgd(ps::Mode::kAsync, 1.0, 0));
+  ps::Client c(world, me, workers, world.size() - workers, keys, sgd(ps::Mode::kAsync, 1.0, 0),
+               clientOptions(a));
   const size_t n = c.partition().totalElements();
   std::vector<float> values(n, 0.0f), grads(n);
   for (size_t i = 0; i < n; ++i) grads[i] = -static_cast<float>((me + 1) + static_cast<int>(i % 5));
@@ -111,6 +143,7 @@ int sums(comm::Group& world, int me, int workers, const Args& a) {
   // Many pushes in flight at once, every fourth step key by key.
   std::vector<std::shared_ptr<comm::Work>> inflight;
   for (int t = 0; t < a.pushes; ++t) {
+    if (me == 0 && t == a.killServerAt) killServers(a, fmt::format("at push {}", t));
     if (t % 4 == 3) {
       size_t at = 0;
       for (const auto& k : keys) {
@@ -141,13 +174,14 @@ int sums(comm::Group& world, int me, int workers, const Args& a) {
   }
   std::printf("sums exact over %zu elements after %d pushes from each of %d workers\n", n, a.pushes,
               workers);
+  if (a.replicas > 1) std::printf("failovers %lu\n", static_cast<unsigned long>(c.failovers()));
   return 0;
 }
 
 int staleness(comm::Group& world, int me, int workers, const Args& a) {
   std::vector<ps::KeySpec> keys{{"w", {1000}}};
   ps::Client c(world, me, workers, world.size() - workers, keys,
-               sgd(ps::parseMode(a.mode), 0.01, 0, a.staleness));
+               sgd(ps::parseMode(a.mode), 0.01, 0, a.staleness), clientOptions(a));
   std::vector<float> values(1000, 0.0f), grads(1000, 0.001f);
   start(c, values);
   for (int t = c.startStep(); t < a.steps; ++t) {
@@ -163,7 +197,8 @@ int staleness(comm::Group& world, int me, int workers, const Args& a) {
 
 int reject(comm::Group& world, int me, int workers, const Args& a) {
   std::vector<ps::KeySpec> keys{{"w", {4, 5}}, {"v", {3}}};
-  ps::Client c(world, me, workers, world.size() - workers, keys, sgd(ps::Mode::kSync, 0.1, 0));
+  ps::Client c(world, me, workers, world.size() - workers, keys, sgd(ps::Mode::kSync, 0.1, 0),
+               clientOptions(a));
   std::vector<float> values(23, 0.0f), grads(23, static_cast<float>(me + 1));
   start(c, values);
   const int steps = 5;
@@ -224,7 +259,7 @@ int reference(comm::Group& world, int me, int workers, const Args& a) {
   config.warmupSteps = 2;
   config.totalSteps = a.steps + 2;
   config.linearScaling = true;
-  ps::Client c(world, me, workers, world.size() - workers, keys, config);
+  ps::Client c(world, me, workers, world.size() - workers, keys, config, clientOptions(a));
   const bool sync = config.mode == ps::Mode::kSync;
   const size_t n = c.partition().totalElements();
   std::vector<float> values(n, 0.0f), grads(n);
@@ -316,7 +351,8 @@ uint64_t digest(const std::vector<float>& v) {
 
 int train(comm::Group& world, int me, int workers, const Args& a) {
   std::vector<ps::KeySpec> keys{{"a", {40000}}, {"b", {10}}};
-  ps::Client c(world, me, workers, world.size() - workers, keys, sgd(ps::Mode::kSync, 0.05, 0.9));
+  ps::Client c(world, me, workers, world.size() - workers, keys, sgd(ps::Mode::kSync, 0.05, 0.9),
+               clientOptions(a));
   const size_t n = c.partition().totalElements();
   std::vector<float> values(n, 0.0f), grads(n);
   start(c, values);
@@ -329,14 +365,10 @@ int train(comm::Group& world, int me, int workers, const Args& a) {
       grads[i] = (values[i] - target) * (1.0f + 0.1f * static_cast<float>(t % 3));
     }
     c.pushPull(grads.data(), values.data(), t)->wait();
-    if (me == 0 && t == a.killServerAt) {
-      const std::string pid = test::readFile(a.dir + "/server-1.pid");
-      std::printf("killing parameter server 1 (pid %s) after step %d\n", pid.c_str(), t);
-      std::fflush(stdout);
-      ::kill(std::stoi(pid), SIGKILL);
-    }
+    if (me == 0 && t == a.killServerAt) killServers(a, fmt::format("after step {}", t));
   }
   c.finish();
+  if (a.replicas > 1) std::printf("failovers %lu\n", static_cast<unsigned long>(c.failovers()));
   std::printf("final digest %016lx\n", static_cast<unsigned long>(digest(values)));
   return 0;
 }
@@ -345,7 +377,7 @@ int train(comm::Group& world, int me, int workers, const Args& a) {
 
 int main(int argc, char** argv) {
   try {
-    const Args a = parse(argc, argv);
+    Args a = parse(argc, argv);
     World w;
     try {
       w = init();
@@ -355,11 +387,13 @@ int main(int argc, char** argv) {
       return 2;
     }
     const int workers = w.size - w.numServers;
+    a.replicas = w.psReplicas;
     if (w.role == run::Role::kServer) {
       if (!a.dir.empty()) {
         std::ofstream(fmt::format("{}/server-{}.pid", a.dir, w.roleRank)) << ::getpid();
       }
       ps::ServerOptions o;
+      o.replicas = w.psReplicas;
       if (a.scenario == "train") {
         o.checkpointDir = a.dir + "/checkpoints";
         o.checkpointEvery = 5;
@@ -373,6 +407,11 @@ int main(int argc, char** argv) {
           static_cast<unsigned long>(r.appliedOnArrival), static_cast<unsigned long>(r.pulls),
           static_cast<unsigned long>(r.streamed), static_cast<unsigned long>(r.refused),
           static_cast<long>(r.maxLead), static_cast<unsigned long>(r.finalStep));
+      for (const auto& b : r.backups) {
+        std::printf("server %d's backup: %lu pushes, %lu pulls, final step %lu\n", w.roleRank,
+                    static_cast<unsigned long>(b.pushes), static_cast<unsigned long>(b.pulls),
+                    static_cast<unsigned long>(b.finalStep));
+      }
       return 0;
     }
     if (a.scenario == "sums") return sums(*w.group, w.roleRank, workers, a);

@@ -133,6 +133,28 @@ TEST(Rendezvous, TheLastRanksServe) {
   EXPECT_THROW(detect({{"SHOAL_NUM_SERVERS", "1"}}), InvalidArgument);  // no worker left
 }
 
+TEST(Rendezvous, ReplicatedShardsNeedTwoServers) {
+  std::map<std::string, std::string> base{
+      {"OMPI_COMM_WORLD_RANK", "0"}, {"OMPI_COMM_WORLD_SIZE", "6"}, {"SHOAL_NUM_SERVERS", "2"}};
+  EXPECT_EQ(detect(base).psReplicas, 1);
+  base["SHOAL_PS_REPLICAS"] = "2";
+  EXPECT_EQ(detect(base).psReplicas, 2);
+  for (const char* bad : {"0", "3", "two"}) {
+    base["SHOAL_PS_REPLICAS"] = bad;
+    EXPECT_THROW(detect(base), InvalidArgument) << bad;
+  }
+  base["SHOAL_PS_REPLICAS"] = "2";
+  base["SHOAL_NUM_SERVERS"] = "1";
+  try {
+    detect(base);
+    ADD_FAILURE() << "one server accepted for two copies";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("SHOAL_PS_REPLICAS=2 needs at least 2 servers"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(Rendezvous, SlurmLists) {
   EXPECT_EQ(firstSlurmNode("node[01-04,07],gpu1"), "node01");
   EXPECT_EQ(firstSlurmNode("a,b[1-2]"), "a");

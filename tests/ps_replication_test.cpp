@@ -1,0 +1,98 @@
+// Replicated parameter-server shards (Note [Replicated shards] in ps/server.h): real server and
+// worker processes under `shoal run --servers K --ps-replicas 2`, a server SIGKILLed mid-run.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "tests/process_util.h"
+#include "tests/ps_job_util.h"
+
+namespace shoal::test {
+namespace {
+
+// Synchronous training must not notice the loss: the backup applied every step the primary
+// did, bit for bit, so the job ends with the digest of a run that lost nothing (and of a run
+// without replicas: the replicas change where the values live, not what they are).
+TEST(PsReplication, ASynchronousJobThatLosesAServerEndsBitwiseAsAnUninterruptedOne) {
+  const std::string expected = uninterruptedTrainDigest();
+  ASSERT_FALSE(expected.empty());
+
+  TempDir dir;
+  auto killed = psJob({"-n", "2", "--servers", "2", "--ps-replicas", "2"},
+                      {"train", "--dir", dir.path, "--kill-server-at", "12"}, dir);
+  ASSERT_EQ(killed.code, 0) << killed.output;
+  EXPECT_NE(killed.output.find("killing parameter server 1"), std::string::npos) << killed.output;
+  EXPECT_NE(killed.output.find(
+                "parameter server 1 (rank 3) killed by signal 9 (Killed); the workers go on "
+                "with its shard's backup on server 0"),
+            std::string::npos)
+      << killed.output;
+  EXPECT_EQ(finalDigest(killed.output), expected) << killed.output;
+  // Server 1 held shard 1's primary and shard 0's backup: each worker let both go.
+  EXPECT_EQ(workersSaying(killed.output, 2, "failovers 2"), 2) << killed.output;
+  EXPECT_EQ(workersSaying(killed.output, 2, "shard 1 continues on its backup on server 0"), 2)
+      << killed.output;
+}
+
+// Asynchronous mode: every push a worker saw complete was applied by two servers, so none is
+// lost with one of them: the sums over all pushes are exact (lr 1, integer gradients).
+TEST(PsReplication, AnAsynchronousJobThatLosesAServerLosesNoAcknowledgedUpdate) {
+  TempDir dir;
+  auto r = psJob({"-n", "4", "--servers", "3", "--ps-replicas", "2"},
+                 {"sums", "--pushes", "600", "--dir", dir.path, "--kill-server-at", "200"}, dir);
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("killing parameter server 1 (pid"), std::string::npos) << r.output;
+  EXPECT_EQ(workersSaying(r.output, 4, "sums exact over 20097 elements after 600 pushes"), 4)
+      << r.output;
+  EXPECT_EQ(r.output.find("WRONG"), std::string::npos) << r.output;
+  EXPECT_EQ(workersSaying(r.output, 4, "failovers 2"), 4) << r.output;
+}
+
+// Servers 1 and 2 hold both copies of shard 1 (its backup lives on server 2): the job cannot go
+// on, and every worker says which shard was lost and where, within the timeout.
+TEST(PsReplication, LosingBothCopiesOfAShardFailsTheWorkersNamingIt) {
+  TempDir dir;
+  auto r = psJob({"-n", "2", "--servers", "3", "--ps-replicas", "2"},
+                 {"sums", "--pushes", "600", "--dir", dir.path, "--kill-server-at", "100",
+                  "--kill-servers", "1,2"},
+                 dir);
+  EXPECT_NE(r.code, 0) << r.output;
+  EXPECT_LT(r.seconds, 60) << r.output;
+  EXPECT_EQ(workersSaying(r.output, 2, "ERROR PeerError: worker"), 2) << r.output;
+  EXPECT_NE(r.output.find("shard 1"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("lost both copies"), std::string::npos) << r.output;
+}
+
+// Without losses, the replicated job is the plain one: every server also reports the backup
+// it kept, which applied every push.
+TEST(PsReplication, EveryServerKeepsABackupThatAppliesEveryPush) {
+  TempDir dir;
+  auto r = psJob({"-n", "2", "--servers", "3", "--ps-replicas", "2"},
+                 {"train", "--dir", dir.path, "--steps", "10"}, dir);
+  ASSERT_EQ(r.code, 0) << r.output;
+  for (int s = 0; s < 3; ++s) {
+    EXPECT_NE(r.output.find("server " + std::to_string(s) +
+                            "'s backup: 20 pushes, 0 pulls, final step 10"),
+              std::string::npos)
+        << s << "\n"
+        << r.output;
+  }
+  EXPECT_EQ(workersSaying(r.output, 2, "failovers 0"), 2) << r.output;
+}
+
+TEST(PsReplication, TheLauncherRefusesReplicasItCannotPlace) {
+  const std::pair<std::vector<std::string>, std::string> cases[] = {
+      {{"-n", "2", "--servers", "1", "--ps-replicas", "2"},
+       "--ps-replicas 2 needs --servers 2 or more (got 1)"},
+      {{"-n", "2", "--servers", "2", "--ps-replicas", "3"}, "--ps-replicas"},
+  };
+  for (const auto& [launch, expected] : cases) {
+    TempDir dir;
+    auto r = psJob(launch, {"sums"}, dir);
+    EXPECT_EQ(r.code, 2) << r.output;
+    EXPECT_NE(r.output.find(expected), std::string::npos) << r.output;
+  }
+}
+
+}  // namespace
+}  // namespace shoal::test
