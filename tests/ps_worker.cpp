@@ -132,6 +132,23 @@ void start(ps::Client& c, std::vector<float>& values) {
   c.pull(values.data(), c.startStep())->wait();
 }
 
+// Waits for the oldest call; if it failed, waits for the others too before throwing, so that
+// no call still reads a buffer the caller is about to free.
+void waitOrDrain(const std::vector<std::shared_ptr<comm::Work>>& inflight) {
+  try {
+    inflight.front()->wait();
+  } catch (...) {
+    for (const auto& w : inflight) {
+      try {
+        w->wait();
+      } catch (const std::exception&) {
+        // The first failure is the one reported.
+      }
+    }
+    throw;
+  }
+}
+
 int sums(comm::Group& world, int me, int workers, const Args& a) {
   std::vector<ps::KeySpec> keys{{"big", {20000}}, {"b", {7}}, {"m", {30, 3}}};
   ps::Client c(world, me, workers, world.size() - workers, keys, sgd(ps::Mode::kAsync, 1.0, 0),
@@ -154,11 +171,14 @@ int sums(comm::Group& world, int me, int workers, const Args& a) {
       inflight.push_back(c.push(grads.data(), t));
     }
     if (inflight.size() > 16) {
-      inflight.front()->wait();
+      waitOrDrain(inflight);
       inflight.erase(inflight.begin());
     }
   }
-  for (auto& w : inflight) w->wait();
+  while (!inflight.empty()) {
+    waitOrDrain(inflight);
+    inflight.erase(inflight.begin());
+  }
   // Every worker's pushes are in before anyone reads.
   auto peers = world.connect("ps-test-workers", me, workers);
   comm::barrier(*peers);
