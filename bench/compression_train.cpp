@@ -36,13 +36,12 @@
 #include <array>
 #include <chrono>
 #include <cstdio>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <optional>
-#include <sstream>
 #include <string>
 #include <vector>
 
+#include "bench/fashion_mlp.h"
 #include "comm/collectives.h"
 #include "comm/compress/spec.h"
 #include "common/error.h"
@@ -55,7 +54,11 @@
 #include "train/optim.h"
 
 using namespace shoal;
-using Clock = std::chrono::steady_clock;
+using bench::Clock;
+using bench::linkBytesSent;
+using bench::makeMlp;
+using bench::median;
+using bench::seconds;
 
 namespace {
 
@@ -71,43 +74,6 @@ struct Options {
   uint64_t seed = 1;
   int64_t batch = 64, hidden = 3072;
 };
-
-torch::nn::Sequential makeMlp(int64_t hidden) {
-  return torch::nn::Sequential(torch::nn::Linear(784, hidden), torch::nn::ReLU(),
-                               torch::nn::Linear(hidden, hidden), torch::nn::ReLU(),
-                               torch::nn::Linear(hidden, 10));
-}
-
-double seconds(Clock::time_point since) {
-  return std::chrono::duration<double>(Clock::now() - since).count();
-}
-
-double median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-// Bytes sent by this network namespace's interfaces but the loopback.
-uint64_t linkBytesSent() {
-  std::ifstream f("/proc/net/dev");
-  std::string line;
-  uint64_t sum = 0;
-  while (std::getline(f, line)) {
-    const auto colon = line.find(':');
-    if (colon == std::string::npos) continue;
-    std::string name = line.substr(0, colon);
-    name.erase(0, name.find_first_not_of(' '));
-    if (name == "lo") continue;
-    // 8 receive counters, then the transmitted bytes.
-    std::istringstream fields(line.substr(colon + 1));
-    uint64_t received[8] = {}, sent = 0;
-    for (auto& r : received) fields >> r;
-    if (fields >> sent) sum += sent;
-  }
-  return sum;
-}
 
 // Counters of the training so far, the evaluations left out.
 struct Meter {
@@ -143,8 +109,8 @@ int trainMlp(const World& world, const Options& o) {
   train::DdpOptions d;
   d.commHook = train::ddp::compressionHook(spec);
   train::DistributedDataParallel ddp(net.ptr(), world.group, d);
-  auto opt = train::makeOptimizer(net->parameters(),
-                                  {train::OptimizerKind::kSgd, o.lr, o.momentum});
+  auto opt =
+      train::makeOptimizer(net->parameters(), {train::OptimizerKind::kSgd, o.lr, o.momentum});
   train::DistributedSampler sampler(trainSet.size(), world.rank, world.size, {.seed = o.seed});
   const int64_t perEpoch = sampler.batches(o.batch);
 
@@ -176,8 +142,8 @@ int trainMlp(const World& world, const Options& o) {
     opt->zero_grad();
     ddp.beforeForward();
     auto x = trainSet.images.index_select(0, idx).view({-1, 784});
-    auto loss = torch::nn::functional::cross_entropy(net->forward(x),
-                                                     trainSet.labels.index_select(0, idx));
+    auto loss =
+        torch::nn::functional::cross_entropy(net->forward(x), trainSet.labels.index_select(0, idx));
     ddp.backward(loss);
     opt->step();
     stepSeconds.push_back(seconds(t0));
@@ -196,9 +162,10 @@ int trainMlp(const World& world, const Options& o) {
       auto ys = testSet.labels.slice(0, at, std::min(at + 1000, hi));
       auto out = net->forward(xs);
       sums[0] += out.argmax(1).eq(ys).sum().item<double>();
-      sums[1] += torch::nn::functional::cross_entropy(
-                     out, ys, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum))
-                     .item<double>();
+      sums[1] +=
+          torch::nn::functional::cross_entropy(
+              out, ys, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum))
+              .item<double>();
     }
     if (world.rank == 0) sums[2] = step >= o.maxSteps || meter.trainSeconds >= o.maxSeconds;
     comm::allreduce(*world.group, sums, 3, DataType::kFloat64, ReduceOp::kSum);

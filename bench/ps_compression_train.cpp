@@ -42,14 +42,13 @@
 #include <array>
 #include <chrono>
 #include <cstdio>
-#include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
-#include <sstream>
 #include <string>
 #include <vector>
 
+#include "bench/fashion_mlp.h"
 #include "comm/collectives.h"
 #include "comm/compress/spec.h"
 #include "common/error.h"
@@ -63,7 +62,11 @@
 #include "train/ps_trainer.h"
 
 using namespace shoal;
-using Clock = std::chrono::steady_clock;
+using bench::Clock;
+using bench::linkBytesSent;
+using bench::makeMlp;
+using bench::median;
+using bench::seconds;
 
 namespace {
 
@@ -80,43 +83,6 @@ struct Options {
   uint64_t seed = 1;
   int64_t batch = 64, hidden = 3072;
 };
-
-torch::nn::Sequential makeMlp(int64_t hidden) {
-  return torch::nn::Sequential(torch::nn::Linear(784, hidden), torch::nn::ReLU(),
-                               torch::nn::Linear(hidden, hidden), torch::nn::ReLU(),
-                               torch::nn::Linear(hidden, 10));
-}
-
-double seconds(Clock::time_point since) {
-  return std::chrono::duration<double>(Clock::now() - since).count();
-}
-
-double median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-// Bytes sent by this network namespace's interfaces but the loopback.
-uint64_t linkBytesSent() {
-  std::ifstream f("/proc/net/dev");
-  std::string line;
-  uint64_t sum = 0;
-  while (std::getline(f, line)) {
-    const auto colon = line.find(':');
-    if (colon == std::string::npos) continue;
-    std::string name = line.substr(0, colon);
-    name.erase(0, name.find_first_not_of(' '));
-    if (name == "lo") continue;
-    // 8 receive counters, then the transmitted bytes.
-    std::istringstream fields(line.substr(colon + 1));
-    uint64_t received[8] = {}, sent = 0;
-    for (auto& r : received) fields >> r;
-    if (fields >> sent) sum += sent;
-  }
-  return sum;
-}
 
 // Counters of the training so far, the evaluations left out.
 struct Meter {

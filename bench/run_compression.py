@@ -185,17 +185,23 @@ def inside(a):
             else:
                 row, why, tail = run_pytorch(name, a, hosts, namespaces, timeout)
             r = {"config": name, "rate": rate, "rep": rep, "wall_seconds": round(time.time() - t0, 1)}
-            if row:
-                r.update(row)
-            else:
-                r["failed"] = why
-                print(f"run_compression: {name} at {rate}: {why}\n{tail}", file=sys.stderr)
-            with open(a.rows, "a") as f:
-                f.write(json.dumps(r) + "\n")
-            brief = {k: r.get(k) for k in ("config", "rate", "rep", "steps", "median_step_seconds",
-                                            "seconds_to_target", "final_accuracy", "wall_seconds",
-                                            "failed") if k in r}
-            print(json.dumps(brief), flush=True)
+            record(a.rows, r, row, why, tail, "run_compression")
+
+
+def record(rows, r, row, why, tail, who):
+    """Completes the run's row `r` with its results (or why it failed), appends it to `rows` and
+    prints a one-line summary."""
+    if row:
+        r.update(row)
+    else:
+        r["failed"] = why
+        print(f"{who}: {r['config']} at {r['rate']}: {why}\n{tail}", file=sys.stderr)
+    with open(rows, "a") as f:
+        f.write(json.dumps(r) + "\n")
+    brief = {k: r.get(k) for k in ("config", "rate", "rep", "steps", "median_step_seconds",
+                                    "seconds_to_target", "final_accuracy", "wall_seconds",
+                                    "failed") if k in r}
+    print(json.dumps(brief), flush=True)
 
 
 def main():

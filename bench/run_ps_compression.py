@@ -196,17 +196,7 @@ def inside(a):
             r = {"config": name, "rate": rate, "rep": rep, "wall_seconds": round(time.time() - t0, 1),
                  "load_before": load0, "load_after": os.getloadavg()[0],
                  "other_processes": others.result(time.time() - t0)}
-            if row:
-                r.update(row)
-            else:
-                r["failed"] = why
-                print(f"run_ps_compression: {name} at {rate}: {why}\n{tail}", file=sys.stderr)
-            with open(a.rows, "a") as f:
-                f.write(json.dumps(r) + "\n")
-            brief = {k: r.get(k) for k in ("config", "rate", "rep", "steps", "median_step_seconds",
-                                            "seconds_to_target", "final_accuracy", "wall_seconds",
-                                            "failed") if k in r}
-            print(json.dumps(brief), flush=True)
+            rc.record(a.rows, r, row, why, tail, "run_ps_compression")
 
 
 def main():
