@@ -63,16 +63,27 @@ std::vector<HostSlots> parseHostList(std::string_view spec) {
   return out;
 }
 
+std::vector<HostSlots> parseHostLines(std::string_view text, const std::string& source) {
+  std::vector<HostSlots> out;
+  size_t pos = 0;
+  for (int n = 1; pos < text.size(); ++n) {
+    size_t end = text.find('\n', pos);
+    if (end == std::string_view::npos) end = text.size();
+    std::string line(text.substr(pos, end - pos));
+    pos = end + 1;
+    line = line.substr(0, line.find('#'));
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    out.push_back(parseEntry(line, fmt::format("{}:{}", source, n)));
+  }
+  return out;
+}
+
 std::vector<HostSlots> readHostfile(const std::string& path) {
   std::ifstream in(path);
   if (!in) SHOAL_THROW(InvalidArgument, "hostfile '{}' cannot be read", path);
-  std::vector<HostSlots> out;
-  std::string line;
-  for (int n = 1; std::getline(in, line); ++n) {
-    line = line.substr(0, line.find('#'));
-    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    out.push_back(parseEntry(line, fmt::format("{}:{}", path, n)));
-  }
+  std::stringstream text;
+  text << in.rdbuf();
+  auto out = parseHostLines(text.str(), path);
   if (out.empty()) SHOAL_THROW(InvalidArgument, "hostfile '{}' lists no hosts", path);
   return out;
 }

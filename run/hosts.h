@@ -16,7 +16,11 @@ struct HostSlots {
 std::vector<HostSlots> parseHostList(std::string_view spec);
 
 // One host per line: "host", "host:4" or "host slots=4" (OpenMPI's form); '#' starts a
-// comment. InvalidArgument naming the file and line when unreadable or malformed.
+// comment. InvalidArgument naming `source` and the line when malformed. May return no hosts.
+std::vector<HostSlots> parseHostLines(std::string_view text, const std::string& source);
+
+// parseHostLines() of a file. InvalidArgument naming the file when unreadable, malformed or
+// empty.
 std::vector<HostSlots> readHostfile(const std::string& path);
 
 // localhost, a loopback address, or this machine's hostname: started without ssh.

@@ -17,8 +17,10 @@
 #include "comm/membership.h"
 #include "common/error.h"
 #include "common/socket.h"
+#include "run/host_discovery.h"
 #include "run/output_forwarder.h"
 #include "run/process_util.h"
+#include "run/slot_pool.h"
 #include "run/spawner.h"
 #include "store/etcd_store.h"
 #include "store/tcp_store.h"
@@ -72,6 +74,9 @@ struct Rank {
   Clock::time_point stoppedAt;
   // A parameter server that failed in a job with replicated shards: the job went on.
   bool tolerated = false;
+  // Elastic jobs: stopped because host discovery no longer lists its slot (SIGKILL at killAt).
+  bool removed = false;
+  Clock::time_point killAt;
   Fd out, err, in;  // in: ssh's stdin (the secret, then held open as a lifeline)
   std::unique_ptr<std::FILE, int (*)(std::FILE*)> log{nullptr, &std::fclose};
   std::deque<std::string> tail;
@@ -120,7 +125,19 @@ class Job {
       SHOAL_THROW(InvalidArgument, "no program given (shoal run -n N -- prog)");
     if (o_.servers < 0)
       SHOAL_THROW(InvalidArgument, "--servers {} must not be negative", o_.servers);
-    places_ = placeRanks(o_.ranks == 0 ? 0 : o_.ranks + o_.servers, o_.hosts);
+    std::optional<comm::ElasticRange> range;
+    if (o_.elastic) range = comm::ElasticRange::parse(*o_.elastic);
+    std::vector<HostSlots> hosts = o_.hosts;
+    int ranks = o_.ranks == 0 ? 0 : o_.ranks + o_.servers;
+    if (!o_.hostDiscoveryScript.empty()) {
+      hosts = discoverHosts(range);
+      int slots = 0;
+      for (auto& h : hosts) slots += h.slots;
+      if (ranks == 0) ranks = std::min(slots, range->maxSize);
+    }
+    places_ = placeRanks(ranks, hosts);
+    initialRanks_ = static_cast<int>(places_.size());
+    nextMember_ = initialRanks_;
     if (static_cast<int>(places_.size()) <= o_.servers) {
       SHOAL_THROW(InvalidArgument, "--servers {} leaves no slot for a worker", o_.servers);
     }
@@ -140,15 +157,15 @@ class Job {
                   "--max-restarts needs --elastic MIN:MAX (a worker that "
                   "restarts joins the running job)");
     }
-    if (o_.elastic) {
-      const auto range = comm::ElasticRange::parse(*o_.elastic);
+    if (range) {
       if (o_.servers > 0) {
         SHOAL_THROW(InvalidArgument, "--elastic with --servers: elastic jobs are workers only");
       }
-      if (workers_ < range.minSize || workers_ > range.maxSize) {
+      if (workers_ < range->minSize || workers_ > range->maxSize) {
         SHOAL_THROW(InvalidArgument, "--elastic {}: {} workers started, outside {}..{}",
-                    *o_.elastic, workers_, range.minSize, range.maxSize);
+                    *o_.elastic, workers_, range->minSize, range->maxSize);
       }
+      maxWorkers_ = range->maxSize;
     }
     bool anyLocal = false;
     for (auto& p : places_) anyLocal |= p.local;
@@ -159,11 +176,11 @@ class Job {
     if (program_.empty()) program_ = o_.command[0];
     ssh_ = splitWords(o_.sshCommand);
     if (ssh_.empty()) SHOAL_THROW(InvalidArgument, "--ssh must name a command");
-    std::set<std::string> hosts;
+    std::set<std::string> hostNames;
     for (auto& p : places_) {
-      if (hosts.insert(p.host).second && !p.local) checkRemoteProgram(p.host);
+      if (hostNames.insert(p.host).second && !p.local) checkRemoteProgram(p.host);
     }
-    numHosts_ = static_cast<int>(hosts.size());
+    numHosts_ = static_cast<int>(hostNames.size());
     if (!o_.outputDir.empty()) {
       std::error_code ec;
       std::filesystem::create_directories(o_.outputDir, ec);
@@ -176,6 +193,30 @@ class Job {
         SHOAL_THROW(InvalidArgument, "-x: malformed variable name '{}'", k);
       }
     }
+  }
+
+  // --host-discovery-script: its first run gives the hosts the job starts on.
+  std::vector<HostSlots> discoverHosts(const std::optional<comm::ElasticRange>& range) {
+    if (!range) {
+      SHOAL_THROW(InvalidArgument,
+                  "--host-discovery-script needs --elastic MIN:MAX (workers come and go)");
+    }
+    if (!o_.hosts.empty()) {
+      SHOAL_THROW(InvalidArgument,
+                  "--host-discovery-script gives the hosts: not with --hosts or --hostfile");
+    }
+    HostDiscoveryOptions d;
+    d.program = findProgram(o_.hostDiscoveryScript);
+    if (d.program.empty()) {
+      SHOAL_THROW(InvalidArgument, "host discovery program '{}' not found or not executable",
+                  o_.hostDiscoveryScript);
+    }
+    d.interval = std::chrono::duration_cast<Duration>(
+        std::chrono::duration<double>(o_.discoveryIntervalSeconds));
+    d.signalMask = originalMask();
+    discovery_ = std::make_unique<HostDiscovery>(d);
+    slots_.offer(discovery_->runNow());
+    return slots_.offered();
   }
 
   // Before anything starts: can we reach the host, and is the program there?
@@ -277,13 +318,13 @@ class Job {
     const auto storePort = store_ ? std::to_string(store_->port()) : std::string();
     std::vector<std::pair<std::string, std::string>> v = {
         {"SHOAL_RANK", std::to_string(r)},
-        {"SHOAL_WORLD_SIZE", std::to_string(places_.size())},
+        {"SHOAL_WORLD_SIZE", std::to_string(initialRanks_)},
         {"SHOAL_LOCAL_RANK", std::to_string(p.localRank)},
         {"SHOAL_LOCAL_WORLD_SIZE", std::to_string(p.localSize)},
         {"SHOAL_NUM_HOSTS", std::to_string(numHosts_)},
         {"SHOAL_STORE_ADDR", storeAddr_},
         {"RANK", std::to_string(r)},
-        {"WORLD_SIZE", std::to_string(places_.size())},
+        {"WORLD_SIZE", std::to_string(initialRanks_)},
         {"LOCAL_RANK", std::to_string(p.localRank)},
         {"LOCAL_WORLD_SIZE", std::to_string(p.localSize)},
 
@@ -311,10 +352,11 @@ class Job {
     rk.rank = r;
     rk.member = member;
     rk.where = places_[static_cast<size_t>(r)];
+    slots_.occupy(rk.where);
     if (!o_.outputDir.empty()) {
       std::string path = fmt::format("{}/rank{}.log", o_.outputDir, r);
       // A restarted worker continues its slot's log.
-      rk.log.reset(std::fopen(path.c_str(), member == r ? "w" : "a"));
+      rk.log.reset(std::fopen(path.c_str(), logged_.insert(r).second ? "w" : "a"));
       if (!rk.log) throwSystemError("open " + path, errno);
     }
     rk.outFwd = std::make_unique<OutputForwarder>(r, 1, rk.log.get(), &rk.tail);
@@ -390,6 +432,10 @@ class Job {
           owners.emplace_back(&r, true);
         }
       }
+      if (discovery_ && discovery_->fd() >= 0) {
+        fds.push_back({discovery_->fd(), POLLIN, 0});
+        owners.emplace_back(nullptr, false);
+      }
       int waitMs = settleAt_ ? 20 : 200;
       if (killAt_) {
         waitMs = std::clamp<int>(
@@ -403,9 +449,10 @@ class Job {
       if (fds[0].revents) handleSignals();
       reap();  // cheap, and robust to a SIGCHLD that went elsewhere
       restartFailed();
+      discover();
       settle();
       for (size_t i = 1; i < fds.size(); ++i) {
-        if (fds[i].revents) readFrom(*owners[i].first, owners[i].second);
+        if (fds[i].revents && owners[i].first) readFrom(*owners[i].first, owners[i].second);
       }
       if (o_.timeLimitSeconds && !stopping_ &&
           Clock::now() - started > std::chrono::duration<double>(*o_.timeLimitSeconds)) {
@@ -469,71 +516,82 @@ class Job {
   // The window also lets the survivors report why they fail (each names the rank where the
   // failure started) before they are stopped, even on a loaded machine.
   void reap() {
-    for (;;) {
-      int status = 0;
-      // WUNTRACED / WCONTINUED: the signalfd gets SIGCHLD for stops too (the launcher has no
-      // SA_NOCLDSTOP handler), and a stopped rank is what its peers will time out on.
-      pid_t pid = ::waitpid(-1, &status, WNOHANG | WUNTRACED | WCONTINUED);
-      if (pid <= 0) break;
-      for (auto& r : ranks_) {
-        if (r.pid != pid || !r.running) continue;
-        if (WIFSTOPPED(status)) {
-          if (r.stopSignal == 0) {
-            r.stopSignal = WSTOPSIG(status);
-            r.stoppedAt = Clock::now();
-            if (!stopping_) {
-              say("rank {} ({}, pid {}) was stopped ({}); its peers will time out unless it "
-                  "continues",
-                  r.rank, r.where.host, r.pid, signalName(r.stopSignal));
-            }
-          }
-          continue;
-        }
-        if (WIFCONTINUED(status)) {
-          if (r.stopSignal != 0 && !stopping_) say("rank {} continued", r.rank);
-          r.stopSignal = 0;
-          continue;
-        }
-        r.running = false;
-        r.status = status;
-        r.in.reset();
-        // Whatever the rank started goes with it.
-        ::kill(-r.pid, SIGKILL);
-        const bool failed = !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-        if (failed && !stopping_ && o_.psReplicas == 2 && r.rank >= workers_) {
-          // Note [Replicated shards] (ps/server.h): the workers go on with its shard's backup;
-          // if they cannot (both copies lost), they fail and say so.
-          r.tolerated = true;
-          const int s = r.rank - workers_, next = (s + 1) % o_.servers,
-                    previous = (s + o_.servers - 1) % o_.servers;
-          auto lost = [&](int server) {
-            for (const auto& q : ranks_) {
-              if (q.rank == workers_ + server && q.tolerated) return true;
-            }
-            return false;
-          };
-          if (lost(next) || lost(previous)) {
-            say("parameter server {} (rank {}) {}; server {} failed before it: a shard lost both "
-                "copies, the workers will fail",
-                s, r.rank, describeRank(status, r.where.local), lost(next) ? next : previous);
-          } else {
-            say("parameter server {} (rank {}) {}; the workers go on with its shard's backup on "
-                "server {}",
-                s, r.rank, describeRank(status, r.where.local), next);
-          }
-          continue;
-        }
-        if (failed && !stopping_ && o_.elastic) {
-          // Note [Elastic failures]: the survivors go on without it (comm/membership.h).
-          elasticFailures_.push_back(&r);
-          continue;
-        }
-        if (failed && !stopping_) {
-          r.failedAt = Clock::now();
-          candidates_.push_back(&r);
-          if (!settleAt_) settleAt_ = Clock::now() + std::chrono::milliseconds(1000);
+    // By pid, not waitpid(-1): the host discovery program is reaped by its own code.
+    for (auto& r : ranks_) {
+      while (r.running) {
+        int status = 0;
+        // WUNTRACED / WCONTINUED: the signalfd gets SIGCHLD for stops too (the launcher has no
+        // SA_NOCLDSTOP handler), and a stopped rank is what its peers will time out on.
+        const pid_t pid = ::waitpid(r.pid, &status, WNOHANG | WUNTRACED | WCONTINUED);
+        if (pid <= 0) break;
+        onStatus(r, status);
+      }
+    }
+  }
+
+  void onStatus(Rank& r, int status) {
+    if (WIFSTOPPED(status)) {
+      if (r.stopSignal == 0) {
+        r.stopSignal = WSTOPSIG(status);
+        r.stoppedAt = Clock::now();
+        if (!stopping_) {
+          say("rank {} ({}, pid {}) was stopped ({}); its peers will time out unless it "
+              "continues",
+              r.rank, r.where.host, r.pid, signalName(r.stopSignal));
         }
       }
+      return;
+    }
+    if (WIFCONTINUED(status)) {
+      if (r.stopSignal != 0 && !stopping_) say("rank {} continued", r.rank);
+      r.stopSignal = 0;
+      return;
+    }
+    r.running = false;
+    r.status = status;
+    r.in.reset();
+    // Whatever the rank started goes with it.
+    ::kill(-r.pid, SIGKILL);
+    const bool failed = !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    if (!failed) finishing_ = true;
+    slots_.release(r.where, failed && !r.removed && !stopping_);
+    if (r.removed) {
+      say("rank {} (member {}) {}, stopped as its slot left the discovered hosts", r.rank, r.member,
+          describeRank(status, r.where.local));
+      return;
+    }
+    if (failed && !stopping_ && o_.psReplicas == 2 && r.rank >= workers_) {
+      // Note [Replicated shards] (ps/server.h): the workers go on with its shard's backup;
+      // if they cannot (both copies lost), they fail and say so.
+      r.tolerated = true;
+      const int s = r.rank - workers_, next = (s + 1) % o_.servers,
+                previous = (s + o_.servers - 1) % o_.servers;
+      auto lost = [&](int server) {
+        for (const auto& q : ranks_) {
+          if (q.rank == workers_ + server && q.tolerated) return true;
+        }
+        return false;
+      };
+      if (lost(next) || lost(previous)) {
+        say("parameter server {} (rank {}) {}; server {} failed before it: a shard lost both "
+            "copies, the workers will fail",
+            s, r.rank, describeRank(status, r.where.local), lost(next) ? next : previous);
+      } else {
+        say("parameter server {} (rank {}) {}; the workers go on with its shard's backup on "
+            "server {}",
+            s, r.rank, describeRank(status, r.where.local), next);
+      }
+      return;
+    }
+    if (failed && !stopping_ && o_.elastic) {
+      // Note [Elastic failures]: the survivors go on without it (comm/membership.h).
+      elasticFailures_.push_back(&r);
+      return;
+    }
+    if (failed && !stopping_) {
+      r.failedAt = Clock::now();
+      candidates_.push_back(&r);
+      if (!settleAt_) settleAt_ = Clock::now() + std::chrono::milliseconds(1000);
     }
   }
 
@@ -584,14 +642,82 @@ class Job {
     for (; reported_ < elasticFailures_.size(); ++reported_) {
       const Rank* f = elasticFailures_[reported_];
       const std::string what = describeRank(f->status, f->where.local);
-      if (restarts_ < o_.maxRestarts) {
-        const int member = static_cast<int>(places_.size()) + restarts_++;
-        say("rank {} (member {}) {}; restarting it as member {} (restart {} of {})", f->rank,
-            f->member, what, member, restarts_, o_.maxRestarts);
-        start(f->rank, member);  // ranks_ is a deque: `f` stays valid
+      const int slot = restarts_ < o_.maxRestarts ? slotForRestart(*f) : -1;
+      if (slot >= 0) {
+        const int member = nextMember_++;
+        ++restarts_;
+        say("rank {} (member {}) {}; restarting it as member {}{} (restart {} of {})", f->rank,
+            f->member, what, member,
+            slot == f->rank ? "" : fmt::format(", rank {} on {}", slot, places_[slot].host),
+            restarts_, o_.maxRestarts);
+        start(slot, member);  // ranks_ is a deque: `f` stays valid
+      } else if (restarts_ < o_.maxRestarts) {
+        say("rank {} (member {}) {}; no discovered slot is free to restart it on, the other "
+            "workers go on without it",
+            f->rank, f->member, what);
       } else {
         say("rank {} (member {}) {}; the other workers go on without it", f->rank, f->member, what);
       }
+    }
+  }
+
+  // Its own slot while that is still offered, else a free one (one where no worker failed
+  // first: Note [Failed slots]); -1: none.
+  int slotForRestart(const Rank& f) {
+    if (!discovery_ || (slots_.offers(f.where) && !slots_.occupied(f.where))) return f.rank;
+    auto p = slots_.freeSlot(false);
+    if (!p) p = slots_.freeSlot(true);
+    return p ? addPlace(*p) : -1;
+  }
+
+  int addPlace(const Placement& p) {
+    places_.push_back(p);
+    return static_cast<int>(places_.size()) - 1;
+  }
+
+  // Note [Host discovery]: the job follows what the discovery program lists. A slot that left
+  // has its worker stopped (the others see it fail and go on without it); free slots get new
+  // workers that join, up to MAX, until a worker has finished. A run that failed changes
+  // nothing (said once per distinct reason).
+  void discover() {
+    const auto now = Clock::now();
+    for (auto& r : ranks_) {
+      if (r.running && r.removed && now >= r.killAt) ::kill(-r.pid, SIGKILL);
+    }
+    if (!discovery_ || stopping_) return;
+    auto result = discovery_->poll();
+    if (!result) return;
+    if (result->error) {
+      if (*result->error != lastDiscoveryError_) {
+        say("{}; the hosts stay as they were", *result->error);
+      }
+      lastDiscoveryError_ = *result->error;
+      return;
+    }
+    lastDiscoveryError_.clear();
+    const std::string listed = SlotPool::describe(result->hosts),
+                      was = SlotPool::describe(slots_.offered());
+    if (listed != was) say("host discovery: {} (was {})", listed, was);
+    slots_.offer(result->hosts);
+    for (auto& r : ranks_) {
+      if (!r.running || r.removed || slots_.offers(r.where)) continue;
+      r.removed = true;
+      r.killAt = now + std::chrono::duration_cast<Clock::duration>(
+                           std::chrono::duration<double>(o_.graceSeconds));
+      say("rank {} (member {}): {} no longer offers its slot; stopping it", r.rank, r.member,
+          r.where.host);
+      ::kill(-r.pid, SIGTERM);
+      ::kill(-r.pid, SIGCONT);
+    }
+    if (finishing_) return;
+    int alive = 0;
+    for (auto& r : ranks_) alive += r.running && !r.removed;
+    for (; alive < maxWorkers_; ++alive) {
+      auto p = slots_.freeSlot(false);
+      if (!p) break;
+      const int r = addPlace(*p), member = nextMember_++;
+      say("rank {} (member {}) starts on {} to join the running job", r, member, p->host);
+      start(r, member);
     }
   }
 
@@ -698,6 +824,15 @@ class Job {
   std::vector<Rank*> elasticFailures_;  // stable: ranks_ is a deque that only grows
   size_t reported_ = 0;
   int restarts_ = 0;
+  int initialRanks_ = 0;    // started at launch: SHOAL_WORLD_SIZE, membership's first view
+  int nextMember_ = 0;      // elastic member ids: 0..initialRanks_-1 at launch, then one per start
+  int maxWorkers_ = 0;      // elastic jobs: MAX
+  bool finishing_ = false;  // a worker exited 0: no new workers
+  std::set<int> logged_;    // slots whose log file was started
+  // Host discovery (Note [Host discovery]).
+  std::unique_ptr<HostDiscovery> discovery_;
+  SlotPool slots_;  // what discovery offers, and which slots are taken or failed
+  std::string lastDiscoveryError_;
 };
 
 }  // namespace

@@ -59,11 +59,23 @@ struct LaunchOptions {
   std::string storeUrl;
   std::optional<std::string> elastic;
   int maxRestarts = 0;
+  // Elastic jobs: a program that prints the hosts the job may use now (run/host_discovery.h).
+  // Run before the start (its hosts replace `hosts`) and then every `discoveryIntervalSeconds`
+  // after a run ends: a new host or slot gets a new worker that joins (up to MAX), a host or slot
+  // no longer listed has its worker stopped (SIGTERM, then SIGKILL after the grace period) and
+  // the others go on without it.
+  std::string hostDiscoveryScript;
+  double discoveryIntervalSeconds = 1;
 };
 
 // Elastic jobs (options.elastic): a failed worker is reported and restarted while restarts are
-// left; the job succeeds when at least MIN workers exited 0, else it returns the first failed
-// worker's exit code.
+// left (on its own slot, or on a free one if host discovery took its slot away); a slot whose
+// worker failed is refilled only by such a restart, never by growth, so a host that crashes its
+// workers cannot loop. New workers stop being started once a worker has finished (exited 0).
+// The job succeeds when at least MIN workers exited 0, else it returns the first failed
+// worker's exit code. Workers of an elastic job get SHOAL_WORLD_SIZE = the number started at
+// launch (membership's first view) and SHOAL_RANK = their launch slot, which for a worker
+// started later is that number or more (its rank in the job comes from the view it joins).
 //
 // Runs the job to the end. Returns 0 when every rank exited 0; else the first failed rank's exit
 // code (128 + signal when killed; 128 + the stop signal when a stopped rank is blamed, e.g. 147

@@ -45,8 +45,8 @@ struct Reader {
   }
 };
 
-void checkRank(const Rendezvous& r, const char* launcher) {
-  if (r.rank >= r.size) {
+void checkRank(const Rendezvous& r, const char* launcher, bool elastic = false) {
+  if (r.rank >= r.size && !elastic) {
     SHOAL_THROW(InvalidArgument, "{}: rank {} is not below the world size {}", launcher, r.rank,
                 r.size);
   }
@@ -212,7 +212,9 @@ Rendezvous detectLauncher(const EnvLookup& env) {
     r.hosts = in.getInt("SHOAL_NUM_HOSTS", 1).value_or(1);
     storeOverride(in, r);
     if (r.storeUrl.empty() && r.storeHost.empty()) in.need("SHOAL_STORE_ADDR");
-    checkRank(r, "shoal run");
+    // A worker of an elastic job started after the launch may have a launch slot beyond the
+    // first view's size (SHOAL_WORLD_SIZE): its rank comes from the view it joins.
+    checkRank(r, "shoal run", env("SHOAL_ELASTIC").has_value());
     return r;
   }
   if (env("OMPI_COMM_WORLD_RANK")) {

@@ -47,6 +47,13 @@ int main(int argc, char** argv) {
                   "MIN:MAX: survivors of a failed worker go on, new workers join (elastic job)");
   run->add_option("--max-restarts", o.maxRestarts,
                   "with --elastic: restart failed workers, this many times in all (default 0)");
+  run->add_option("--host-discovery-script", o.hostDiscoveryScript,
+                  "with --elastic: a program printing the hosts to use now (hostfile lines); run "
+                  "at start and then every --discovery-interval: workers join new slots (up to "
+                  "MAX) and leave slots no longer listed");
+  std::string discoveryInterval;
+  run->add_option("--discovery-interval", discoveryInterval,
+                  "seconds between runs of the host discovery program (default 1)");
   run->add_option("-x,--env", vars, "NAME=VALUE, or NAME to pass this variable on (repeatable)");
   run->add_flag(
       "-q,--quiet", [&](int64_t) { o.verbose = false; }, "no progress lines");
@@ -95,6 +102,13 @@ int main(int argc, char** argv) {
       o.timeLimitSeconds = parseNumber("--time-limit", timeLimit, 0.001, kMaxTimeoutSeconds);
     }
     if (!elastic.empty()) o.elastic = elastic;
+    if (!discoveryInterval.empty()) {
+      if (o.hostDiscoveryScript.empty()) {
+        SHOAL_THROW(InvalidArgument, "--discovery-interval needs --host-discovery-script");
+      }
+      o.discoveryIntervalSeconds =
+          parseNumber("--discovery-interval", discoveryInterval, 0.01, 3600);
+    }
     if (o.storeUrl.empty()) {
       if (const char* url = std::getenv("SHOAL_STORE_ADDR");
           url != nullptr && store::EtcdAddress::matches(url)) {
@@ -108,7 +122,8 @@ int main(int argc, char** argv) {
     }
     if (!hosts.empty()) o.hosts = run::parseHostList(hosts);
     if (!hostfile.empty()) o.hosts = run::readHostfile(hostfile);
-    if (o.hosts.empty() && o.ranks == 0) SHOAL_THROW(InvalidArgument, "-n is required");
+    if (o.hosts.empty() && o.ranks == 0 && o.hostDiscoveryScript.empty())
+      SHOAL_THROW(InvalidArgument, "-n is required");
     for (auto& v : vars) {
       auto eq = v.find('=');
       if (eq != std::string::npos) {

@@ -1,10 +1,12 @@
 // Elastic training with real processes under `shoal run --elastic` (tests/elastic_worker.cpp):
 // a worker SIGKILLed at a chosen step, the survivors going on, checked bit for bit against two
 // plain jobs chained through a checkpoint; a restarted worker rejoining; the job giving up below
-// its minimum with the state written, and resuming from it.
+// its minimum with the state written, and resuming from it; a host discovery program growing
+// and shrinking the job.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -34,6 +36,16 @@ std::vector<Done> doneLines(const std::string& out) {
     const auto& m = *it;
     v.push_back({std::stoi(m[1]), std::stoi(m[2]), std::stoi(m[3]), std::stoll(m[4]),
                  std::stoll(m[5]), std::stoi(m[6]), std::stod(m[7]), m[8]});
+  }
+  return v;
+}
+
+// The lr each worker ended with ("LR member M world W lr X" lines), in the order printed.
+std::vector<double> lrLines(const std::string& out) {
+  static const std::regex re(R"(LR member \d+ world \d+ lr ([0-9.e+-]+))");
+  std::vector<double> v;
+  for (std::sregex_iterator it(out.begin(), out.end(), re), end; it != end; ++it) {
+    v.push_back(std::stod((*it)[1]));
   }
   return v;
 }
@@ -149,6 +161,71 @@ TEST(ElasticMinimum, TwoDieTheJobWaitsThenFailsWithTheStateWritten) {
   EXPECT_NE(refused.output.find("not a Shoal elastic state"), std::string::npos) << refused.output;
 }
 
+// A host discovery program in `dir` (run/host_discovery.h) that prints `before` until the file
+// `dir`/started exists, then `after`.
+std::string discoveryScript(const std::string& dir, const std::string& before,
+                            const std::string& after) {
+  const std::string path = dir + "/discover.sh";
+  std::ofstream(path) << fmt::format(
+      "#!/bin/sh\nif [ -e {0}/started ]; then echo {2}; else echo {1}; fi\n", dir, before, after);
+  std::filesystem::permissions(path, std::filesystem::perms::owner_all);
+  return path;
+}
+
+TEST(ElasticDiscovery, ANewSlotGetsAWorkerThatJoinsTheRunningJob) {
+  TempDir dir;
+  const std::string script = discoveryScript(dir.path, "localhost:2", "localhost:3");
+  auto r =
+      job(fmt::format("--elastic 2:3 --host-discovery-script {} --discovery-interval 0.1", script),
+          fmt::format("--steps 20 --samples 600 --batch 8 --until-world 3 --started-file "
+                      "{}/started --started-at 2 --lr-scaling linear",
+                      dir.path));
+  ASSERT_EQ(r.code, 0) << r.output;
+  auto done = doneLines(r.output);
+  ASSERT_EQ(done.size(), 3u) << r.output;
+  int joiners = 0;
+  for (const auto& d : done) {
+    EXPECT_EQ(d.world, 3);
+    EXPECT_EQ(d.digest, done[0].digest) << "the joiner did not get the running state";
+    joiners += d.member == 2 && d.resumed == -1;
+  }
+  EXPECT_EQ(joiners, 1) << r.output;
+  // The launch's 2 workers are the reference: at 3 the lr is 3/2 of the one set, on every rank
+  // (the joiner too).
+  EXPECT_EQ(lrLines(r.output),
+            (std::vector<double>{0.05 * (3.0 / 2), 0.05 * (3.0 / 2), 0.05 * (3.0 / 2)}))
+      << r.output;
+  EXPECT_NE(r.output.find("rank 2 (member 2) starts on localhost to join the running job"),
+            std::string::npos)
+      << r.output;
+}
+
+TEST(ElasticDiscovery, ASlotThatLeavesHasItsWorkerStoppedAndTheOthersGoOn) {
+  TempDir dir;
+  const std::string script = discoveryScript(dir.path, "localhost:3", "localhost:2");
+  auto r =
+      job(fmt::format("--elastic 2:3 --host-discovery-script {} --discovery-interval 0.1", script),
+          fmt::format("--steps 5 --samples 600 --batch 8 --until-shrunk-to 2 "
+                      "--started-file {}/started --lr-scaling sqrt",
+                      dir.path));
+  ASSERT_EQ(r.code, 0) << r.output;
+  auto done = doneLines(r.output);
+  ASSERT_EQ(done.size(), 2u) << r.output;
+  for (const auto& d : done) {
+    EXPECT_NE(d.member, 2);
+    EXPECT_EQ(d.world, 2);
+    EXPECT_EQ(d.changes, 1);
+    EXPECT_EQ(d.digest, done[0].digest);
+  }
+  EXPECT_NE(r.output.find("rank 2 (member 2): localhost no longer offers its slot; stopping it"),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("2 workers finished; 0 failed along the way"), std::string::npos)
+      << r.output;
+  const double lr = 0.05 * std::sqrt(2.0 / 3);
+  EXPECT_EQ(lrLines(r.output), (std::vector<double>{lr, lr})) << r.output;
+}
+
 TEST(ElasticLauncher, BadOptionsAreOneLineErrors) {
   struct Case {
     std::string options, message;
@@ -158,6 +235,11 @@ TEST(ElasticLauncher, BadOptionsAreOneLineErrors) {
       {"--elastic x -n 2", "elastic size"},
       {"--max-restarts 1 -n 2", "--max-restarts needs --elastic"},
       {"--elastic 1:2 --servers 1 -n 2", "workers only"},
+      {"-n 2 --host-discovery-script /bin/true", "needs --elastic"},
+      {"--elastic 1:2 --host-discovery-script /no/such/program", "not found or not executable"},
+      {"--elastic 1:2 --host-discovery-script /bin/false", "exited with code 1"},
+      {"--elastic 1:2 --hosts localhost:2 --host-discovery-script /bin/true", "not with --hosts"},
+      {"--elastic 1:2 -n 1 --discovery-interval 1", "needs --host-discovery-script"},
   };
   for (const auto& c : cases) {
     auto r = job(c.options, "--steps 1");

@@ -6,13 +6,17 @@
 // scaled by world / total, so any spread of a step's samples averages exactly).
 //
 //   elastic  (under shoal run --elastic): train::ElasticState runs the loop for --steps steps
-//            (and on until the view has --until-world workers again, if given), committing
+//            (and on until the view has --until-world workers again, or at most --until-shrunk-to
+//            workers, if given), committing
 //            after each step. --die MEMBER:STEP:before|after makes member MEMBER SIGKILL itself
 //            in step STEP: after its forward (its peers fail inside that step's all-reduce) or
 //            after the all-reduce (before the commit). Repeatable. --progress-every N: rank 0
 //            prints "STEP <n>" every N steps (tests wait for it before acting on the job).
 //            --checkpoint PATH: where the state goes when the job gives up below the minimum;
-//            --resume PATH starts from it.
+//            --resume PATH starts from it. --started-file PATH: rank 0 creates PATH after a
+//            step at a view of --started-at workers (default: any), the signal a test's host
+//            discovery program waits for. --lr-scaling none|linear|sqrt: ElasticOptions'
+//            (each worker prints "LR member M world W lr X" at the end).
 //   plain    (--plain, under shoal run without --elastic): the same loop on the world group,
 //            no elasticity: from --load PATH (or the start) until step --steps, then --save PATH
 //            (rank 0). Two plain jobs chained through a file are the reference an elastic run
@@ -52,10 +56,12 @@ struct Death {
 
 struct Options {
   int64_t steps = 40, samples = 600, batch = 8;
-  int untilWorld = 0;
+  int untilWorld = 0, untilShrunkTo = 0;
   int64_t progressEvery = 0;
   std::vector<std::string> die;
-  std::string checkpoint, resume, load, save;
+  std::string checkpoint, resume, load, save, startedFile;
+  int startedAt = 0;
+  std::string lrScaling = "none";
   bool plain = false;
 };
 
@@ -151,7 +157,7 @@ ElasticProgress loadState(const std::string& path, torch::nn::Module& model,
   return {t[0].item<int64_t>(), t[1].item<int64_t>(), t[2].item<int64_t>()};
 }
 
-int runWorker(const Options& o) {
+int runWorker(Options o) {
   torch::set_num_threads(1);
   std::vector<Death> deaths;
   for (const auto& d : o.die) deaths.push_back(parseDeath(d));
@@ -179,13 +185,25 @@ int runWorker(const Options& o) {
 
   SHOAL_CHECK(world.elastic.has_value(), "elastic mode needs shoal run --elastic");
   train::ElasticState state(*world.elastic, world.group, *model, opt,
-                            {.admitEvery = 1, .checkpointPath = o.checkpoint});
+                            {.admitEvery = 1,
+                             .checkpointPath = o.checkpoint,
+                             .lrScaling = o.lrScaling == "linear" ? train::LrScaling::kLinear
+                                          : o.lrScaling == "sqrt" ? train::LrScaling::kSqrt
+                                                                  : train::LrScaling::kNone});
   if (!o.resume.empty()) state.load(o.resume);
   state.run([&](comm::Group& group) {
     train::DistributedDataParallel ddp(model.ptr(), group.shared_from_this());
-    for (auto p = state.progress(); p.step < o.steps || group.size() < o.untilWorld;) {
+    for (auto p = state.progress(); p.step < o.steps || group.size() < o.untilWorld ||
+                                    (o.untilShrunkTo > 0 && group.size() > o.untilShrunkTo);) {
       p = trainStep(group, ddp, *model, opt, sampler, data, o.batch, p, member, deaths);
       state.commit(p);
+      if (!o.startedFile.empty() && group.rank() == 0 &&
+          (o.startedAt == 0 || group.size() == o.startedAt)) {
+        std::FILE* f = std::fopen(o.startedFile.c_str(), "w");
+        SHOAL_CHECK(f != nullptr, "--started-file {}: cannot be created", o.startedFile);
+        std::fclose(f);
+        o.startedFile.clear();
+      }
       if (o.progressEvery > 0 && p.step % o.progressEvery == 0 && group.rank() == 0) {
         std::printf("STEP %lld\n", static_cast<long long>(p.step));
         std::fflush(stdout);
@@ -193,6 +211,8 @@ int runWorker(const Options& o) {
     }
   });
   const auto& s = state.stats();
+  std::printf("LR member %d world %d lr %.17g\n", member, state.group()->size(),
+              opt.param_groups()[0].options().get_lr());
   std::printf(
       "DONE member %d rank %d world %d step %lld resumed %lld changes %d recovery %.3f "
       "digest %s\n",
@@ -212,6 +232,10 @@ int main(int argc, char** argv) {
   app.add_option("--samples", o.samples);
   app.add_option("--batch", o.batch);
   app.add_option("--until-world", o.untilWorld);
+  app.add_option("--until-shrunk-to", o.untilShrunkTo);
+  app.add_option("--started-file", o.startedFile);
+  app.add_option("--started-at", o.startedAt);
+  app.add_option("--lr-scaling", o.lrScaling)->check(CLI::IsMember({"none", "linear", "sqrt"}));
   app.add_option("--progress-every", o.progressEvery);
   app.add_option("--die", o.die);
   app.add_option("--checkpoint", o.checkpoint);

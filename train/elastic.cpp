@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstring>
 
 #include "comm/collectives.h"
@@ -90,6 +91,36 @@ ElasticState::ElasticState(comm::ElasticContext context, std::shared_ptr<comm::G
   if (options_.admitEvery < 1) {
     SHOAL_THROW(InvalidArgument, "ElasticState: admitEvery {} < 1", options_.admitEvery);
   }
+  if (options_.lrReferenceSize < 0) {
+    SHOAL_THROW(InvalidArgument, "ElasticState: lrReferenceSize {} < 0", options_.lrReferenceSize);
+  }
+  if (options_.lrReferenceSize == 0) {
+    options_.lrReferenceSize = context_.membership->options().initialSize;
+  }
+  for (auto& g : optimizer_.param_groups()) baseLr_.push_back(g.options().get_lr());
+}
+
+double ElasticState::lrFactor(int size) const {
+  const double ratio = static_cast<double>(size) / options_.lrReferenceSize;
+  switch (options_.lrScaling) {
+    case LrScaling::kNone:
+      return 1;
+    case LrScaling::kLinear:
+      return ratio;
+    case LrScaling::kSqrt:
+      return std::sqrt(ratio);
+  }
+  return 1;
+}
+
+void ElasticState::scaleLr() {
+  if (options_.lrScaling == LrScaling::kNone) return;
+  auto& groups = optimizer_.param_groups();
+  SHOAL_CHECK(groups.size() == baseLr_.size(),
+              "ElasticState: the optimizer has {} parameter groups, {} at construction",
+              groups.size(), baseLr_.size());
+  const double factor = lrFactor(group_->size());
+  for (size_t i = 0; i < groups.size(); ++i) groups[i].options().set_lr(baseLr_[i] * factor);
 }
 
 std::vector<torch::Tensor> ElasticState::modelTensors() const {
@@ -265,6 +296,7 @@ void ElasticState::reform(const std::vector<int>& failed) {
   SHOAL_LOG_INFO("elastic: view {} of {} workers (was {}), rank {}, from step {} in {:.3f} s",
                  view().generation, view().size(), old.size(), group_->rank(),
                  snapshot_.progress.step, stats_.lastRecoverySeconds);
+  scaleLr();
   if (onViewChange) onViewChange(old, view());
 }
 
@@ -288,8 +320,10 @@ void ElasticState::run(const std::function<void(comm::Group&)>& fn) {
       if (reformWithout) {
         reform(*reformWithout);
         reformWithout.reset();
-      } else if (!synced_ && view().needsSync()) {
-        sync();  // a joiner's first view: the state comes from the running members
+      } else if (!synced_) {
+        // A joiner's first view: the state comes from the running members.
+        if (view().needsSync()) sync();
+        scaleLr();
       }
       synced_ = true;
       fn(*group_);

@@ -60,9 +60,22 @@ struct ElasticProgress {
   ElasticProgress after(int64_t nextPosition, int64_t epochSize) const;
 };
 
+// How the learning rate follows the world size (ElasticOptions::lrScaling).
+enum class LrScaling {
+  kNone,    // as set: a smaller world takes smaller global steps at the same rate
+  kLinear,  // x size / reference: the linear scaling rule (the global batch grows with the world)
+  kSqrt,    // x sqrt(size / reference): the rule often used with adaptive optimizers (Adam)
+};
+
 struct ElasticOptions {
   int64_t admitEvery = 1;      // commits between checks for joiners (>= 1)
   std::string checkpointPath;  // written when the job gives up below the minimum; empty: none
+  // Every parameter group's lr becomes its lr at construction times the factor for the current
+  // view's size, set when run() starts and at each view change, the same on every rank
+  // (joiners too). An LR schedule that also writes the lr should scale itself instead (in
+  // onViewChange) and leave this kNone.
+  LrScaling lrScaling = LrScaling::kNone;
+  int lrReferenceSize = 0;  // the size the optimizer's lr is for; 0: the launch's worker count
 };
 
 struct ElasticStats {
@@ -96,6 +109,9 @@ class ElasticState {
   const std::shared_ptr<comm::Group>& group() const { return group_; }
   const ElasticStats& stats() const { return stats_; }
 
+  // The factor lrScaling applies to the construction-time lr at `size` workers (1 for kNone).
+  double lrFactor(int size) const;
+
   // Called after each view change, before `fn` runs again: (old view, new view).
   std::function<void(const comm::View&, const comm::View&)> onViewChange;
 
@@ -117,6 +133,7 @@ class ElasticState {
   void sync();
   void reform(const std::vector<int>& failed);
   std::vector<torch::Tensor> modelTensors() const;
+  void scaleLr();
 
   comm::ElasticContext context_;
   std::shared_ptr<comm::Group> group_;
@@ -128,6 +145,7 @@ class ElasticState {
   bool synced_ = false;
   int64_t commits_ = 0;
   ElasticStats stats_;
+  std::vector<double> baseLr_;  // each parameter group's lr at construction
 };
 
 }  // namespace shoal::train
