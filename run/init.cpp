@@ -86,6 +86,7 @@ World init() {
   w.roleRank = r.roleRank;
   w.numServers = r.numServers;
   w.psReplicas = r.psReplicas;
+  w.restartCount = r.restartCount;
   if (r.rank == 0) {
     SHOAL_LOG_INFO("started by {}: {} ranks on {} host(s); configuration: {}", toString(r.launcher),
                    r.size, r.hosts, describe(env));

@@ -36,6 +36,10 @@ struct World {
   // Copies of each parameter-server shard (shoal run --ps-replicas, SHOAL_PS_REPLICAS): pass it
   // to ps::ServerOptions::replicas and ps::ClientOptions::replicas.
   int psReplicas = 1;
+  // How many times `shoal run --max-restarts N` (without --elastic) restarted the whole job
+  // before this attempt (SHOAL_RESTART_COUNT): 0 on the first. A program that checkpoints
+  // resumes from its last checkpoint when this is above 0.
+  int restartCount = 0;
   // Elastic jobs (shoal run --elastic MIN:MAX, SHOAL_ELASTIC): what train/elastic.h needs to
   // form each new view's group. rank and size are then the first view's (a worker that joins a
   // running job blocks in init() until the running workers admit it). Unset otherwise.

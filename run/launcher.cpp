@@ -85,7 +85,12 @@ struct Rank {
 
 class Job {
  public:
-  explicit Job(const LaunchOptions& o) : o_(o) {}
+  // `attempt`: how many times the whole job was restarted before (SHOAL_RESTART_COUNT).
+  Job(const LaunchOptions& o, int attempt) : o_(o), attempt_(attempt) {}
+
+  // After run(): whether starting the job again may help (it failed by itself: not interrupted,
+  // not out of time).
+  bool retryable() const { return !interrupted_ && !timedOut_; }
 
   int run() {
     validate();
@@ -151,11 +156,6 @@ class Job {
     }
     if (o_.maxRestarts < 0) {
       SHOAL_THROW(InvalidArgument, "--max-restarts {} must not be negative", o_.maxRestarts);
-    }
-    if (o_.maxRestarts > 0 && !o_.elastic) {
-      SHOAL_THROW(InvalidArgument,
-                  "--max-restarts needs --elastic MIN:MAX (a worker that "
-                  "restarts joins the running job)");
     }
     if (range) {
       if (o_.servers > 0) {
@@ -332,6 +332,8 @@ class Job {
         {"SHOAL_PS_REPLICAS", std::to_string(o_.psReplicas)},
         {"SHOAL_ROLE", r < workers_ ? "worker" : "server"},
         {"SHOAL_ROLE_RANK", std::to_string(r < workers_ ? r : r - workers_)},
+        {"SHOAL_RESTART_COUNT", std::to_string(attempt_)},
+        {"TORCHELASTIC_RESTART_COUNT", std::to_string(attempt_)},
     };
     if (store_) {
       v.emplace_back("MASTER_ADDR", storeHost_);
@@ -356,7 +358,8 @@ class Job {
     if (!o_.outputDir.empty()) {
       std::string path = fmt::format("{}/rank{}.log", o_.outputDir, r);
       // A restarted worker continues its slot's log.
-      rk.log.reset(std::fopen(path.c_str(), logged_.insert(r).second ? "w" : "a"));
+      // So does every rank of a restarted job.
+      rk.log.reset(std::fopen(path.c_str(), logged_.insert(r).second && attempt_ == 0 ? "w" : "a"));
       if (!rk.log) throwSystemError("open " + path, errno);
     }
     rk.outFwd = std::make_unique<OutputForwarder>(r, 1, rk.log.get(), &rk.tail);
@@ -800,6 +803,7 @@ class Job {
   }
 
   const LaunchOptions& o_;
+  const int attempt_;
   std::vector<Placement> places_;
   std::string program_;
   std::vector<std::string> ssh_;
@@ -838,8 +842,28 @@ class Job {
 }  // namespace
 
 int launch(const LaunchOptions& options) {
-  Job job(options);
-  return job.run();
+  const auto started = Clock::now();
+  for (int attempt = 0;; ++attempt) {
+    LaunchOptions o = options;
+    if (o.timeLimitSeconds) {
+      // The limit is the whole job's, over every attempt.
+      o.timeLimitSeconds =
+          std::max(0.001, *o.timeLimitSeconds - secondsBetween(started, Clock::now()));
+    }
+    int code = 0;
+    bool retry = false;
+    {
+      Job job(o, attempt);
+      code = job.run();
+      retry = code != 0 && !o.elastic && attempt < o.maxRestarts && job.retryable();
+    }
+    if (!retry) return code;
+    const std::string line = fmt::format(
+        "shoal run: the job failed (exit code {}); starting every rank again (restart {} of "
+        "{}, SHOAL_RESTART_COUNT={}): they resume from their last checkpoint\n",
+        code, attempt + 1, o.maxRestarts, attempt + 1);
+    [[maybe_unused]] ssize_t w = ::write(2, line.data(), line.size());
+  }
 }
 
 }  // namespace shoal::run

@@ -54,6 +54,10 @@ struct LaunchOptions {
   // Elastic jobs ("MIN:MAX", SHOAL_ELASTIC for the ranks; comm/membership.h): a worker that
   // fails does not stop the others, and is started again (as a new member that joins the
   // running job) up to `maxRestarts` times over the whole job.
+  // Other jobs: when the job fails (not when interrupted or out of time), every rank is
+  // started again, up to `maxRestarts` times, with SHOAL_RESTART_COUNT (and torchrun's
+  // TORCHELASTIC_RESTART_COUNT) = the attempt, so the program resumes from its last
+  // checkpoint (torchrun's model; the way a pipeline or ZeRO job survives a lost rank).
   // etcd://host:port[/namespace]: the ranks' store is that etcd (store/etcd_store.h), not one
   // the launcher hosts, so the job's rendezvous survives this launcher's host.
   std::string storeUrl;
@@ -77,7 +81,8 @@ struct LaunchOptions {
 // launch (membership's first view) and SHOAL_RANK = their launch slot, which for a worker
 // started later is that number or more (its rank in the job comes from the view it joins).
 //
-// Runs the job to the end. Returns 0 when every rank exited 0; else the first failed rank's exit
+// Runs the job to the end (with maxRestarts, the last attempt). Returns 0 when every rank
+// exited 0; else the first failed rank's exit
 // code (128 + signal when killed; 128 + the stop signal when a stopped rank is blamed, e.g. 147
 // for SIGSTOP), 124 when the time limit ended it, 128 + signal when the launcher was
 // interrupted. Throws InvalidArgument for a configuration error (nothing started).

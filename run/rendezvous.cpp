@@ -98,6 +98,7 @@ void assignRole(const EnvLookup& env, Rendezvous& r) {
                 r.numServers, r.size);
   }
   r.psReplicas = static_cast<int>(in.getInt("SHOAL_PS_REPLICAS", 1).value_or(1));
+  r.restartCount = static_cast<int>(in.getInt("SHOAL_RESTART_COUNT", 0).value_or(0));
   if (r.psReplicas != 1 && r.psReplicas != 2) {
     SHOAL_THROW(InvalidArgument, "SHOAL_PS_REPLICAS={}: 1 or 2", r.psReplicas);
   }

@@ -54,6 +54,9 @@ struct Rendezvous {
   // SHOAL_PS_REPLICAS: copies of each parameter-server shard, 1 (default) or 2 (needs at least
   // 2 servers; ps/server.h's Note [Replicated shards]).
   int psReplicas = 1;
+  // SHOAL_RESTART_COUNT: how many times shoal run --max-restarts (without --elastic) restarted
+  // the whole job before this attempt; 0 on the first.
+  int restartCount = 0;
   // Elastic jobs (shoal run --elastic): SHOAL_ELASTIC = "MIN:MAX" (run/membership.h), and this
   // worker's member id, SHOAL_ELASTIC_MEMBER (default: its rank; a worker started later gets a
   // new id and joins the running job).

@@ -46,7 +46,8 @@ int main(int argc, char** argv) {
   run->add_option("--elastic", elastic,
                   "MIN:MAX: survivors of a failed worker go on, new workers join (elastic job)");
   run->add_option("--max-restarts", o.maxRestarts,
-                  "with --elastic: restart failed workers, this many times in all (default 0)");
+                  "restart failed workers (--elastic), else the whole failed job (ranks resume "
+                  "from their checkpoints), this many times in all (default 0)");
   run->add_option("--host-discovery-script", o.hostDiscoveryScript,
                   "with --elastic: a program printing the hosts to use now (hostfile lines); run "
                   "at start and then every --discovery-interval: workers join new slots (up to "

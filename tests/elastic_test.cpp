@@ -233,7 +233,6 @@ TEST(ElasticLauncher, BadOptionsAreOneLineErrors) {
       {"--elastic 3:2 -n 2", "exceeds the maximum"},
       {"--elastic 2:4 -n 5", "outside 2..4"},
       {"--elastic x -n 2", "elastic size"},
-      {"--max-restarts 1 -n 2", "--max-restarts needs --elastic"},
       {"--elastic 1:2 --servers 1 -n 2", "workers only"},
       {"-n 2 --host-discovery-script /bin/true", "needs --elastic"},
       {"--elastic 1:2 --host-discovery-script /no/such/program", "not found or not executable"},

@@ -55,6 +55,41 @@ std::string uniqueToken() {
                      std::chrono::steady_clock::now().time_since_epoch().count() % 1000000);
 }
 
+// --max-restarts without --elastic: a failed job is started again, whole, with the attempt in
+// SHOAL_RESTART_COUNT; the logs go on; a job that keeps failing stops after the last restart
+// with its own exit code.
+TEST(LauncherRestart, AFailedJobStartsAgainWithTheAttemptCount) {
+  TempDir dir;
+  auto r = shoalRun(
+      {"-n", "2", "--max-restarts", "2", "--output-dir", dir.path + "/logs", "--", "/bin/sh", "-c",
+       "echo \"attempt $SHOAL_RESTART_COUNT/$TORCHELASTIC_RESTART_COUNT\"; "
+       "if [ $SHOAL_RESTART_COUNT -lt 1 ] && [ $SHOAL_RANK = 1 ]; then exit 3; fi"},
+      dir);
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("the job failed (exit code 3); starting every rank again (restart 1 "
+                          "of 2, SHOAL_RESTART_COUNT=1)"),
+            std::string::npos)
+      << r.output;
+  EXPECT_EQ(r.output.find("restart 2 of 2"), std::string::npos) << r.output;
+  for (int k = 0; k < 2; ++k) {
+    EXPECT_NE(r.output.find(fmt::format("[{}] attempt 1/1", k)), std::string::npos) << r.output;
+    const std::string log = readFile(fmt::format("{}/logs/rank{}.log", dir.path, k));
+    EXPECT_NE(log.find("attempt 0/0"), std::string::npos) << log;
+    EXPECT_NE(log.find("attempt 1/1"), std::string::npos) << log;
+  }
+
+  auto always = shoalRun({"-n", "2", "--max-restarts", "1", "--", "/bin/sh", "-c", "exit 4"}, dir);
+  EXPECT_EQ(always.code, 4) << always.output;
+  EXPECT_NE(always.output.find("restart 1 of 1"), std::string::npos) << always.output;
+  EXPECT_EQ(always.output.find("restart 2 of"), std::string::npos) << always.output;
+
+  // Out of time is not a failure to retry.
+  auto late = shoalRun(
+      {"-n", "1", "--max-restarts", "3", "--time-limit", "0.5", "--", "/bin/sleep", "60"}, dir);
+  EXPECT_EQ(late.code, 124) << late.output;
+  EXPECT_EQ(late.output.find("starting every rank again"), std::string::npos) << late.output;
+}
+
 TEST(Launcher, EveryRankGetsItsEnvironmentAndPrefixedOutput) {
   TempDir dir;
   auto r = shoalRun({"-n", "3", "--output-dir", dir.path + "/logs", "--", "/bin/sh", "-c",

@@ -153,6 +153,31 @@ TEST(PipelineCheckpoint, ResumedAfterAKillEndsBitwiseEqual) {
   EXPECT_NE(other.output.find("written by another split"), std::string::npos) << other.output;
 }
 
+// A lost stage under shoal run --max-restarts: every rank is started again and resumes from the
+// last sharded checkpoint at the same size, ending bitwise equal to an uninterrupted run.
+TEST(PipelineRestart, ALostStageRestartsTheJobFromTheLastCheckpoint) {
+  TempDir dir;
+  const std::string a = dir.path + "/a", b = dir.path + "/b";
+  auto full = trainJob(3, 3, a, fmt::format("--save-params {}/final-%r.pt", a));
+  ASSERT_EQ(full.code, 0) << full.output;
+  auto r = runShell(fmt::format(
+      "OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 timeout 300 {} run -n 3 --timeout 20 "
+      "--max-restarts 1 -- {} --mode "
+      "train --stages 3 --steps 6 --checkpoint-dir {} --crash-at-step 5 --crash-rank 1 --resume "
+      "--save-params {}/final-%r.pt",
+      SHOAL_BIN, PIPELINE_WORKER_BIN, b, b));
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("restart 1 of 1"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("resumed at step 4"), std::string::npos) << r.output;
+  for (int rank = 0; rank < 3; ++rank) {
+    std::vector<torch::Tensor> x, y;
+    torch::load(x, fmt::format("{}/final-{}.pt", a, rank));
+    torch::load(y, fmt::format("{}/final-{}.pt", b, rank));
+    ASSERT_EQ(x.size(), y.size());
+    for (size_t i = 0; i < x.size(); ++i) EXPECT_TRUE(torch::equal(x[i], y[i])) << rank << " " << i;
+  }
+}
+
 // DP x PP: each stage's shard is written by its first replica and read back into both.
 TEST(PipelineCheckpoint, TwoReplicasResumeBitwiseEqual) {
   TempDir dir;

@@ -8,7 +8,8 @@
 //                idle fraction and the formula's, and the peak number of micro-batches in flight
 //   bad-shape    stage 0's output doubles its width at step 1 (both ranks must fail, naming it)
 //   train        a few steps with checkpoints: --checkpoint-dir, --checkpoint-every,
-//                --crash-at-step (SIGKILL of --crash-rank before that step), --resume,
+//                --crash-at-step (SIGKILL of --crash-rank before that step, in the first
+//                attempt of a job shoal run restarts), --resume (if a checkpoint exists),
 //                --save-params (this rank's parameters after the last step)
 // Exit code 0 only if everything checked held.
 #include <signal.h>
@@ -345,7 +346,10 @@ int train(const Args& a, const shoal::World& world) {
     }
   }
   for (int k = start; k < a.steps; ++k) {
-    if (k == a.crashAtStep && world.rank == a.crashRank) ::raise(SIGKILL);
+    // Only in the first attempt: a job restarted by shoal run --max-restarts goes through.
+    if (k == a.crashAtStep && world.rank == a.crashRank && world.restartCount == 0) {
+      ::raise(SIGKILL);
+    }
     auto [x, y] = batch(k);
     opt.zero_grad();
     pipe.step(share(x, grid), share(y, grid));
