@@ -20,6 +20,8 @@ namespace {
 // a new connection, so a member looks again after this pause: a few store round trips per look,
 // and only while a view is being agreed.
 constexpr auto kPoll = std::chrono::milliseconds(20);
+// Set once training ended (Membership::finish): the step it ended at.
+constexpr const char* kFinished = "elastic/finished";
 // Arrival records, views and ids: far above any real job, so a corrupt value cannot make a
 // member allocate or loop without bound.
 constexpr int64_t kMaxMembers = 1 << 16;
@@ -264,6 +266,12 @@ View Membership::next(int64_t committed, const std::vector<int>& failed) {
       agreed = tryPropose(generation, previous, settle.expired());
       if (agreed) break;
       const bool member = proposer(generation, previous);
+      if (!member && store_->check({kFinished})) {
+        throw JobFinished(fmt::format(
+            "elastic membership: member {}: the job finished (at step {}) before this worker was "
+            "admitted",
+            id_, store_->get(kFinished, options_.settle)));
+      }
       if (member ? below.expired() : admitted.expired()) {
         const auto n = arrivals(generation).size();
         SHOAL_THROW(TimeoutError,
@@ -293,6 +301,10 @@ View Membership::next(int64_t committed, const std::vector<int>& failed) {
                   admitted.elapsedSeconds());
     }
   }
+}
+
+void Membership::finish(int64_t step) {
+  store_->compareSet(kFinished, "", std::to_string(step));
 }
 
 bool Membership::joinersWaiting() {

@@ -28,6 +28,7 @@
 
 #include "comm/group.h"
 #include "common/deadline.h"
+#include "common/error.h"
 #include "store/store.h"
 
 namespace shoal::comm {
@@ -90,6 +91,11 @@ class Membership {
   // current view, i.e. is a joiner waiting to be admitted?
   bool joinersWaiting();
 
+  // Records that training ended at `step` (one store round trip; the first call of the job
+  // wins). A joiner waiting in next() then stops waiting at once: JobFinished, instead of a
+  // TimeoutError after waitForMembers.
+  void finish(int64_t step);
+
   // The view last returned by next(); generation 0 with no members before the first.
   const View& current() const { return current_; }
   int id() const { return id_; }
@@ -114,6 +120,13 @@ class Membership {
   MembershipOptions options_;
   View current_;
   bool inView_ = false;
+};
+
+// Thrown by Membership::next() to a worker not yet admitted when the job's training ended
+// (Membership::finish): nothing is left for it to do.
+class JobFinished : public shoal::Error {
+ public:
+  using shoal::Error::Error;
 };
 
 // What an elastic worker keeps to form the group of each new view: shoal::init() fills it in

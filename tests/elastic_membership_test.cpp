@@ -142,6 +142,26 @@ TEST(MembershipTest, AJoinerWaitsUntilTheMembersMoveAndComesLast) {
   EXPECT_EQ(j.source(), 0);
 }
 
+TEST(MembershipTest, AJoinerOfAJobThatFinishedStopsWaitingAtOnce) {
+  auto store = std::make_shared<store::MemoryStore>();
+  std::vector<std::unique_ptr<Membership>> ms;
+  for (int id = 0; id < 2; ++id)
+    ms.push_back(std::make_unique<Membership>(store, id, options(2, 1, 3)));
+  onThreads(2, [&](int id) { return ms[static_cast<size_t>(id)]->next(-1); });
+  ms[0]->finish(9);
+  ms[1]->finish(8);  // the first call wins
+  Membership late(store, 7, options(2, 1, 3));
+  // Without the record it would wait 40 s for a view and then time out instead.
+  try {
+    late.next(-1);
+    FAIL() << "admitted to a job that finished";
+  } catch (const comm::JobFinished& e) {
+    EXPECT_NE(std::string(e.what()).find("the job finished (at step 9) before this worker"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(MembershipTest, BelowTheMinimumTimesOutNamingTheCount) {
   auto store = std::make_shared<store::MemoryStore>();
   auto o = options(3, 2, 3);

@@ -327,6 +327,8 @@ void ElasticState::run(const std::function<void(comm::Group&)>& fn) {
       }
       synced_ = true;
       fn(*group_);
+      // A worker still waiting to join has nothing left to do (Membership::finish).
+      if (group_->rank() == 0) context_.membership->finish(snapshot_.progress.step);
       return;
     } catch (const AdmitJoiners&) {
       reformWithout.emplace();

@@ -28,6 +28,8 @@
 // - Joiners: at a commit where workers wait, every rank leaves the function (run() catches it),
 //   the new view has them, they receive the state, and the function runs again.
 // - Other exceptions (the user's, InvalidArgument, MismatchError, ...) leave run() unchanged.
+// - When `fn` returns, the job's training is over: a worker still waiting to be admitted
+//   (in shoal::init()) gets comm::JobFinished at once instead of waiting out its timeout.
 // - Below the minimum size for longer than the membership allows, run() writes the last
 //   committed state to `checkpointPath` (when set; load() resumes from it) and throws the
 //   membership's TimeoutError, with the checkpoint named.
