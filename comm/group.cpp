@@ -113,7 +113,8 @@ std::shared_ptr<Group> Group::connect(const std::string& name, int rank, int siz
 // "comm"), from when it starts running on the thread that runs it to when it finished or
 // failed: the whole operation, waiting for peers and moving data together (the transport's
 // progress loop, which alone could tell them apart, is not instrumented). Its arguments:
-//   seq         the group's sequence number (the same on every rank for the same collective)
+//   seq         the group's sequence number (the same on every rank for the same collective);
+//               point-to-point run in issue order has peer and tag instead
 //   bytes       this rank's buffer: count x element size (collectives and send / receive)
 //   algorithm   all-reduce only: the algorithm that ran (what kAuto resolved to)
 //   generation  the world generation; group_rank, group_size: this rank in the group
@@ -144,7 +145,13 @@ void Group::runOrdered(transport::OpCode op, const CallOptions& call, const Task
   TraceSink* sink = options_.trace.get();
   TraceScope span(sink, sink ? spanName(op, described) : std::string(), "comm");
   if (span.active()) {
-    span.arg("seq", seq);
+    // Point-to-point run in issue order (engines without channels) is not numbered: its peer
+    // and tag say which message it is.
+    if (op == op::kSendRecv && described != nullptr) {
+      span.arg("peer", described->root).arg("tag", described->tag);
+    } else {
+      span.arg("seq", seq);
+    }
     if (described != nullptr) {
       span.arg("bytes", described->count * elementSize(described->type));
       if (op == op::kAllreduce)

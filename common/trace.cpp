@@ -103,16 +103,17 @@ uint64_t TraceSink::recorded() const {
 
 TraceScope::TraceScope(TraceSink* sink, std::string_view name, const char* category) : sink_(sink) {
   if (sink_ == nullptr) return;
-  span_.name.assign(name);
-  span_.category = category;
-  span_.thread = TraceSink::currentThread();
-  span_.beginNs = sink_->now();
+  span_.emplace();
+  span_->name.assign(name);
+  span_->category = category;
+  span_->thread = TraceSink::currentThread();
+  span_->beginNs = sink_->now();
 }
 
 TraceScope::~TraceScope() {
-  if (sink_ == nullptr) return;
-  span_.endNs = sink_->now();
-  sink_->record(std::move(span_));
+  if (!span_) return;
+  span_->endNs = sink_->now();
+  sink_->record(std::move(*span_));
 }
 
 }  // namespace shoal

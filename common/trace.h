@@ -25,6 +25,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -124,16 +125,16 @@ class TraceScope {
   TraceScope(const TraceScope&) = delete;
   TraceScope& operator=(const TraceScope&) = delete;
 
-  bool active() const { return sink_ != nullptr; }
+  bool active() const { return span_.has_value(); }
   template <typename T>
   TraceScope& arg(const char* key, const T& value) {
-    if (sink_ != nullptr) span_.add(key, value);
+    if (span_) span_->add(key, value);
     return *this;
   }
 
  private:
   TraceSink* sink_;
-  TraceSpan span_;
+  std::optional<TraceSpan> span_;  // engaged only with a sink: nothing is built otherwise
 };
 
 }  // namespace shoal

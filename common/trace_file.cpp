@@ -87,6 +87,7 @@ std::string rankTraceJson(const std::vector<TraceSpan>& spans, const RankTraceIn
                 {"host", info.host},
                 {"clock_offset_ns", info.clockOffsetNs},
                 {"clock_error_ns", info.clockErrorNs},
+                {"clock_measured", info.clockMeasured},
                 {"recorded", recorded},
                 {"dropped", dropped},
                 {"capacity", capacity}}}};

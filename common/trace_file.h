@@ -4,7 +4,8 @@
 // Format (the Chrome "JSON Object Format"):
 //   {"traceEvents": [...], "displayTimeUnit": "ns",
 //    "otherData": {"shoal_trace": 1, "rank": R, "host": "...", "clock_offset_ns": O,
-//                  "clock_error_ns": E, "recorded": N, "dropped": D, "capacity": C}}
+//                  "clock_error_ns": E, "clock_measured": true, "recorded": N, "dropped": D,
+//                  "capacity": C}}
 // - A span of a thread is an "X" event: pid = rank, tid = thread, ts and dur in microseconds
 //   (fractions keep the nanoseconds), its arguments in "args".
 // - An asynchronous span (TraceSpan::asyncId) is a "b" / "e" pair with that id and "cat", which
@@ -30,6 +31,8 @@ struct RankTraceInfo {
   std::string host;
   int64_t clockOffsetNs = 0;  // added to this rank's times to read rank 0's clock
   int64_t clockErrorNs = 0;   // the offset's error bound (half the best round trip)
+  // False where no offset was measured (0 is then exact only on rank 0's host).
+  bool clockMeasured = true;
 };
 
 // The file's text for `spans` (oldest first) of a sink that dropped `dropped` and recorded

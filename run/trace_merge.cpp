@@ -86,6 +86,7 @@ struct RankMeta {
   std::string host;
   int64_t offsetNs = 0;
   int64_t errorNs = 0;
+  bool measured = true;
   uint64_t recorded = 0;
   uint64_t dropped = 0;
   uint64_t capacity = 0;
@@ -98,6 +99,8 @@ T field(const std::string& path, const json& o, const char* key) {
   bool ok = false;
   if constexpr (std::is_same_v<T, std::string>) {
     ok = it->is_string();
+  } else if constexpr (std::is_same_v<T, bool>) {
+    ok = it->is_boolean();
   } else if constexpr (std::is_unsigned_v<T>) {
     ok = it->is_number_unsigned();
   } else {
@@ -128,6 +131,7 @@ RankMeta metaOf(const std::string& path, const json& doc) {
   m.offsetNs = field<int64_t>(path, *other, "clock_offset_ns");
   m.errorNs = field<int64_t>(path, *other, "clock_error_ns");
   if (m.errorNs < 0) SHOAL_THROW(InvalidArgument, "trace {}: negative clock_error_ns", path);
+  m.measured = field<bool>(path, *other, "clock_measured");
   m.recorded = field<uint64_t>(path, *other, "recorded");
   m.dropped = field<uint64_t>(path, *other, "dropped");
   m.capacity = field<uint64_t>(path, *other, "capacity");
@@ -242,10 +246,12 @@ TraceMergeSummary mergeTraces(const std::vector<std::string>& rankFiles, const s
     }
     const RankMeta& m = it->second.first;
     rankList.push_back(r);
+    if (!m.measured) summary.unmeasuredRanks.push_back(r);
     perRank.push_back({{"rank", r},
                        {"host", m.host},
                        {"clock_offset_ns", m.offsetNs},
                        {"clock_error_ns", m.errorNs},
+                       {"clock_measured", m.measured},
                        {"recorded", m.recorded},
                        {"dropped", m.dropped},
                        {"capacity", m.capacity}});
@@ -255,6 +261,7 @@ TraceMergeSummary mergeTraces(const std::vector<std::string>& rankFiles, const s
       {"ranks", summary.ranks},
       {"rank_list", rankList},
       {"missing_ranks", summary.missingRanks},
+      {"unmeasured_ranks", summary.unmeasuredRanks},
       {"alignment_error_ns", summary.alignmentErrorNs},
       {"alignment_error_us", static_cast<double>(summary.alignmentErrorNs) / 1e3},
       {"dropped", summary.dropped},

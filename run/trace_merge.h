@@ -5,9 +5,10 @@
 // The output: every rank's events as they were (times already on rank 0's clock), a
 // "process_name" ("rank R (host)") and "process_sort_index" metadata event per rank, and
 //   "otherData": {"shoal_trace": 1, "ranks": N, "rank_list": [...], "missing_ranks": [...],
+//                 "unmeasured_ranks": [...],
 //                 "alignment_error_ns": E, "alignment_error_us": E / 1000, "dropped": D,
 //                 "clock": "...", "per_rank": [{"rank", "host", "clock_offset_ns",
-//                 "clock_error_ns", "recorded", "dropped", "capacity"}, ...]}
+//                 "clock_error_ns", "clock_measured", "recorded", "dropped", "capacity"}, ...]}
 // where E is the largest clock error bound of any rank: two events of different ranks are
 // ordered correctly whenever they are more than 2E apart.
 //
@@ -43,6 +44,8 @@ struct TraceMergeSummary {
   int64_t alignmentErrorNs = 0;  // the largest clock error bound of any rank
   uint64_t dropped = 0;          // spans the ranks' rings dropped, over all ranks
   std::vector<int> missingRanks;
+  // Ranks whose clock offset was not measured (elastic jobs): aligned only if on rank 0's host.
+  std::vector<int> unmeasuredRanks;
 };
 
 // Merges `rankFiles` (in any order) into `outPath`. InvalidArgument for an empty list.

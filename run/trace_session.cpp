@@ -12,7 +12,8 @@ std::string rankTraceFileName(int rank) {
   return fmt::format("trace.rank{}.json", rank);
 }
 
-TraceSession::TraceSession(comm::Group& world, std::string dir) : sink_(world.options().trace) {
+TraceSession::TraceSession(comm::Group& world, std::string dir, bool measureClock)
+    : sink_(world.options().trace) {
   SHOAL_CHECK(sink_ != nullptr, "rank {}: a trace session needs a group with a trace sink",
               world.rank());
   std::error_code ec;
@@ -22,13 +23,17 @@ TraceSession::TraceSession(comm::Group& world, std::string dir) : sink_(world.op
                 ec ? ec.message() : "not a folder");
   }
   path_ = (std::filesystem::path(dir) / rankTraceFileName(world.rank())).string();
-  // Every rank measures: the offset is collective. Against the sink's own clock, since it is
-  // the sink's times the offset shifts.
-  comm::ClockSyncOptions o;
-  o.clock = [sink = sink_] { return sink->now(); };
-  const comm::ClockOffset offset = comm::measureClockOffset(world, o);
   info_.rank = world.rank();
   info_.host = localHostName();
+  info_.clockMeasured = measureClock;
+  comm::ClockOffset offset;
+  if (measureClock) {
+    // Every rank measures: the offset is collective. Against the sink's own clock, since it is
+    // the sink's times the offset shifts.
+    comm::ClockSyncOptions o;
+    o.clock = [sink = sink_] { return sink->now(); };
+    offset = comm::measureClockOffset(world, o);
+  }
   info_.clockOffsetNs = offset.offsetNs;
   info_.clockErrorNs = offset.errorNs;
   SHOAL_LOG_INFO("rank {}: tracing into {} ({} spans kept); clock offset {} ns, +/- {} ns",

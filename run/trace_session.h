@@ -20,10 +20,12 @@ std::string rankTraceFileName(int rank);
 
 class TraceSession {
  public:
-  // Collective over `world`, whose options carry the sink (GroupOptions::trace, non-null):
-  // creates `dir` if missing (InvalidArgument naming it if it cannot), then measures this
-  // rank's clock offset against rank 0 (comm/clock_sync.h; its errors propagate).
-  TraceSession(comm::Group& world, std::string dir);
+  // Collective over `world` with `measureClock`, whose options carry the sink
+  // (GroupOptions::trace, non-null): creates `dir` if missing (InvalidArgument naming it if it
+  // cannot), then measures this rank's clock offset against rank 0 (comm/clock_sync.h; its
+  // errors propagate). Without `measureClock` nothing is collective and the offset is recorded
+  // as not measured: for elastic jobs, whose later workers join a world already running.
+  TraceSession(comm::Group& world, std::string dir, bool measureClock = true);
   ~TraceSession();
   TraceSession(const TraceSession&) = delete;
   TraceSession& operator=(const TraceSession&) = delete;
