@@ -1,6 +1,7 @@
 #include "run/trace_merge.h"
 
 #include <fcntl.h>
+#include <fmt/ranges.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -274,6 +275,21 @@ TraceMergeSummary mergeTraces(const std::vector<std::string>& rankFiles, const s
   out.put("}\n");
   out.commit();
   return summary;
+}
+
+std::string describe(const TraceMergeSummary& s, const std::string& outPath) {
+  std::string line = fmt::format(
+      "timeline of {} rank{} in {}: clocks aligned within {:.1f} us, {} "
+      "span{} dropped",
+      s.ranks, s.ranks == 1 ? "" : "s", outPath, static_cast<double>(s.alignmentErrorNs) / 1e3,
+      s.dropped, s.dropped == 1 ? "" : "s");
+  if (!s.missingRanks.empty()) {
+    line += fmt::format("; no file from rank(s) {}", fmt::join(s.missingRanks, ", "));
+  }
+  if (!s.unmeasuredRanks.empty()) {
+    line += fmt::format("; clocks not measured on rank(s) {}", fmt::join(s.unmeasuredRanks, ", "));
+  }
+  return line;
 }
 
 std::vector<std::string> rankTraceFiles(const std::string& dir) {

@@ -61,6 +61,9 @@ TEST_F(MergeInput, AGoodFileMerges) {
   EXPECT_EQ(s.events, 1u);
   EXPECT_EQ(s.alignmentErrorNs, 3);
   EXPECT_EQ(s.missingRanks, std::vector<int>{1});
+  EXPECT_EQ(run::describe(s, "job.json"),
+            "timeline of 1 rank in job.json: clocks aligned within 0.0 us, 0 spans dropped; no "
+            "file from rank(s) 1");
   const Merged m = readMerged(dir_.path + "/job.json");
   EXPECT_EQ(m.doc.at("otherData").at("missing_ranks"), json::array({1}));
 }
