@@ -73,6 +73,10 @@ class Engine {
   // kAvg means the average, whatever the library offers.
   virtual void run(const Operation& op, uint64_t seq, const Deadline& deadline) = 0;
 
+  // The all-reduce algorithm run() uses for `op` (what it resolves kAuto to), for traces; the
+  // request itself where the library chooses out of sight (MPI). Cheap, no communication.
+  virtual AllreduceAlgorithm resolveAllreduce(const Operation& op) const { return op.algorithm; }
+
   // Called once, right after run() or split() threw `error`: tells the peers (as far as the
   // engine can) and returns what the caller gets: the error with the cause named (for a
   // timeout, a lost peer, a mismatch, a bad frame), or `error` itself. `fatal` is set to false

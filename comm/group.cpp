@@ -7,8 +7,29 @@ namespace shoal::comm {
 
 namespace {
 
-constexpr std::string_view kAlgorithmNames[] = {"auto", "ring", "recursive_doubling", "driver",
-                                                "rabenseifner", "hierarchical"};
+constexpr std::string_view kAlgorithmNames[] = {"auto",   "ring",         "recursive_doubling",
+                                                "driver", "rabenseifner", "hierarchical"};
+
+// A span's name: the operation's, with send / receive told apart.
+std::string spanName(transport::OpCode op, const Operation* described) {
+  if (op == op::kSendRecv && described != nullptr) return described->isSend ? "send" : "recv";
+  return opName(op);
+}
+
+// An error's first line, short enough for a span argument.
+std::string errorLine(std::exception_ptr error) {
+  std::string text;
+  try {
+    std::rethrow_exception(error);
+  } catch (const std::exception& e) {
+    text = e.what();
+  } catch (...) {
+    text = "unknown error";
+  }
+  text = text.substr(0, text.find('\n'));
+  if (text.size() > 160) text = text.substr(0, 157) + "...";
+  return text;
+}
 
 }  // namespace
 
@@ -41,6 +62,8 @@ GroupOptions GroupOptions::from(const EnvConfig& env) {
   o.shmRingBytes = env.shmRingBytes;
   o.secret = env.secret;
   o.secretFile = env.secretFile;
+  if (env.traceDir)
+    o.trace = std::make_shared<TraceSink>(TraceSinkOptions{.capacity = env.traceEvents});
   return o;
 }
 
@@ -85,7 +108,23 @@ std::shared_ptr<Group> Group::connect(const std::string& name, int rank, int siz
   return create(engine_->connect(name, rank, size, timeout.value_or(options_.timeout)), options_);
 }
 
-void Group::runOrdered(transport::OpCode op, const CallOptions& call, const Task& task) {
+// Note [Operation spans]
+// With GroupOptions::trace set, each operation run in issue order records one span (category
+// "comm"), from when it starts running on the thread that runs it to when it finished or
+// failed: the whole operation, waiting for peers and moving data together (the transport's
+// progress loop, which alone could tell them apart, is not instrumented). Its arguments:
+//   seq         the group's sequence number (the same on every rank for the same collective);
+//               point-to-point run in issue order has peer and tag instead
+//   bytes       this rank's buffer: count x element size (collectives and send / receive)
+//   algorithm   all-reduce only: the algorithm that ran (what kAuto resolved to)
+//   generation  the world generation; group_rank, group_size: this rank in the group
+//   queued_us   asynchronous operations only: how long it waited behind earlier ones
+//   error       only if it failed: the error's first line, shortened
+// Point-to-point messages on the engine's own channels are asynchronous spans (category "p2p",
+// named send / recv, from post to completion, with peer, tag and bytes): many overlap on one
+// thread.
+void Group::runOrdered(transport::OpCode op, const CallOptions& call, const Task& task,
+                       const Operation* described, int64_t issuedNs) {
   if (failure_) {
     // One failure ends the group (the class comment): later calls are refused at once, with
     // the cause of the first.
@@ -103,9 +142,28 @@ void Group::runOrdered(transport::OpCode op, const CallOptions& call, const Task
   }
   const uint64_t seq = op == op::kSendRecv ? 0 : nextSeq_++;
   const Deadline deadline(call.timeout.value_or(options_.timeout));
+  TraceSink* sink = options_.trace.get();
+  TraceScope span(sink, sink ? spanName(op, described) : std::string(), "comm");
+  if (span.active()) {
+    // Point-to-point run in issue order (engines without channels) is not numbered: its peer
+    // and tag say which message it is.
+    if (op == op::kSendRecv && described != nullptr) {
+      span.arg("peer", described->root).arg("tag", described->tag);
+    } else {
+      span.arg("seq", seq);
+    }
+    if (described != nullptr) {
+      span.arg("bytes", described->count * elementSize(described->type));
+      if (op == op::kAllreduce)
+        span.arg("algorithm", toString(engine_->resolveAllreduce(*described)));
+    }
+    span.arg("generation", generation()).arg("group_rank", rank_).arg("group_size", size_);
+    if (issuedNs != 0) span.arg("queued_us", static_cast<double>(sink->now() - issuedNs) / 1e3);
+  }
   try {
     task(seq, deadline);
   } catch (...) {
+    if (span.active()) span.arg("error", errorLine(std::current_exception()));
     // One policy: whatever failed inside an operation fails the group; the engine tells the
     // peers and names the cause.
     bool fatal = true;
@@ -117,24 +175,57 @@ void Group::runOrdered(transport::OpCode op, const CallOptions& call, const Task
 
 std::shared_ptr<Work> Group::runTask(transport::OpCode op, bool async, const CallOptions& call,
                                      Task task) {
+  return schedule(op, async, call, std::move(task), std::nullopt);
+}
+
+std::shared_ptr<Work> Group::schedule(transport::OpCode op, bool async, const CallOptions& call,
+                                      Task task, std::optional<Operation> described) {
+  const Operation* d = described ? &*described : nullptr;
   if (!async) {
-    inOrder([&] { runOrdered(op, call, task); });
+    inOrder([&] { runOrdered(op, call, task, d, 0); });
     return nullptr;
   }
-  return queue([this, op, call, task = std::move(task)] { runOrdered(op, call, task); });
+  const int64_t issuedNs = options_.trace ? options_.trace->now() : 0;
+  return queue([this, op, call, task = std::move(task), described, issuedNs] {
+    runOrdered(op, call, task, described ? &*described : nullptr, issuedNs);
+  });
 }
 
 std::shared_ptr<Work> Group::run(const Operation& o, const CallOptions& call, bool async) {
   Operation op = o;
   if (op.algorithm == AllreduceAlgorithm::kAuto) op.algorithm = call.algorithm;
-  return runTask(op.op, async, call, [this, op](uint64_t seq, const Deadline& deadline) {
-    engine_->run(op, seq, deadline);
-  });
+  return schedule(
+      op.op, async, call,
+      [this, op](uint64_t seq, const Deadline& deadline) { engine_->run(op, seq, deadline); }, op);
 }
 
 std::shared_ptr<Work> Group::post(const Operation& op, const CallOptions& call) {
-  if (auto work = engine_->post(op, call.timeout.value_or(options_.timeout))) return work;
+  const int64_t postedNs = options_.trace ? options_.trace->now() : 0;
+  if (auto work = engine_->post(op, call.timeout.value_or(options_.timeout))) {
+    if (options_.trace) traceMessage(*work, op, postedNs);
+    return work;
+  }
   return run(op, call, true);
+}
+
+void Group::traceMessage(Work& work, const Operation& op, int64_t postedNs) {
+  TraceSpan span;
+  span.name = op.isSend ? "send" : "recv";
+  span.category = "p2p";
+  span.thread = TraceSink::currentThread();
+  span.beginNs = postedNs;
+  span.asyncId = options_.trace->nextAsyncId();
+  span.add("peer", op.root);
+  span.add("tag", op.tag);
+  span.add("bytes", op.count * elementSize(op.type));
+  span.add("group_rank", rank_);
+  // The callback may run on another thread after this group is gone: it holds the sink, not
+  // the group.
+  work.onDone([sink = options_.trace, span = std::move(span)](std::exception_ptr error) mutable {
+    span.endNs = sink->now();
+    if (error) span.add("error", errorLine(error));
+    sink->record(std::move(span));
+  });
 }
 
 void Group::inOrder(const std::function<void()>& task) {

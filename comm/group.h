@@ -33,6 +33,7 @@
 #include "comm/executor.h"
 #include "comm/work.h"
 #include "common/env.h"
+#include "common/trace.h"
 #include "common/types.h"
 #include "store/store.h"
 
@@ -59,6 +60,10 @@ struct GroupOptions {
   // Tests and emulations set it to make one machine look like several hosts; ranks that share
   // a label must really share a machine.
   std::optional<std::string> hostLabel;
+  // The timeline (common/trace.h; SHOAL_TRACE makes one): when set, the group and every group
+  // split or connected from it record a span per operation into it. Note [Operation spans] in
+  // group.cpp says what a span holds. Null: nothing is recorded (one branch per operation).
+  std::shared_ptr<TraceSink> trace;
 
   // The SHOAL_* environment (see common/env.h), validated.
   static GroupOptions fromEnv();
@@ -133,7 +138,14 @@ class Group : public std::enable_shared_from_this<Group> {
 
  private:
   Group(std::shared_ptr<Engine> engine, GroupOptions options);
-  void runOrdered(transport::OpCode op, const CallOptions& call, const Task& task);
+  // `described`: the operation as the entry points gave it, for its span (null for tasks).
+  // `issuedNs`: when an asynchronous operation was queued (trace clock; 0 when not tracing).
+  std::shared_ptr<Work> schedule(transport::OpCode op, bool async, const CallOptions& call,
+                                 Task task, std::optional<Operation> described);
+  void runOrdered(transport::OpCode op, const CallOptions& call, const Task& task,
+                  const Operation* described, int64_t issuedNs);
+  // Records a span for point-to-point `work`, posted at `postedNs`, once it completes.
+  void traceMessage(Work& work, const Operation& op, int64_t postedNs);
   // Runs `task` in issue order on the caller's thread (or waits for the executor to run it).
   void inOrder(const std::function<void()>& task);
   // Queues `task` in issue order; its Work carries what it threw.

@@ -118,6 +118,11 @@ EnvConfig readEnvConfig(const EnvReader& env) {
   }
   if (auto v = get(env, "SHOAL_LOG_LEVEL")) c.logLevel = parseLogLevel(*v);
   c.encrypt = readEncryptMode(env);
+  c.traceDir = get(env, "SHOAL_TRACE");
+  if (auto v = get(env, "SHOAL_TRACE_EVENTS")) {
+    c.traceEvents = static_cast<size_t>(
+        parseInteger("SHOAL_TRACE_EVENTS", *v, 1, static_cast<int64_t>(kMaxTraceEvents)));
+  }
   return c;
 }
 
@@ -134,9 +139,10 @@ EncryptMode readEncryptMode(const EnvReader& env) {
 std::string describe(const EnvConfig& c) {
   return fmt::format(
       "backend={} timeout={}s transport={} allreduce_algorithm={} addr={} shm_ring_bytes={} "
-      "encrypt={} secret={}",
+      "encrypt={} trace={} secret={}",
       c.backend, c.timeoutSeconds, toString(c.transport), c.allreduceAlgorithm,
       c.listenAddress.value_or("auto"), c.shmRingBytes, toString(c.encrypt),
+      c.traceDir ? fmt::format("{} ({} spans per rank)", *c.traceDir, c.traceEvents) : "off",
       c.secret ? "SHOAL_SECRET" : (c.secretFile ? "SHOAL_SECRET_FILE" : "generated"));
 }
 

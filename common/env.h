@@ -13,6 +13,8 @@
 //   SHOAL_SHM_RING_BYTES       an integer in [4096, 4294967296]                     4194304
 //   SHOAL_LOG_LEVEL            error | warn | info | debug                          warn
 //   SHOAL_ENCRYPT              0 | off | 1 | on | auto (common/encryption.h)         auto
+//   SHOAL_TRACE                a folder: each rank writes trace.rank<R>.json there   off
+//   SHOAL_TRACE_EVENTS         spans each rank keeps, an integer in [1, 16777216]     100000
 //
 // A variable that is set is checked, whatever its value: an empty value is an error (not
 // "unset"), and so are trailing garbage, NaN, infinities and out-of-range numbers. Each error is
@@ -27,6 +29,7 @@
 
 #include "common/encryption.h"
 #include "common/log.h"
+#include "common/trace.h"
 
 namespace shoal {
 
@@ -46,6 +49,10 @@ struct EnvConfig {
   LogLevel logLevel = LogLevel::kWarn;  // SHOAL_LOG_LEVEL = error | warn | info | debug
   // SHOAL_ENCRYPT: TLS on TCP links and store connections; auto encrypts what crosses hosts.
   EncryptMode encrypt = EncryptMode::kAuto;
+  // SHOAL_TRACE: the timeline (README "Timeline"): every group records its operations, and
+  // shoal::init()'s world writes <traceDir>/trace.rank<R>.json when it goes. Unset: no tracing.
+  std::optional<std::string> traceDir;
+  size_t traceEvents = kDefaultTraceEvents;  // SHOAL_TRACE_EVENTS: the ring's capacity per rank
 };
 
 inline constexpr double kMinTimeoutSeconds = 0.001;

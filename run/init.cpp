@@ -69,11 +69,8 @@ std::string storeSecret(const comm::GroupOptions& o) {
   return {};
 }
 
-}  // namespace
-
-World init() {
-  const EnvConfig env = readEnvConfig();
-  setLogLevel(env.logLevel);
+// The world as the launcher describes it (everything init() does but tracing).
+World joinWorld(const EnvConfig& env) {
   const run::Rendezvous r = run::detectRendezvous(run::processEnv());
   comm::GroupOptions options = comm::GroupOptions::from(env);
   World w;
@@ -191,6 +188,21 @@ World init() {
     return w;
   }
   w.group = comm::Group::create(store, r.rank, r.size, options);
+  return w;
+}
+
+}  // namespace
+
+World init() {
+  const EnvConfig env = readEnvConfig();
+  setLogLevel(env.logLevel);
+  World w = joinWorld(env);
+  // SHOAL_TRACE: the world's options carry the sink (GroupOptions::from); the session measures
+  // the clock offset now, once the world exists, and writes this rank's file when it goes. Not
+  // in elastic jobs: a worker admitted later would wait for peers that measured long ago.
+  if (env.traceDir) {
+    w.trace = std::make_shared<run::TraceSession>(*w.group, *env.traceDir, !w.elastic);
+  }
   return w;
 }
 

@@ -9,6 +9,9 @@
 // Elastic jobs need the store to outlive every worker: shoal run hosts it (or SHOAL_STORE_ADDR
 // names one); a rank-hosted store or SHOAL_BACKEND=mpi is refused (InvalidArgument).
 //
+// SHOAL_TRACE=DIR (set on every rank: measuring the clock offset at start-up is collective)
+// records the timeline of every group made from the world (World::trace).
+//
 // SHOAL_BACKEND=mpi runs the collectives on OpenMPI (the job must be started by mpirun, or by
 // srun with an MPI-aware launch); the default is Shoal's native engine.
 #pragma once
@@ -18,6 +21,7 @@
 #include "comm/group.h"
 #include "comm/membership.h"
 #include "run/rendezvous.h"
+#include "run/trace_session.h"
 
 namespace shoal {
 
@@ -44,6 +48,11 @@ struct World {
   // form each new view's group. rank and size are then the first view's (a worker that joins a
   // running job blocks in init() until the running workers admit it). Unset otherwise.
   std::optional<comm::ElasticContext> elastic;
+  // SHOAL_TRACE=DIR: this rank's timeline (run/trace_session.h). Every group made from the
+  // world's options records into its sink; the file DIR/trace.rank<R>.json is written when the
+  // last copy of this World goes (or by trace->write()). Null when not tracing. Last member:
+  // destroyed first, while the group still exists.
+  std::shared_ptr<run::TraceSession> trace;
 };
 
 World init();

@@ -186,13 +186,16 @@ void NativeEngine::runBody(const FrameHeader& base, uint64_t seq, const Deadline
   body(ctx);
 }
 
+AllreduceAlgorithm NativeEngine::resolveAllreduce(const Operation& op) const {
+  // AllreduceKind's values are AllreduceAlgorithm's (comm/native/algorithms.h).
+  return static_cast<AllreduceAlgorithm>(algo::chooseAllreduce(allreduceAlgorithm(op.algorithm),
+                                                               size_, allShm_, hosts_.uniform(),
+                                                               op.count * elementSize(op.type)));
+}
+
 void NativeEngine::run(const Operation& op, uint64_t seq, const Deadline& deadline) {
   FrameHeader base = baseHeader(op);
-  if (op.op == op::kAllreduce) {
-    base.algo = static_cast<uint8_t>(algo::chooseAllreduce(allreduceAlgorithm(op.algorithm), size_,
-                                                           allShm_, hosts_.uniform(),
-                                                           op.count * elementSize(op.type)));
-  }
+  if (op.op == op::kAllreduce) base.algo = static_cast<uint8_t>(resolveAllreduce(op));
   // The algorithm entry point of each collective (comm/native/algorithms.h), by op code.
   using Entry = void (*)(OpContext&, const Operation&);
   static const std::pair<transport::OpCode, Entry> kEntries[] = {

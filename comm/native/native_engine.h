@@ -46,6 +46,7 @@ class NativeEngine final : public Engine {
   int size() const override { return size_; }
   uint64_t generation() const override { return generation_; }
   void run(const Operation& op, uint64_t seq, const Deadline& deadline) override;
+  AllreduceAlgorithm resolveAllreduce(const Operation& op) const override;
   std::exception_ptr abort(std::exception_ptr error, bool& fatal) noexcept override;
   std::shared_ptr<Engine> split(int color, int key, const Deadline& deadline) override;
   std::shared_ptr<Engine> connect(const std::string& name, int rank, int size,

@@ -226,9 +226,13 @@ void P2pChannel::loop() {
       timeout = incoming_.front().deadline.remaining();
     }
     const int lo = std::min(rank_, peer_), hi = std::max(rank_, peer_);
+    // The parent group traces each message (Group::post); the pair's driving sessions, which
+    // run as operations of the pair, would only add noise to the timeline.
+    GroupOptions pairOptions = parent_.options();
+    pairOptions.trace = nullptr;
     pair = Group::create(parent_.connect(fmt::format("p2p-{}-{}-t{}", lo, hi, tag_),
                                          rank_ == lo ? 0 : 1, 2, timeout),
-                         parent_.options());
+                         std::move(pairOptions));
   } catch (...) {
     failAll(translate(std::current_exception()));
     return;

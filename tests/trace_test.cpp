@@ -1,0 +1,232 @@
+// The timeline's recording side: the trace sink's ring, TraceScope, the SHOAL_TRACE variables,
+// and the span every operation of a group records (thread ranks).
+#include "common/trace.h"
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <thread>
+
+#include "comm/collectives.h"
+#include "common/env.h"
+#include "common/error.h"
+#include "tests/thread_ranks.h"
+
+namespace shoal::test {
+namespace {
+
+TraceSpan named(const std::string& name) {
+  TraceSpan s;
+  s.name = name;
+  s.category = "test";
+  return s;
+}
+
+// ---- The sink
+
+TEST(TraceSink, KeepsTheNewestSpansAndCountsTheDropped) {
+  TraceSink sink({.capacity = 3});
+  for (int i = 0; i < 5; ++i) sink.record(named(fmt::format("s{}", i)));
+  uint64_t recorded = 0, dropped = 0;
+  const auto spans = sink.snapshot(&recorded, &dropped);
+  ASSERT_EQ(spans.size(), 3u);
+  EXPECT_EQ(spans[0].name, "s2");
+  EXPECT_EQ(spans[1].name, "s3");
+  EXPECT_EQ(spans[2].name, "s4");
+  EXPECT_EQ(recorded, 5u);
+  EXPECT_EQ(dropped, 2u);
+  EXPECT_EQ(sink.dropped(), 2u);
+}
+
+TEST(TraceSink, BeforeWrappingItKeepsEverythingInOrder) {
+  TraceSink sink({.capacity = 10});
+  for (int i = 0; i < 4; ++i) sink.record(named(fmt::format("s{}", i)));
+  const auto spans = sink.snapshot();
+  ASSERT_EQ(spans.size(), 4u);
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(spans[i].name, fmt::format("s{}", i));
+  EXPECT_EQ(sink.dropped(), 0u);
+}
+
+TEST(TraceSink, ACapacityOutOfRangeIsRefused) {
+  EXPECT_THROW(TraceSink({.capacity = 0}), InvalidArgument);
+  EXPECT_THROW(TraceSink({.capacity = kMaxTraceEvents + 1}), InvalidArgument);
+}
+
+TEST(TraceSink, ThreadsRecordingAtOnceLoseNothingButWhatTheRingDrops) {
+  TraceSink sink({.capacity = 500});
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&] {
+      for (int i = 0; i < 1000; ++i) TraceScope(&sink, "work", "test").arg("i", i);
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(sink.recorded(), 4000u);
+  EXPECT_EQ(sink.dropped(), 3500u);
+  const auto spans = sink.snapshot();
+  EXPECT_EQ(spans.size(), 500u);
+  std::set<uint64_t> tids;
+  for (const auto& s : spans) tids.insert(s.thread);
+  EXPECT_GE(tids.size(), 1u);
+  for (const auto& s : spans) EXPECT_LE(s.beginNs, s.endNs);
+}
+
+TEST(TraceScope, ANullSinkRecordsNothingAndCostsNothing) {
+  TraceScope scope(static_cast<TraceSink*>(nullptr), "nothing", "test");
+  EXPECT_FALSE(scope.active());
+  scope.arg("n", 1).arg("text", "x").arg("d", 0.5);  // no effect, no crash
+  std::shared_ptr<TraceSink> none;
+  TraceScope fromShared(none, "nothing", "test");
+  EXPECT_FALSE(fromShared.active());
+}
+
+TEST(TraceScope, RecordsOneSpanWithItsArgumentsOnThisThread) {
+  TraceSink sink;
+  {
+    TraceScope scope(&sink, "allreduce", "comm");
+    scope.arg("seq", uint64_t{7}).arg("algorithm", std::string_view("ring")).arg("ratio", 0.25);
+    for (int i = 0; i < 10; ++i) scope.arg("extra", i);  // beyond kMaxTraceArgs: ignored
+  }
+  const auto spans = sink.snapshot();
+  ASSERT_EQ(spans.size(), 1u);
+  const TraceSpan& s = spans[0];
+  EXPECT_EQ(s.name, "allreduce");
+  EXPECT_STREQ(s.category, "comm");
+  EXPECT_EQ(s.thread, TraceSink::currentThread());
+  EXPECT_LE(s.beginNs, s.endNs);
+  EXPECT_EQ(s.argCount, kMaxTraceArgs);
+  EXPECT_EQ(s.args[0].intValue, 7);
+  EXPECT_EQ(s.args[1].text, "ring");
+  EXPECT_EQ(s.args[2].doubleValue, 0.25);
+}
+
+TEST(TraceEnv, TheVariablesAreCheckedAndResolved) {
+  auto env = [](std::map<std::string, std::string> vars) -> EnvReader {
+    return [vars](const std::string& name) -> std::optional<std::string> {
+      auto it = vars.find(name);
+      if (it == vars.end()) return std::nullopt;
+      return it->second;
+    };
+  };
+  const EnvConfig off = readEnvConfig(env({}));
+  EXPECT_FALSE(off.traceDir);
+  EXPECT_FALSE(comm::GroupOptions::from(off).trace);
+  const EnvConfig on =
+      readEnvConfig(env({{"SHOAL_TRACE", "/tmp/t"}, {"SHOAL_TRACE_EVENTS", "64"}}));
+  EXPECT_EQ(on.traceDir, "/tmp/t");
+  EXPECT_EQ(on.traceEvents, 64u);
+  const auto options = comm::GroupOptions::from(on);
+  ASSERT_TRUE(options.trace);
+  EXPECT_EQ(options.trace->capacity(), 64u);
+  EXPECT_THROW(readEnvConfig(env({{"SHOAL_TRACE", ""}})), InvalidArgument);
+  for (const char* bad : {"0", "-1", "many", "99999999999"}) {
+    try {
+      readEnvConfig(env({{"SHOAL_TRACE", "/tmp/t"}, {"SHOAL_TRACE_EVENTS", bad}}));
+      ADD_FAILURE() << "SHOAL_TRACE_EVENTS=" << bad << " was accepted";
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find("SHOAL_TRACE_EVENTS"), std::string::npos) << e.what();
+    }
+  }
+}
+
+// ---- Operation spans
+
+TEST(GroupTrace, EveryOperationIsASpanWithItsSequenceNumberOnEveryRank) {
+  constexpr int n = 4;
+  std::vector<std::shared_ptr<TraceSink>> sinks;
+  for (int r = 0; r < n; ++r) sinks.push_back(std::make_shared<TraceSink>());
+  auto errors = runThreadRanks(
+      n,
+      [&](int r) {
+        auto o = testOptions(TransportKind::kAuto);
+        o.trace = sinks[r];
+        return o;
+      },
+      [&](comm::Group& g) {
+        std::vector<float> v(1000, 1.0f);
+        comm::allreduce(g, v.data(), v.size(), DataType::kFloat32, ReduceOp::kSum,
+                        {.algorithm = comm::AllreduceAlgorithm::kRing});
+        comm::broadcast(g, v.data(), 10, DataType::kFloat32, 2);
+        comm::allreduceAsync(g, v.data(), 3, DataType::kFloat32, ReduceOp::kMax)->wait();
+        comm::barrier(g);
+        if (g.rank() < 2) {
+          int32_t x = 5;
+          if (g.rank() == 0) comm::send(g, &x, 1, DataType::kInt32, 1);
+          if (g.rank() == 1) comm::recv(g, &x, 1, DataType::kInt32, 0);
+        }
+      });
+  for (int r = 0; r < n; ++r) ASSERT_EQ(errors[r], "") << "rank " << r;
+
+  for (int r = 0; r < n; ++r) {
+    std::vector<TraceSpan> comm;
+    std::vector<TraceSpan> p2p;
+    for (auto& s : sinks[r]->snapshot()) {
+      (std::string_view(s.category) == "comm" ? comm : p2p).push_back(s);
+    }
+    std::string seen;
+    for (const auto& s : comm) seen += s.name + " ";
+    ASSERT_EQ(comm.size(), 4u) << "rank " << r << ": " << seen;
+    const char* names[] = {"allreduce", "broadcast", "allreduce", "barrier"};
+    for (size_t i = 0; i < comm.size(); ++i) {
+      EXPECT_EQ(comm[i].name, names[i]);
+      std::map<std::string, const TraceArg*> args;
+      for (size_t a = 0; a < comm[i].argCount; ++a) args[comm[i].args[a].key] = &comm[i].args[a];
+      ASSERT_TRUE(args.count("seq"));
+      EXPECT_EQ(args["seq"]->intValue, static_cast<int64_t>(i));
+      EXPECT_EQ(args["group_rank"]->intValue, r);
+      EXPECT_EQ(args["group_size"]->intValue, n);
+      EXPECT_EQ(comm[i].asyncId, 0u);
+      EXPECT_LE(comm[i].beginNs, comm[i].endNs);
+      if (i == 0) {
+        EXPECT_EQ(args["bytes"]->intValue, 4000);
+        ASSERT_TRUE(args.count("algorithm"));
+        EXPECT_EQ(args["algorithm"]->text, "ring");
+      }
+      // The asynchronous all-reduce says how long it was queued; the others do not.
+      EXPECT_EQ(args.count("queued_us"), i == 2 ? 1u : 0u) << names[i];
+    }
+    if (r < 2) {
+      ASSERT_EQ(p2p.size(), 1u) << "rank " << r;
+      EXPECT_EQ(p2p[0].name, r == 0 ? "send" : "recv");
+      EXPECT_STREQ(p2p[0].category, "p2p");
+      EXPECT_NE(p2p[0].asyncId, 0u);
+      EXPECT_LE(p2p[0].beginNs, p2p[0].endNs);
+    } else {
+      EXPECT_TRUE(p2p.empty()) << "rank " << r;
+    }
+  }
+}
+
+TEST(GroupTrace, AFailedOperationSaysWhy) {
+  auto sink = std::make_shared<TraceSink>();
+  auto errors = runThreadRanks(
+      2,
+      [&](int r) {
+        auto o = testOptions(TransportKind::kAuto, 2);
+        if (r == 0) o.trace = sink;
+        return o;
+      },
+      [&](comm::Group& g) {
+        // Rank 1 never joins the barrier: rank 0 times out.
+        if (g.rank() == 0) comm::barrier(g, {.timeout = std::chrono::milliseconds(300)});
+      });
+  EXPECT_NE(errors[0], "");
+  const auto spans = sink->snapshot();
+  ASSERT_EQ(spans.size(), 1u);
+  bool hasError = false;
+  for (size_t a = 0; a < spans[0].argCount; ++a) {
+    if (std::string_view(spans[0].args[a].key) == "error") {
+      hasError = true;
+      EXPECT_EQ(spans[0].args[a].text.find('\n'), std::string::npos);
+      EXPECT_FALSE(spans[0].args[a].text.empty());
+    }
+  }
+  EXPECT_TRUE(hasError);
+}
+
+}  // namespace
+}  // namespace shoal::test
