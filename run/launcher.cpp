@@ -22,6 +22,7 @@
 #include "run/process_util.h"
 #include "run/slot_pool.h"
 #include "run/spawner.h"
+#include "run/trace_merge.h"
 #include "store/etcd_store.h"
 #include "store/tcp_store.h"
 #include "transport/auth.h"
@@ -83,6 +84,35 @@ struct Rank {
   std::unique_ptr<OutputForwarder> outFwd, errFwd;
 };
 
+// Where the ranks of a job traced into `tracePath` write their files.
+std::string traceDirOf(const std::string& tracePath) {
+  return std::filesystem::absolute(tracePath).string() + ".ranks";
+}
+
+// Created, and without rank files of an earlier job or attempt (a rank that dies writes none,
+// and an old one must not be merged in its place).
+void prepareTraceDir(const std::string& dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) SHOAL_THROW(InvalidArgument, "--trace: cannot create '{}': {}", dir, ec.message());
+  for (const auto& file : rankTraceFiles(dir)) std::filesystem::remove(file, ec);
+}
+
+// The rank files into options.tracePath, with a summary line; a failure to merge is said, and
+// does not change the job's exit code.
+void mergeJobTrace(const LaunchOptions& o, int ranks) {
+  std::string line;
+  try {
+    TraceMergeOptions mo;
+    mo.expectedRanks = o.elastic ? 0 : ranks;
+    line = describe(mergeTraceDir(traceDirOf(o.tracePath), o.tracePath, mo), o.tracePath);
+  } catch (const Error& e) {
+    line = fmt::format("trace: {}", e.what());
+  }
+  line = "shoal run: " + line + "\n";
+  [[maybe_unused]] ssize_t w = ::write(2, line.data(), line.size());
+}
+
 class Job {
  public:
   // `attempt`: how many times the whole job was restarted before (SHOAL_RESTART_COUNT).
@@ -91,6 +121,7 @@ class Job {
   // After run(): whether starting the job again may help (it failed by itself: not interrupted,
   // not out of time).
   bool retryable() const { return !interrupted_ && !timedOut_; }
+  int initialRanks() const { return initialRanks_; }
 
   int run() {
     validate();
@@ -193,6 +224,7 @@ class Job {
         SHOAL_THROW(InvalidArgument, "-x: malformed variable name '{}'", k);
       }
     }
+    if (!o_.tracePath.empty()) prepareTraceDir(traceDirOf(o_.tracePath));
   }
 
   // --host-discovery-script: its first run gives the hosts the job starts on.
@@ -341,6 +373,10 @@ class Job {
     }
     if (o_.opTimeoutSeconds)
       v.emplace_back("SHOAL_TIMEOUT", fmt::format("{}", *o_.opTimeoutSeconds));
+    if (!o_.tracePath.empty()) {
+      v.emplace_back("SHOAL_TRACE", traceDirOf(o_.tracePath));
+      if (o_.traceEvents > 0) v.emplace_back("SHOAL_TRACE_EVENTS", std::to_string(o_.traceEvents));
+    }
     if (o_.elastic) {
       v.emplace_back("SHOAL_ELASTIC", *o_.elastic);
       v.emplace_back("SHOAL_ELASTIC_MEMBER", std::to_string(member));
@@ -850,14 +886,18 @@ int launch(const LaunchOptions& options) {
       o.timeLimitSeconds =
           std::max(0.001, *o.timeLimitSeconds - secondsBetween(started, Clock::now()));
     }
-    int code = 0;
+    int code = 0, ranks = 0;
     bool retry = false;
     {
       Job job(o, attempt);
       code = job.run();
+      ranks = job.initialRanks();
       retry = code != 0 && !o.elastic && attempt < o.maxRestarts && job.retryable();
     }
-    if (!retry) return code;
+    if (!retry) {
+      if (!o.tracePath.empty()) mergeJobTrace(o, ranks);
+      return code;
+    }
     const std::string line = fmt::format(
         "shoal run: the job failed (exit code {}); starting every rank again (restart {} of "
         "{}, SHOAL_RESTART_COUNT={}): they resume from their last checkpoint\n",

@@ -70,6 +70,13 @@ struct LaunchOptions {
   // the others go on without it.
   std::string hostDiscoveryScript;
   double discoveryIntervalSeconds = 1;
+  // The job's timeline (README "Timeline"): every rank gets SHOAL_TRACE=<tracePath>.ranks (made
+  // absolute, created, emptied of old rank files before each attempt), and when the job ends,
+  // failed or not, the rank files there are merged into `tracePath` (run/trace_merge.h) and a
+  // summary line is printed. Ranks on other hosts write on their own host: the folder must be
+  // on a shared filesystem for them to be merged (else they are listed as missing).
+  std::string tracePath;
+  int traceEvents = 0;  // SHOAL_TRACE_EVENTS for the ranks; 0: their default
 };
 
 // Elastic jobs (options.elastic): a failed worker is reported and restarted while restarts are

@@ -52,7 +52,12 @@ int main(int argc, char** argv) {
                   "with --elastic: a program printing the hosts to use now (hostfile lines); run "
                   "at start and then every --discovery-interval: workers join new slots (up to "
                   "MAX) and leave slots no longer listed");
-  std::string discoveryInterval;
+  std::string discoveryInterval, traceEvents;
+  run->add_option("--trace", o.tracePath,
+                  "write the job's timeline (every rank's operations, clocks aligned) to FILE, "
+                  "Chrome trace / Perfetto JSON");
+  run->add_option("--trace-events", traceEvents,
+                  "spans each rank keeps for --trace (SHOAL_TRACE_EVENTS; default 100000)");
   run->add_option("--discovery-interval", discoveryInterval,
                   "seconds between runs of the host discovery program (default 1)");
   run->add_option("-x,--env", vars, "NAME=VALUE, or NAME to pass this variable on (repeatable)");
@@ -103,6 +108,10 @@ int main(int argc, char** argv) {
       o.timeLimitSeconds = parseNumber("--time-limit", timeLimit, 0.001, kMaxTimeoutSeconds);
     }
     if (!elastic.empty()) o.elastic = elastic;
+    if (!traceEvents.empty()) {
+      if (o.tracePath.empty()) SHOAL_THROW(InvalidArgument, "--trace-events needs --trace FILE");
+      o.traceEvents = static_cast<int>(parseInteger("--trace-events", traceEvents, 1, 1 << 24));
+    }
     if (!discoveryInterval.empty()) {
       if (o.hostDiscoveryScript.empty()) {
         SHOAL_THROW(InvalidArgument, "--discovery-interval needs --host-discovery-script");
