@@ -23,6 +23,7 @@
 #include <atomic>
 #include <concepts>
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -108,7 +109,12 @@ class TraceSink {
   const int64_t clockSkewNs_;
   std::atomic<uint64_t> nextAsyncId_{1};
   mutable std::mutex mutex_;
-  std::vector<TraceSpan> ring_;  // grows to capacity_, then wraps
+  // Grows to capacity_, then wraps. A deque, not a vector: growing never moves or frees a block.
+  // A vector's reallocation frees multi-megabyte blocks, and glibc answers a freed mmapped block
+  // by raising its mmap and trim thresholds, after which the engine's per-operation buffers are
+  // returned to the kernel and faulted in again on every operation: 4 KiB all-reduces ran 3.5x
+  // slower with a vector here (bench/results/observability.md).
+  std::deque<TraceSpan> ring_;
   size_t next_ = 0;              // the slot the next span goes to, once full
   uint64_t recorded_ = 0;
   uint64_t dropped_ = 0;
