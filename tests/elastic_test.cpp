@@ -172,14 +172,21 @@ std::string discoveryScript(const std::string& dir, const std::string& before,
   return path;
 }
 
-TEST(ElasticDiscovery, ANewSlotGetsAWorkerThatJoinsTheRunningJob) {
+// An --elastic 2:3 job whose discovery program lists `before`, then `after` once rank 0 made a
+// step (at a view of `startedAt` workers, 0: any); `args` are the worker's.
+ShellRun discoveryJob(const std::string& before, const std::string& after, int startedAt,
+                      const std::string& args) {
   TempDir dir;
-  const std::string script = discoveryScript(dir.path, "localhost:2", "localhost:3");
-  auto r =
-      job(fmt::format("--elastic 2:3 --host-discovery-script {} --discovery-interval 0.1", script),
-          fmt::format("--steps 20 --samples 600 --batch 8 --until-world 3 --started-file "
-                      "{}/started --started-at 2 --lr-scaling linear",
-                      dir.path));
+  const std::string script = discoveryScript(dir.path, before, after);
+  return job(
+      fmt::format("--elastic 2:3 --host-discovery-script {} --discovery-interval 0.1", script),
+      fmt::format("--samples 600 --batch 8 --started-file {}/started --started-at {} {}", dir.path,
+                  startedAt, args));
+}
+
+TEST(ElasticDiscovery, ANewSlotGetsAWorkerThatJoinsTheRunningJob) {
+  auto r = discoveryJob("localhost:2", "localhost:3", 2,
+                        "--steps 20 --until-world 3 --lr-scaling linear");
   ASSERT_EQ(r.code, 0) << r.output;
   auto done = doneLines(r.output);
   ASSERT_EQ(done.size(), 3u) << r.output;
@@ -201,13 +208,8 @@ TEST(ElasticDiscovery, ANewSlotGetsAWorkerThatJoinsTheRunningJob) {
 }
 
 TEST(ElasticDiscovery, ASlotThatLeavesHasItsWorkerStoppedAndTheOthersGoOn) {
-  TempDir dir;
-  const std::string script = discoveryScript(dir.path, "localhost:3", "localhost:2");
-  auto r =
-      job(fmt::format("--elastic 2:3 --host-discovery-script {} --discovery-interval 0.1", script),
-          fmt::format("--steps 5 --samples 600 --batch 8 --until-shrunk-to 2 "
-                      "--started-file {}/started --lr-scaling sqrt",
-                      dir.path));
+  auto r = discoveryJob("localhost:3", "localhost:2", 0,
+                        "--steps 5 --until-shrunk-to 2 --lr-scaling sqrt");
   ASSERT_EQ(r.code, 0) << r.output;
   auto done = doneLines(r.output);
   ASSERT_EQ(done.size(), 2u) << r.output;

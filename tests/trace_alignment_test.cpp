@@ -38,27 +38,20 @@ TEST(ClockSync, RecoversEmulatedSkewsAndTheMergedTraceAlignsBarriers) {
     sinks.push_back(std::make_shared<TraceSink>(TraceSinkOptions{.clockSkewNs = skew[r]}));
   }
   std::vector<comm::ClockOffset> offsets(n);
-  auto errors = runThreadRanks(
-      n,
-      [&](int r) {
-        auto o = testOptions(TransportKind::kAuto);
-        o.trace = sinks[r];
-        return o;
-      },
-      [&](comm::Group& g) {
-        const int r = g.rank();
-        offsets[r] = comm::measureClockOffset(g, {.clock = [s = sinks[r]] { return s->now(); }});
-        for (int i = 0; i < kBarriers; ++i) comm::barrier(g);
-        RankTraceInfo info{.rank = r,
-                           .host = fmt::format("host{}", r),
-                           .clockOffsetNs = offsets[r].offsetNs,
-                           .clockErrorNs = offsets[r].errorNs};
-        writeRankTrace(*sinks[r], info, dir.path + "/" + run::rankTraceFileName(r));
-        // The same spans with rank 3's offset wrong by 2 ms (its bound unchanged): the check
-        // below must see it.
-        if (r == 3) info.clockOffsetNs += 2'000'000;
-        writeRankTrace(*sinks[r], info, wrong.path + "/" + run::rankTraceFileName(r));
-      });
+  auto errors = runTracedRanks(sinks, [&](comm::Group& g) {
+    const int r = g.rank();
+    offsets[r] = comm::measureClockOffset(g, {.clock = [s = sinks[r]] { return s->now(); }});
+    for (int i = 0; i < kBarriers; ++i) comm::barrier(g);
+    RankTraceInfo info{.rank = r,
+                       .host = fmt::format("host{}", r),
+                       .clockOffsetNs = offsets[r].offsetNs,
+                       .clockErrorNs = offsets[r].errorNs};
+    writeRankTrace(*sinks[r], info, dir.path + "/" + run::rankTraceFileName(r));
+    // The same spans with rank 3's offset wrong by 2 ms (its bound unchanged): the check
+    // below must see it.
+    if (r == 3) info.clockOffsetNs += 2'000'000;
+    writeRankTrace(*sinks[r], info, wrong.path + "/" + run::rankTraceFileName(r));
+  });
   for (int r = 0; r < n; ++r) ASSERT_EQ(errors[r], "") << "rank " << r;
   EXPECT_EQ(offsets[0].offsetNs, 0);
   EXPECT_EQ(offsets[0].errorNs, 0);

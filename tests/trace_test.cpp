@@ -15,6 +15,7 @@
 #include "common/env.h"
 #include "common/error.h"
 #include "tests/thread_ranks.h"
+#include "tests/trace_util.h"
 
 namespace shoal::test {
 namespace {
@@ -139,26 +140,19 @@ TEST(GroupTrace, EveryOperationIsASpanWithItsSequenceNumberOnEveryRank) {
   constexpr int n = 4;
   std::vector<std::shared_ptr<TraceSink>> sinks;
   for (int r = 0; r < n; ++r) sinks.push_back(std::make_shared<TraceSink>());
-  auto errors = runThreadRanks(
-      n,
-      [&](int r) {
-        auto o = testOptions(TransportKind::kAuto);
-        o.trace = sinks[r];
-        return o;
-      },
-      [&](comm::Group& g) {
-        std::vector<float> v(1000, 1.0f);
-        comm::allreduce(g, v.data(), v.size(), DataType::kFloat32, ReduceOp::kSum,
-                        {.algorithm = comm::AllreduceAlgorithm::kRing});
-        comm::broadcast(g, v.data(), 10, DataType::kFloat32, 2);
-        comm::allreduceAsync(g, v.data(), 3, DataType::kFloat32, ReduceOp::kMax)->wait();
-        comm::barrier(g);
-        if (g.rank() < 2) {
-          int32_t x = 5;
-          if (g.rank() == 0) comm::send(g, &x, 1, DataType::kInt32, 1);
-          if (g.rank() == 1) comm::recv(g, &x, 1, DataType::kInt32, 0);
-        }
-      });
+  auto errors = runTracedRanks(sinks, [&](comm::Group& g) {
+    std::vector<float> v(1000, 1.0f);
+    comm::allreduce(g, v.data(), v.size(), DataType::kFloat32, ReduceOp::kSum,
+                    {.algorithm = comm::AllreduceAlgorithm::kRing});
+    comm::broadcast(g, v.data(), 10, DataType::kFloat32, 2);
+    comm::allreduceAsync(g, v.data(), 3, DataType::kFloat32, ReduceOp::kMax)->wait();
+    comm::barrier(g);
+    if (g.rank() < 2) {
+      int32_t x = 5;
+      if (g.rank() == 0) comm::send(g, &x, 1, DataType::kInt32, 1);
+      if (g.rank() == 1) comm::recv(g, &x, 1, DataType::kInt32, 0);
+    }
+  });
   for (int r = 0; r < n; ++r) ASSERT_EQ(errors[r], "") << "rank " << r;
 
   for (int r = 0; r < n; ++r) {

@@ -14,12 +14,27 @@
 #include <string>
 #include <vector>
 
+#include "common/trace.h"
 #include "tests/process_util.h"
+#include "tests/thread_ranks.h"
 
 namespace shoal::test {
 
 // The bound on a barrier's exit times across ranks: the alignment error plus this.
 inline constexpr double kBarrierSlackUs = 200;
+
+// Thread ranks (one per sink) whose groups record into sinks[rank].
+inline std::vector<std::string> runTracedRanks(const std::vector<std::shared_ptr<TraceSink>>& sinks,
+                                               const std::function<void(comm::Group&)>& body) {
+  return runThreadRanks(
+      static_cast<int>(sinks.size()),
+      [&](int r) {
+        auto o = testOptions(TransportKind::kAuto);
+        o.trace = sinks[static_cast<size_t>(r)];
+        return o;
+      },
+      body);
+}
 
 struct Merged {
   nlohmann::json doc;
