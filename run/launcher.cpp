@@ -115,8 +115,10 @@ void mergeJobTrace(const LaunchOptions& o, int ranks) {
 
 class Job {
  public:
-  // `attempt`: how many times the whole job was restarted before (SHOAL_RESTART_COUNT).
-  Job(const LaunchOptions& o, int attempt) : o_(o), attempt_(attempt) {}
+  // `attempt`: how many times the whole job was restarted before (SHOAL_RESTART_COUNT);
+  // `started`: when its first attempt started (the time limit covers every attempt).
+  Job(const LaunchOptions& o, int attempt, Clock::time_point started)
+      : o_(o), attempt_(attempt), started_(started) {}
 
   // After run(): whether starting the job again may help (it failed by itself: not interrupted,
   // not out of time).
@@ -445,7 +447,6 @@ class Job {
   }
 
   void loop() {
-    const auto started = Clock::now();
     while (true) {
       bool anyRunning = false, anyOpen = false;
       for (auto& r : ranks_) {
@@ -494,7 +495,7 @@ class Job {
         if (fds[i].revents && owners[i].first) readFrom(*owners[i].first, owners[i].second);
       }
       if (o_.timeLimitSeconds && !stopping_ &&
-          Clock::now() - started > std::chrono::duration<double>(*o_.timeLimitSeconds)) {
+          Clock::now() - started_ > std::chrono::duration<double>(*o_.timeLimitSeconds)) {
         timedOut_ = true;
         say("time limit of {} s reached", *o_.timeLimitSeconds);
         stopAll(SIGTERM);
@@ -840,6 +841,7 @@ class Job {
 
   const LaunchOptions& o_;
   const int attempt_;
+  const Clock::time_point started_;
   std::vector<Placement> places_;
   std::string program_;
   std::vector<std::string> ssh_;
@@ -880,28 +882,22 @@ class Job {
 int launch(const LaunchOptions& options) {
   const auto started = Clock::now();
   for (int attempt = 0;; ++attempt) {
-    LaunchOptions o = options;
-    if (o.timeLimitSeconds) {
-      // The limit is the whole job's, over every attempt.
-      o.timeLimitSeconds =
-          std::max(0.001, *o.timeLimitSeconds - secondsBetween(started, Clock::now()));
-    }
     int code = 0, ranks = 0;
     bool retry = false;
     {
-      Job job(o, attempt);
+      Job job(options, attempt, started);
       code = job.run();
       ranks = job.initialRanks();
-      retry = code != 0 && !o.elastic && attempt < o.maxRestarts && job.retryable();
+      retry = code != 0 && !options.elastic && attempt < options.maxRestarts && job.retryable();
     }
     if (!retry) {
-      if (!o.tracePath.empty()) mergeJobTrace(o, ranks);
+      if (!options.tracePath.empty()) mergeJobTrace(options, ranks);
       return code;
     }
     const std::string line = fmt::format(
         "shoal run: the job failed (exit code {}); starting every rank again (restart {} of "
         "{}, SHOAL_RESTART_COUNT={}): they resume from their last checkpoint\n",
-        code, attempt + 1, o.maxRestarts, attempt + 1);
+        code, attempt + 1, options.maxRestarts, attempt + 1);
     [[maybe_unused]] ssize_t w = ::write(2, line.data(), line.size());
   }
 }
