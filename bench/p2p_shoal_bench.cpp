@@ -99,7 +99,8 @@ int main(int argc, char** argv) {
                                std::chrono::minutes(30));
   }
 
-  auto world = init().group;
+  World session = init();  // kept: with SHOAL_TRACE it writes the rank's trace when it goes
+  auto world = session.group;
   comm::Group& g = *world;
   if (!bench::linksAre(g, encrypt == "on"      ? transport::LinkKind::kTls
                           : transport == "tcp" ? transport::LinkKind::kTcp

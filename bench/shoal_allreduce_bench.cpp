@@ -48,13 +48,13 @@ int main(int argc, char** argv) {
     return run::runSelfLocally(
         ranks,
         {"--transport", transport, "--encrypt", encrypt, "--algorithms", algorithms, "--op", op,
-         "--reps",
-         std::to_string(m.reps), "--min-seconds", std::to_string(m.minSeconds), "--corrupt-rank",
-         std::to_string(m.corruptRank), "--max-bytes", std::to_string(maxBytes)},
+         "--reps", std::to_string(m.reps), "--min-seconds", std::to_string(m.minSeconds),
+         "--corrupt-rank", std::to_string(m.corruptRank), "--max-bytes", std::to_string(maxBytes)},
         {{"SHOAL_TRANSPORT", transport}, {"SHOAL_ENCRYPT", encrypt}}, std::chrono::minutes(30));
   }
 
-  auto world = init().group;
+  World session = init();  // kept: with SHOAL_TRACE it writes the rank's trace when it goes
+  auto world = session.group;
   const std::string label = transport + (encrypt == "on" ? "+tls" : "");
   if (transport != "auto" &&
       !bench::linksAre(*world, encrypt == "on"      ? transport::LinkKind::kTls
