@@ -196,7 +196,9 @@ std::shared_ptr<Work> Group::run(const Operation& o, const CallOptions& call, bo
   if (op.algorithm == AllreduceAlgorithm::kAuto) op.algorithm = call.algorithm;
   return schedule(
       op.op, async, call,
-      [this, op](uint64_t seq, const Deadline& deadline) { engine_->run(op, seq, deadline); }, op);
+      [this, op](uint64_t seq, const Deadline& deadline) { engine_->run(op, seq, deadline); },
+      // Only a span reads the description: untraced operations carry no second copy.
+      options_.trace ? std::optional<Operation>(op) : std::nullopt);
 }
 
 std::shared_ptr<Work> Group::post(const Operation& op, const CallOptions& call) {
