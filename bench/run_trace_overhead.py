@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
-"""Overhead of the timeline (SHOAL_TRACE) on Shoal's all-reduce: the same benchmark with and
-without tracing, alternated run by run, the median over runs of each run's median latency per
-size, and the ratio traced / untraced. Writes bench/results/observability.{md,jsonl}.
+"""Overhead of the timeline (SHOAL_TRACE) or of the flight recorder (SHOAL_FLIGHT_DIR, --mode
+flight) on Shoal's all-reduce: the same benchmark with and without it, alternated run by run, the
+median over runs of each run's median latency per size, and the ratio on / off. Writes
+bench/results/observability.{md,jsonl} (flight: bench/results/flight_recorder.{md,jsonl}).
 
-  bench/run_trace_overhead.py [--build build] [--ranks 2,4] [--runs 5]
+  bench/run_trace_overhead.py [--mode trace|flight] [--build build] [--ranks 2,4] [--runs 5]
 """
 import argparse
 import json
@@ -16,11 +17,17 @@ import tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def run_once(bench, ranks, trace_dir):
+# What each mode turns on: the variable that names the folder.
+VARIABLES = {"trace": "SHOAL_TRACE", "flight": "SHOAL_FLIGHT_DIR"}
+WHAT = {"trace": "timeline", "flight": "flight recorder"}
+
+
+def run_once(bench, ranks, variable, folder):
     env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1")
-    env.pop("SHOAL_TRACE", None)
-    if trace_dir:
-        env["SHOAL_TRACE"] = trace_dir
+    for v in VARIABLES.values():
+        env.pop(v, None)
+    if folder:
+        env[variable] = folder
     out = subprocess.run(
         [bench, "-n", str(ranks), "--algorithms", "auto", "--max-bytes", str(4 << 20), "--reps", "5"],
         env=env, capture_output=True, text=True, timeout=600)
@@ -37,17 +44,23 @@ def main():
     ap.add_argument("--build", default=os.path.join(HERE, "..", "build"))
     ap.add_argument("--ranks", default="2,4", help="comma-separated rank counts")
     ap.add_argument("--runs", type=int, default=5)
-    ap.add_argument("--out", default=os.path.join(HERE, "results", "observability"))
+    ap.add_argument("--mode", choices=sorted(VARIABLES), default="trace")
+    ap.add_argument("--out", help="output path without extension (default: by mode)")
     a = ap.parse_args()
+    variable = VARIABLES[a.mode]
+    if not a.out:
+        name = "observability" if a.mode == "trace" else "flight_recorder"
+        a.out = os.path.join(HERE, "results", name)
     bench = os.path.join(a.build, "bench", "shoal_allreduce_bench")
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for ranks in [int(x) for x in a.ranks.split(",")]:
             plain, traced = {}, {}
             for i in range(a.runs):
-                for b, us in run_once(bench, ranks, None).items():
+                for b, us in run_once(bench, ranks, variable, None).items():
                     plain.setdefault(b, []).append(us)
-                for b, us in run_once(bench, ranks, os.path.join(tmp, f"t{ranks}-{i}")).items():
+                folder = os.path.join(tmp, f"t{ranks}-{i}")
+                for b, us in run_once(bench, ranks, variable, folder).items():
                     traced.setdefault(b, []).append(us)
             for b in sorted(plain):
                 p, t = statistics.median(plain[b]), statistics.median(traced[b])
@@ -57,15 +70,15 @@ def main():
         for r in rows:
             f.write(json.dumps(r) + "\n")
     lines = [
-        "# Observability overhead: the timeline (SHOAL_TRACE) on the all-reduce benchmark",
+        f"# Observability overhead: the {WHAT[a.mode]} ({variable}) on the all-reduce benchmark",
         "",
-        f"`bench/run_trace_overhead.py`: `shoal_allreduce_bench -n N --algorithms auto`"
-        " (shared memory, one host), the same binary with and without `SHOAL_TRACE`, alternated"
-        f" run by run; each figure is the median over {a.runs} runs of the run's median latency"
-        " (the benchmark's own 5 calibrated repetitions). Ratio: traced / untraced. Target"
+        f"`bench/run_trace_overhead.py --mode {a.mode}`: `shoal_allreduce_bench -n N --algorithms"
+        f" auto` (shared memory, one host), the same binary with and without `{variable}`,"
+        f" alternated run by run; each figure is the median over {a.runs} runs of the run's median"
+        " latency (the benchmark's own 5 calibrated repetitions). Ratio: on / off. Target"
         " (issue 16): at most 1.02.",
         "",
-        "| ranks | bytes | untraced (us) | traced (us) | ratio |",
+        "| ranks | bytes | off (us) | on (us) | ratio |",
         "|---:|---:|---:|---:|---:|",
     ]
     for r in rows:

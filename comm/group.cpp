@@ -1,6 +1,7 @@
 #include "comm/group.h"
 
 #include "common/error.h"
+#include "common/flight_recorder.h"
 #include "common/log.h"
 
 namespace shoal::comm {
@@ -90,8 +91,15 @@ Group::Group(std::shared_ptr<Engine> engine, GroupOptions options)
 Group::~Group() = default;
 
 std::shared_ptr<Group> Group::create(std::shared_ptr<Engine> engine, GroupOptions options) {
+  return create(std::move(engine), std::move(options), "world");
+}
+
+std::shared_ptr<Group> Group::create(std::shared_ptr<Engine> engine, GroupOptions options,
+                                     std::string label) {
   SHOAL_CHECK(engine != nullptr, "Group::create needs an engine");
-  return std::shared_ptr<Group>(new Group(std::move(engine), std::move(options)));
+  auto group = std::shared_ptr<Group>(new Group(std::move(engine), std::move(options)));
+  group->label_ = std::move(label);
+  return group;
 }
 
 std::shared_ptr<Group> Group::split(int color, int key) {
@@ -100,12 +108,16 @@ std::shared_ptr<Group> Group::split(int color, int key) {
   std::shared_ptr<Engine> sub;
   runTask(op::kInternal, false, {},
           [&](uint64_t, const Deadline& deadline) { sub = engine_->split(color, key, deadline); });
-  return sub ? create(std::move(sub), options_) : nullptr;
+  // Counted on every rank, with or without a group: labels stay the same on all members.
+  const uint64_t n = splits_++;
+  return sub ? create(std::move(sub), options_, fmt::format("{}/split{}.{}", label_, n, color))
+             : nullptr;
 }
 
 std::shared_ptr<Group> Group::connect(const std::string& name, int rank, int size,
                                       std::optional<Duration> timeout) {
-  return create(engine_->connect(name, rank, size, timeout.value_or(options_.timeout)), options_);
+  return create(engine_->connect(name, rank, size, timeout.value_or(options_.timeout)), options_,
+                name);
 }
 
 // Note [Operation spans]
@@ -160,10 +172,16 @@ void Group::runOrdered(transport::OpCode op, const CallOptions& call, const Task
     span.arg("generation", generation()).arg("group_rank", rank_).arg("group_size", size_);
     if (issuedNs != 0) span.arg("queued_us", static_cast<double>(sink->now() - issuedNs) / 1e3);
   }
+  FlightRecorder* flight = options_.flight.get();
+  const uint64_t flightId = flight ? flight->begin(flightOp(op, seq, described)) : 0;
   try {
     task(seq, deadline);
   } catch (...) {
-    if (span.active()) span.arg("error", errorLine(std::current_exception()));
+    if (span.active() || flight) {
+      const std::string error = errorLine(std::current_exception());
+      if (span.active()) span.arg("error", error);
+      if (flight) flight->end(flightId, error);
+    }
     // One policy: whatever failed inside an operation fails the group; the engine tells the
     // peers and names the cause.
     bool fatal = true;
@@ -171,6 +189,25 @@ void Group::runOrdered(transport::OpCode op, const CallOptions& call, const Task
     if (fatal) failure_ = error;
     std::rethrow_exception(error);
   }
+  if (flight) flight->end(flightId);
+}
+
+FlightOp Group::flightOp(transport::OpCode op, uint64_t seq, const Operation* described) const {
+  FlightOp f{.group = label_,
+             .op = opName(op),
+             .seq = seq,
+             .generation = generation(),
+             .groupRank = rank_,
+             .groupSize = size_};
+  if (op == op::kSendRecv && described != nullptr) {
+    f.op = described->isSend ? "send" : "recv";
+    f.peer = described->root;
+  }
+  if (described != nullptr) {
+    f.bytes = described->count * elementSize(described->type);
+    if (op == op::kAllreduce) f.detail = toString(engine_->resolveAllreduce(*described));
+  }
+  return f;
 }
 
 std::shared_ptr<Work> Group::runTask(transport::OpCode op, bool async, const CallOptions& call,
@@ -197,8 +234,9 @@ std::shared_ptr<Work> Group::run(const Operation& o, const CallOptions& call, bo
   return schedule(
       op.op, async, call,
       [this, op](uint64_t seq, const Deadline& deadline) { engine_->run(op, seq, deadline); },
-      // Only a span reads the description: untraced operations carry no second copy.
-      options_.trace ? std::optional<Operation>(op) : std::nullopt);
+      // Only a span or the flight recorder reads the description: otherwise operations carry
+      // no second copy.
+      options_.trace || options_.flight ? std::optional<Operation>(op) : std::nullopt);
 }
 
 std::shared_ptr<Work> Group::post(const Operation& op, const CallOptions& call) {

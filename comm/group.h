@@ -37,6 +37,11 @@
 #include "common/types.h"
 #include "store/store.h"
 
+namespace shoal {
+class FlightRecorder;  // common/flight_recorder.h
+struct FlightOp;
+}  // namespace shoal
+
 namespace shoal::comm {
 
 struct GroupOptions {
@@ -64,6 +69,10 @@ struct GroupOptions {
   // split or connected from it record a span per operation into it. Note [Operation spans] in
   // group.cpp says what a span holds. Null: nothing is recorded (one branch per operation).
   std::shared_ptr<TraceSink> trace;
+  // The flight recorder (common/flight_recorder.h; SHOAL_FLIGHT_DIR makes one): when set, the
+  // group and every group split or connected from it note each operation in issue order when
+  // it starts and when it ends, in a file that outlives the process. Null: nothing is noted.
+  std::shared_ptr<FlightRecorder> flight;
 
   // The SHOAL_* environment (see common/env.h), validated.
   static GroupOptions fromEnv();
@@ -98,6 +107,10 @@ class Group : public std::enable_shared_from_this<Group> {
   // "native", or the library's name ("mpi").
   std::string_view engineName() const { return engine_->name(); }
   Engine& engine() const { return *engine_; }
+  // The same on every member, different for every group of a job's generation: "world", a
+  // split's "<parent>/split<n>.<color>" (its parent's n-th split), a connected group's name.
+  // The flight recorder keys its entries by it.
+  const std::string& label() const { return label_; }
   // Bytes this rank has sent in this group's operations so far (comm/engine.h's bytesSent):
   // what a step's communication really cost, compression included. Thread-safe.
   uint64_t bytesSent() const { return engine_->bytesSent(); }
@@ -144,18 +157,25 @@ class Group : public std::enable_shared_from_this<Group> {
                                  Task task, std::optional<Operation> described);
   void runOrdered(transport::OpCode op, const CallOptions& call, const Task& task,
                   const Operation* described, int64_t issuedNs);
+  // What the flight recorder notes about an operation.
+  FlightOp flightOp(transport::OpCode op, uint64_t seq, const Operation* described) const;
   // Records a span for point-to-point `work`, posted at `postedNs`, once it completes.
   void traceMessage(Work& work, const Operation& op, int64_t postedNs);
   // Runs `task` in issue order on the caller's thread (or waits for the executor to run it).
   void inOrder(const std::function<void()>& task);
   // Queues `task` in issue order; its Work carries what it threw.
   std::shared_ptr<Work> queue(std::function<void()> task);
+  // Creates the group with `label` (see label()).
+  static std::shared_ptr<Group> create(std::shared_ptr<Engine> engine, GroupOptions options,
+                                       std::string label);
 
   std::shared_ptr<Engine> engine_;
   int rank_;
   int size_;
   GroupOptions options_;
   uint64_t nextSeq_ = 0;
+  std::string label_ = "world";
+  uint64_t splits_ = 0;  // split() calls so far: part of each sub-group's label
   // The first failure (what its caller got), once an operation failed; later calls are refused
   // with it. Written and read by the thread running operations only.
   std::exception_ptr failure_;

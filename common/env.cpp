@@ -5,6 +5,7 @@
 #include <cstdlib>
 
 #include "common/error.h"
+#include "common/flight_recorder.h"
 
 namespace shoal {
 
@@ -123,6 +124,11 @@ EnvConfig readEnvConfig(const EnvReader& env) {
     c.traceEvents = static_cast<size_t>(
         parseInteger("SHOAL_TRACE_EVENTS", *v, 1, static_cast<int64_t>(kMaxTraceEvents)));
   }
+  c.flightDir = get(env, "SHOAL_FLIGHT_DIR");
+  if (auto v = get(env, "SHOAL_FLIGHT_EVENTS")) {
+    c.flightEvents = static_cast<size_t>(
+        parseInteger("SHOAL_FLIGHT_EVENTS", *v, 1, static_cast<int64_t>(kMaxFlightEvents)));
+  }
   return c;
 }
 
@@ -139,10 +145,12 @@ EncryptMode readEncryptMode(const EnvReader& env) {
 std::string describe(const EnvConfig& c) {
   return fmt::format(
       "backend={} timeout={}s transport={} allreduce_algorithm={} addr={} shm_ring_bytes={} "
-      "encrypt={} trace={} secret={}",
+      "encrypt={} trace={} flight={} secret={}",
       c.backend, c.timeoutSeconds, toString(c.transport), c.allreduceAlgorithm,
       c.listenAddress.value_or("auto"), c.shmRingBytes, toString(c.encrypt),
       c.traceDir ? fmt::format("{} ({} spans per rank)", *c.traceDir, c.traceEvents) : "off",
+      c.flightDir ? fmt::format("{} ({} operations per rank)", *c.flightDir, c.flightEvents)
+                  : "off",
       c.secret ? "SHOAL_SECRET" : (c.secretFile ? "SHOAL_SECRET_FILE" : "generated"));
 }
 

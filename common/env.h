@@ -15,6 +15,8 @@
 //   SHOAL_ENCRYPT              0 | off | 1 | on | auto (common/encryption.h)         auto
 //   SHOAL_TRACE                a folder: each rank writes trace.rank<R>.json there   off
 //   SHOAL_TRACE_EVENTS         spans each rank keeps, an integer in [1, 16777216]     100000
+//   SHOAL_FLIGHT_DIR           a folder: each rank's flight recorder, flight.rank<R>  off
+//   SHOAL_FLIGHT_EVENTS        operations each recorder keeps, in [1, 1048576]         4096
 //
 // A variable that is set is checked, whatever its value: an empty value is an error (not
 // "unset"), and so are trailing garbage, NaN, infinities and out-of-range numbers. Each error is
@@ -53,6 +55,11 @@ struct EnvConfig {
   // shoal::init()'s world writes <traceDir>/trace.rank<R>.json when it goes. Unset: no tracing.
   std::optional<std::string> traceDir;
   size_t traceEvents = kDefaultTraceEvents;  // SHOAL_TRACE_EVENTS: the ring's capacity per rank
+  // SHOAL_FLIGHT_DIR: the flight recorder (README "Flight recorder"): shoal::init() keeps the
+  // last flightEvents operations of every group in <flightDir>/flight.rank<R>, a file that
+  // survives the process. Unset: none.
+  std::optional<std::string> flightDir;
+  size_t flightEvents = 4096;  // SHOAL_FLIGHT_EVENTS
 };
 
 inline constexpr double kMinTimeoutSeconds = 0.001;

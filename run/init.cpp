@@ -1,7 +1,12 @@
 #include "run/init.h"
 
+#include <unistd.h>
+
+#include <filesystem>
+
 #include "comm/mpi/mpi_engine.h"
 #include "common/error.h"
+#include "common/flight_recorder.h"
 #include "common/log.h"
 #include "common/socket.h"
 #include "store/etcd_store.h"
@@ -69,10 +74,26 @@ std::string storeSecret(const comm::GroupOptions& o) {
   return {};
 }
 
+// SHOAL_FLIGHT_DIR: this process's recorder, DIR/flight.rank<R> (R: the rank the launcher
+// gave, which stays the same for an elastic worker whose rank in the world changes).
+std::shared_ptr<FlightRecorder> openFlightRecorder(const EnvConfig& env, int rank) {
+  std::error_code ec;
+  std::filesystem::create_directories(*env.flightDir, ec);
+  if (ec) {
+    SHOAL_THROW(InvalidArgument, "SHOAL_FLIGHT_DIR={}: cannot create it: {}", *env.flightDir,
+                ec.message());
+  }
+  char host[256] = {};
+  ::gethostname(host, sizeof(host) - 1);
+  return std::make_shared<FlightRecorder>(*env.flightDir + "/" + flightFileName(rank),
+                                          env.flightEvents, rank, host);
+}
+
 // The world as the launcher describes it (everything init() does but tracing).
 World joinWorld(const EnvConfig& env) {
   const run::Rendezvous r = run::detectRendezvous(run::processEnv());
   comm::GroupOptions options = comm::GroupOptions::from(env);
+  if (env.flightDir) options.flight = openFlightRecorder(env, r.rank);
   World w;
   w.rank = r.rank;
   w.size = r.size;

@@ -18,6 +18,7 @@
 #include "common/error.h"
 #include "common/socket.h"
 #include "run/host_discovery.h"
+#include "run/job_flight.h"
 #include "run/output_forwarder.h"
 #include "run/process_util.h"
 #include "run/slot_pool.h"
@@ -879,17 +880,22 @@ class Job {
 
 }  // namespace
 
-int launch(const LaunchOptions& options) {
+int launch(const LaunchOptions& given) {
   const auto started = Clock::now();
+  JobFlight flight(given);
+  LaunchOptions options = given;
+  for (auto& kv : flight.variables()) options.env.push_back(std::move(kv));
   for (int attempt = 0;; ++attempt) {
     int code = 0, ranks = 0;
     bool retry = false;
     {
+      flight.prepare();
       Job job(options, attempt, started);
       code = job.run();
       ranks = job.initialRanks();
       retry = code != 0 && !options.elastic && attempt < options.maxRestarts && job.retryable();
     }
+    if (code != 0) flight.report(ranks);
     if (!retry) {
       if (!options.tracePath.empty()) mergeJobTrace(options, ranks);
       return code;

@@ -77,6 +77,12 @@ struct LaunchOptions {
   // on a shared filesystem for them to be merged (else they are listed as missing).
   std::string tracePath;
   int traceEvents = 0;  // SHOAL_TRACE_EVENTS for the ranks; 0: their default
+  // The ranks' flight recorders (README "Flight recorder", run/job_flight.h): SHOAL_FLIGHT_DIR
+  // for every rank. Empty: a temporary folder when every rank runs on this host (removed when
+  // the job succeeds), else none. When an attempt fails, who was where is printed and the
+  // folder kept.
+  std::string flightDir;
+  int flightEvents = -1;  // SHOAL_FLIGHT_EVENTS; -1: the ranks' default; 0: no recorder
 };
 
 // Elastic jobs (options.elastic): a failed worker is reported and restarted while restarts are

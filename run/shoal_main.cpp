@@ -1,10 +1,12 @@
-// The `shoal` command. Today: `shoal run`, the launcher (run/launcher.h).
+// The `shoal` command: `shoal run`, the launcher (run/launcher.h), and `shoal flight DIR`, who
+// was where in a job's flight recorders (run/flight_report.h).
 #include <fmt/format.h>
 
 #include <CLI/CLI.hpp>
 
 #include "common/env.h"
 #include "common/error.h"
+#include "run/flight_report.h"
 #include "run/launcher.h"
 #include "store/etcd_store.h"
 
@@ -58,11 +60,23 @@ int main(int argc, char** argv) {
                   "Chrome trace / Perfetto JSON");
   run->add_option("--trace-events", traceEvents,
                   "spans each rank keeps for --trace (SHOAL_TRACE_EVENTS; default 100000)");
+  std::string flightEvents;
+  run->add_option("--flight-dir", o.flightDir,
+                  "keep every rank's flight recorder (its last operations) in DIR (default: a "
+                  "temporary folder, kept only when the job fails)");
+  run->add_option("--flight-events", flightEvents,
+                  "operations each rank's flight recorder keeps (SHOAL_FLIGHT_EVENTS; default "
+                  "4096; 0: none)");
   run->add_option("--discovery-interval", discoveryInterval,
                   "seconds between runs of the host discovery program (default 1)");
   run->add_option("-x,--env", vars, "NAME=VALUE, or NAME to pass this variable on (repeatable)");
   run->add_flag(
       "-q,--quiet", [&](int64_t) { o.verbose = false; }, "no progress lines");
+  auto* flight = app.add_subcommand(
+      "flight", "who was where: the first desynchronised operation in a job's flight recorders");
+  std::string flightDir, flightRanks;
+  flight->add_option("DIR", flightDir, "the folder of flight.rank<R> files")->required();
+  flight->add_option("-n,--ranks", flightRanks, "the job's ranks: those without a file are named");
   run->prefix_command();  // without --, the first word that is not an option starts the program
   // Everything after the first -- is the program and its arguments, untouched.
   std::vector<std::string> command;
@@ -76,8 +90,10 @@ int main(int argc, char** argv) {
   }
   // CLI11 would say "A subcommand is required" or "arguments were not expected" without naming
   // the word; say which word is not a command.
-  if (argc >= 2 && argv[1][0] != '-' && std::string(argv[1]) != "run") {
-    fmt::print(stderr, "shoal: error: unknown command '{}' (the commands: run; see shoal --help)\n",
+  const std::string command0 = argc >= 2 ? argv[1] : "";
+  if (argc >= 2 && argv[1][0] != '-' && command0 != "run" && command0 != "flight") {
+    fmt::print(stderr,
+               "shoal: error: unknown command '{}' (the commands: run, flight; see shoal --help)\n",
                argv[1]);
     return 2;
   }
@@ -87,9 +103,20 @@ int main(int argc, char** argv) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
     // One line, like every other configuration error.
-    fmt::print(stderr, "shoal{}: error: {}\n",
-               argc >= 2 && std::string(argv[1]) == "run" ? " run" : "", e.what());
+    fmt::print(stderr, "shoal{}: error: {}\n", command0.empty() ? "" : " " + command0, e.what());
     return 2;
+  }
+  if (*flight) {
+    try {
+      const int n = flightRanks.empty()
+                        ? 0
+                        : static_cast<int>(parseInteger("--ranks", flightRanks, 1, 1 << 20));
+      fmt::print("{}", run::describe(run::diagnoseFlightDir(flightDir, n)));
+      return 0;
+    } catch (const std::exception& e) {
+      fmt::print(stderr, "shoal flight: error: {}\n", e.what());
+      return 2;
+    }
   }
 
   try {
@@ -111,6 +138,10 @@ int main(int argc, char** argv) {
     if (!traceEvents.empty()) {
       if (o.tracePath.empty()) SHOAL_THROW(InvalidArgument, "--trace-events needs --trace FILE");
       o.traceEvents = static_cast<int>(parseInteger("--trace-events", traceEvents, 1, 1 << 24));
+    }
+    if (!flightEvents.empty()) {
+      o.flightEvents = static_cast<int>(
+          parseInteger("--flight-events", flightEvents, 0, static_cast<int64_t>(kMaxFlightEvents)));
     }
     if (!discoveryInterval.empty()) {
       if (o.hostDiscoveryScript.empty()) {

@@ -14,7 +14,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 BUILD=$ROOT/build-fuzz
-ALL=(frame store_protocol auth ps_protocol sealed_file shard_restore checkpoint idx shard_index codec)
+ALL=(frame store_protocol auth ps_protocol sealed_file shard_restore checkpoint idx shard_index codec
+  flight_file)
 
 configure() {
   bash scripts/setup.sh

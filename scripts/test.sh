@@ -29,7 +29,7 @@ done
 # Every fuzz target but checkpoint: a crafted archive still crashes libtorch's own TorchScript
 # type parser inside torch::serialize::InputArchive::load_from, where Shoal cannot check it
 # (fuzz/README.md, "Open"); scripts/fuzz.sh still runs it.
-FUZZ_TARGETS=${SHOAL_FUZZ_TARGETS:-frame store_protocol auth ps_protocol sealed_file shard_restore shard_index idx codec}
+FUZZ_TARGETS=${SHOAL_FUZZ_TARGETS:-frame store_protocol auth ps_protocol sealed_file shard_restore shard_index idx codec flight_file}
 LOGS=$(mktemp -d)
 trap 'rm -rf "$LOGS"' EXIT
 results=()

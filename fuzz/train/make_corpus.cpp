@@ -14,6 +14,7 @@
 #include "comm/compress/sign.h"
 #include "comm/compress/topk.h"
 #include "common/error.h"
+#include "common/flight_recorder.h"
 #include "common/hmac_auth.h"
 #include "common/sealed_file.h"
 #include "fuzz/frame_seed.h"
@@ -184,6 +185,18 @@ void sealedAndShard() {
   seed("shard_restore", "trained", trained);
   writeSealedFile(dir + "/c", trained);
   seed("sealed_file", "shard", readAllOf(dir + "/c"));
+
+  {
+    // A ring of two that wrapped: a completed, a failed and a running entry were noted.
+    FlightRecorder r(dir + "/f", 2, 0, "host");
+    r.end(r.begin({.group = "world", .op = "all_reduce", .seq = 0, .bytes = 4096}));
+    r.end(r.begin({.group = "world/split0.1", .op = "broadcast", .seq = 0}), "PeerError: x");
+    r.begin({.group = "world", .op = "barrier", .seq = 1});
+  }
+  seed("flight_file", "two_entries", readAllOf(dir + "/f"));
+  { FlightRecorder r(dir + "/g", 1, 3, "h"); }
+  seed("flight_file", "empty_ring", readAllOf(dir + "/g"));
+  seed("flight_file", "short", "SHOALFR1");
   std::filesystem::remove_all(dir);
 }
 
