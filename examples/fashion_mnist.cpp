@@ -5,7 +5,9 @@
 // Every rank trains on its shard of each epoch (DistributedSampler), gradients are averaged by
 // DistributedDataParallel while backward runs, rank 0 shows a progress bar and the test accuracy
 // after each epoch, and writes one JSON line per epoch to --metrics. Checkpoints (--checkpoint-dir)
-// every --checkpoint-every steps and at the end of each epoch; --resume continues exactly.
+// every --checkpoint-every steps and at the end of each epoch; --resume continues exactly. Under
+// `shoal run --run-dir DIR`, every rank reports its metrics into DIR/metrics.db (README "Run
+// directories and experiment tracking").
 //
 // With parameter servers instead of all-reduce (one flag):
 //
@@ -27,6 +29,7 @@
 #include <limits>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "comm/collectives.h"
 #include "common/env.h"
@@ -34,6 +37,9 @@
 #include "examples/numeric_flags.h"
 #include "ps/server.h"
 #include "run/init.h"
+#include "run/run_directory.h"
+#include "track/system_sampler.h"
+#include "track/tracker.h"
 #include "train/allocator.h"
 #include "train/checkpoint.h"
 #include "train/ddp.h"
@@ -301,6 +307,16 @@ int trainMain(const Flags& f) {
         trainSet.size());
   }
 
+  // Under `shoal run --run-dir`: every rank's metrics into the run's store (the dashboard's
+  // curves), its CPU and memory every second.
+  std::optional<track::Tracker> tracker;
+  std::optional<track::SystemSampler> sampler;
+  if (auto dir = run::runDirectoryFromEnv()) {
+    tracker.emplace(track::TrackerOptions{.path = run::metricsPath(*dir), .rank = w.rank});
+    sampler.emplace(*tracker, track::SystemSamplerOptions{.interval = std::chrono::seconds(1)});
+  }
+  double commSeconds = 0;  // DDP's wait for the last buckets, so far
+
   const auto jobStart = Clock::now();
   for (int64_t epoch = at.epoch; epoch < f.epochs; ++epoch) {
     auto order = sampler.indices(epoch);
@@ -317,6 +333,7 @@ int trainMain(const Flags& f) {
       auto x = trainSet.images.index_select(0, idx);
       auto y = trainSet.labels.index_select(0, idx);
       torch::Tensor loss;
+      const auto stepStart = Clock::now();
       if (psTrainer) {
         model->zero_grad();
         loss = torch::nn::functional::cross_entropy(model->forward(x), y);
@@ -331,8 +348,21 @@ int trainMain(const Flags& f) {
         optimizer->step();
       }
       ++at.step;
-      lossSum += loss.item<double>() * idx.size(0);
+      const double batchLoss = loss.item<double>();
+      lossSum += batchLoss * idx.size(0);
       samples += idx.size(0);
+      if (tracker) {
+        const double stepSeconds = std::chrono::duration<double>(Clock::now() - stepStart).count();
+        tracker->log("loss", at.step, batchLoss);
+        tracker->log("step_time_s", at.step, stepSeconds);
+        tracker->log("samples_per_s", at.step, static_cast<double>(idx.size(0)) / stepSeconds);
+        tracker->log("lr", at.step, schedule.at(at.step));
+        if (ddp) {
+          const double waited = ddp->stats().finishSeconds;
+          tracker->log("comm_wait_s", at.step, waited - commSeconds);
+          commSeconds = waited;
+        }
+      }
       bar.update(b + 1, samples * g.size(), lossSum / samples);
       if (checkpoints && f.checkpointEvery > 0 && at.step % f.checkpointEvery == 0) {
         checkpoints->save(g, *model, *optimizer, {epoch, b + 1, at.step});
@@ -350,6 +380,11 @@ int trainMain(const Flags& f) {
     if (psTrainer) psTrainer->refresh(at.step);
     const double accuracy = testAccuracy(g, model, testSet);
     if (checkpoints) checkpoints->save(g, *model, *optimizer, {epoch + 1, 0, at.step});
+    if (tracker && lead) {
+      tracker->log("epoch_loss", at.step, sums[0] / std::max(sums[1], 1.0));
+      tracker->log("test_accuracy", at.step, accuracy);
+      tracker->log("job_samples_per_s", at.step, sums[1] / seconds);
+    }
     if (lead) {
       if (!f.quiet) {
         fmt::print(

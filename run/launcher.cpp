@@ -21,6 +21,7 @@
 #include "run/job_flight.h"
 #include "run/output_forwarder.h"
 #include "run/process_util.h"
+#include "run/run_directory.h"
 #include "run/slot_pool.h"
 #include "run/spawner.h"
 #include "run/trace_merge.h"
@@ -882,22 +883,33 @@ class Job {
 
 int launch(const LaunchOptions& given) {
   const auto started = Clock::now();
-  JobFlight flight(given);
+  RunDirectory runDir(given);
   LaunchOptions options = given;
+  if (runDir.enabled() && options.flightDir.empty()) options.flightDir = runDir.dir() + "/flight";
+  JobFlight flight(options);
   for (auto& kv : flight.variables()) options.env.push_back(std::move(kv));
+  for (auto& kv : runDir.variables()) options.env.push_back(std::move(kv));
   for (int attempt = 0;; ++attempt) {
     int code = 0, ranks = 0;
     bool retry = false;
-    {
+    try {
       flight.prepare();
+      runDir.attemptStarted();
       Job job(options, attempt, started);
       code = job.run();
       ranks = job.initialRanks();
       retry = code != 0 && !options.elastic && attempt < options.maxRestarts && job.retryable();
+    } catch (const InvalidArgument&) {
+      runDir.finish(2);  // what `shoal run` exits with for a configuration error
+      throw;
+    } catch (...) {
+      runDir.finish(1);
+      throw;
     }
     if (code != 0) flight.report(ranks);
     if (!retry) {
       if (!options.tracePath.empty()) mergeJobTrace(options, ranks);
+      runDir.finish(code, ranks);
       return code;
     }
     const std::string line = fmt::format(

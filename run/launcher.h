@@ -83,6 +83,10 @@ struct LaunchOptions {
   // folder kept.
   std::string flightDir;
   int flightEvents = -1;  // SHOAL_FLIGHT_EVENTS; -1: the ranks' default; 0: no recorder
+  // The job's run directory (run/run_directory.h): run.json, the ranks' metrics.db (they get
+  // SHOAL_RUN_DIR) and, unless flightDir says otherwise, the flight recorders in flight/. Must
+  // not hold a run already. Empty: none.
+  std::string runDir;
 };
 
 // Elastic jobs (options.elastic): a failed worker is reported and restarted while restarts are

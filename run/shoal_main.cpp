@@ -61,6 +61,9 @@ int main(int argc, char** argv) {
   run->add_option("--trace-events", traceEvents,
                   "spans each rank keeps for --trace (SHOAL_TRACE_EVENTS; default 100000)");
   std::string flightEvents;
+  run->add_option("--run-dir", o.runDir,
+                  "keep the job's run directory in DIR (a new folder): run.json, the ranks' "
+                  "metrics.db (SHOAL_RUN_DIR), the flight recorders");
   run->add_option("--flight-dir", o.flightDir,
                   "keep every rank's flight recorder (its last operations) in DIR (default: a "
                   "temporary folder, kept only when the job fails)");

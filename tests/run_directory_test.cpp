@@ -1,0 +1,157 @@
+// Run directories (run/run_directory.h): the record `shoal run --run-dir` keeps of a job, the
+// git revision read from .git, the refusal of malformed records and of a folder that holds a
+// run, and the Fashion-MNIST example's metrics from every rank in the run's store.
+#include "run/run_directory.h"
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "common/error.h"
+#include "tests/process_util.h"
+#include "track/metrics_store.h"
+
+namespace shoal::test {
+namespace {
+
+void writeText(const std::string& path, const std::string& text) {
+  std::filesystem::create_directories(std::filesystem::path(path).parent_path());
+  std::ofstream(path, std::ios::trunc) << text;
+}
+
+TEST(RunDirectory, RecordsASucceededAndAFailedJob) {
+  TempDir dir;
+  const std::string ok = dir.path + "/runs/ok";
+  const RunResult r = shoalRun(
+      SHOAL_BIN,
+      {"-n", "2", "--run-dir", ok, "--", "sh", "-c",
+       "test \"$SHOAL_RUN_DIR\" = \"" + ok + "\" && touch \"$SHOAL_RUN_DIR/seen.$SHOAL_RANK\""},
+      dir);
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_TRUE(std::filesystem::exists(ok + "/seen.0"));
+  EXPECT_TRUE(std::filesystem::exists(ok + "/seen.1"));
+  const run::RunRecord rec = run::readRunRecord(ok);
+  EXPECT_EQ(rec.name, "ok");
+  EXPECT_EQ(rec.status, "succeeded");
+  EXPECT_EQ(rec.exitCode, 0);
+  EXPECT_EQ(rec.ranks, 2);
+  EXPECT_EQ(rec.attempts, 1);
+  ASSERT_FALSE(rec.command.empty());
+  EXPECT_EQ(rec.command[0], "sh");
+  EXPECT_EQ(rec.workingDirectory, std::filesystem::current_path().string());
+  EXPECT_GT(rec.startedNs, 0);
+  EXPECT_GE(rec.endedNs, rec.startedNs);
+  // Where the tests run inside a git checkout, the revision is git's own answer.
+  const ShellRun git = runShell("git rev-parse HEAD");
+  if (git.code == 0) {
+    EXPECT_EQ(rec.gitRevision, git.output.substr(0, 40)) << git.output;
+  }
+
+  // A failed job, restarted once: failed, with its exit code and both attempts.
+  const std::string failed = dir.path + "/runs/failed";
+  const RunResult f = shoalRun(
+      SHOAL_BIN,
+      {"-n", "1", "--max-restarts", "1", "--run-dir", failed, "--", "sh", "-c", "exit 3"}, dir);
+  EXPECT_EQ(f.code, 3) << f.output;
+  const run::RunRecord frec = run::readRunRecord(failed);
+  EXPECT_EQ(frec.status, "failed");
+  EXPECT_EQ(frec.exitCode, 3);
+  EXPECT_EQ(frec.attempts, 2);
+
+  // A folder that holds a run is never reused: one line, nothing started, the record intact.
+  const RunResult again =
+      shoalRun(SHOAL_BIN, {"-n", "1", "--run-dir", ok, "--", "touch", ok + "/started"}, dir);
+  EXPECT_EQ(again.code, 2) << again.output;
+  EXPECT_NE(again.output.find("already holds a run"), std::string::npos) << again.output;
+  EXPECT_EQ(std::count(again.output.begin(), again.output.end(), '\n'), 1) << again.output;
+  EXPECT_FALSE(std::filesystem::exists(ok + "/started"));
+  EXPECT_EQ(run::readRunRecord(ok).status, "succeeded");
+}
+
+TEST(RunDirectory, ReadsTheGitRevisionFromDotGit) {
+  TempDir dir;
+  const std::string a(40, 'a'), b(40, 'b'), c(40, 'c');
+  const std::string repo = dir.path + "/repo";
+  std::filesystem::create_directories(repo + "/src/deep");
+  EXPECT_EQ(run::gitRevision(repo), std::nullopt);
+  writeText(repo + "/.git/HEAD", "ref: refs/heads/main\n");
+  writeText(repo + "/.git/packed-refs", "# pack-refs\n" + b + " refs/heads/main\n");
+  EXPECT_EQ(run::gitRevision(repo + "/src/deep"), b);  // found from a subfolder, packed
+  writeText(repo + "/.git/refs/heads/main", a + "\n");
+  EXPECT_EQ(run::gitRevision(repo), a);  // a loose ref wins over the packed one
+  writeText(repo + "/.git/HEAD", c + "\n");
+  EXPECT_EQ(run::gitRevision(repo), c);  // a detached HEAD
+  // A linked work tree: .git is a file naming its folder, whose refs live in the main one.
+  const std::string tree = dir.path + "/tree";
+  writeText(tree + "/.git", "gitdir: " + repo + "/.git/worktrees/t\n");
+  writeText(repo + "/.git/worktrees/t/HEAD", "ref: refs/heads/main\n");
+  writeText(repo + "/.git/worktrees/t/commondir", "../..\n");
+  EXPECT_EQ(run::gitRevision(tree), a);
+  // What is not a revision is not reported as one.
+  writeText(repo + "/.git/HEAD", "ref: refs/heads/../../escape\n");
+  EXPECT_EQ(run::gitRevision(repo), std::nullopt);
+  writeText(repo + "/.git/HEAD", "garbage\n");
+  EXPECT_EQ(run::gitRevision(repo), std::nullopt);
+}
+
+TEST(RunDirectory, RefusesAMalformedRecordInOneLine) {
+  TempDir dir;
+  run::RunRecord good;
+  good.name = "x";
+  good.command = {"prog"};
+  run::writeRunRecord(dir.path, good);
+  EXPECT_EQ(run::readRunRecord(dir.path).name, "x");
+  const std::string text = readFile(dir.path + "/run.json");
+  for (const auto& [bad, what] : std::vector<std::pair<std::string, std::string>>{
+           {"{", "parse"},
+           {"[]", "not a Shoal run record"},
+           {"{\"shoal_run\": 1}", "name"},
+           {std::string(text).replace(text.find("\"running\""), 9, "\"maybe\""), "status 'maybe'"},
+           {std::string(text).replace(text.find("\"ranks\": 0"), 10, "\"ranks\": \"two\""),
+            "type"}}) {
+    writeText(dir.path + "/run.json", bad);
+    try {
+      run::readRunRecord(dir.path);
+      ADD_FAILURE() << "read: " << bad;
+    } catch (const InvalidArgument& e) {
+      const std::string msg = e.what();
+      EXPECT_NE(msg.find(dir.path + "/run.json"), std::string::npos) << msg;
+      EXPECT_NE(msg.find(what), std::string::npos) << msg;
+      EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
+    }
+  }
+  std::filesystem::remove(dir.path + "/run.json");
+  EXPECT_THROW(run::readRunRecord(dir.path), InvalidArgument);
+}
+
+TEST(RunDirectory, EveryRankOfTheExampleReportsIntoTheRunsStore) {
+  TempDir dir;
+  const std::string run = dir.path + "/run";
+  // 1024 samples / 2 ranks / 32 = 16 steps per rank.
+  const RunResult r = shoalRun(SHOAL_BIN,
+                               {"-n", "2", "--run-dir", run, "--", FASHION_MNIST_BIN, "--epochs",
+                                "1", "--train-subset", "1024", "--batch", "32", "-q"},
+                               dir, std::chrono::seconds(300));
+  ASSERT_EQ(r.code, 0) << r.output;
+  track::MetricsStore store(run::metricsPath(run), {.readOnly = true});
+  for (int rank = 0; rank < 2; ++rank) {
+    const auto loss = store.series("loss", {.rank = rank});
+    ASSERT_EQ(loss.size(), 16u) << rank;
+    for (size_t i = 0; i < loss.size(); ++i) {
+      EXPECT_EQ(loss[i].step, static_cast<int64_t>(i + 1)) << rank;
+      EXPECT_GT(loss[i].value, 0) << rank;
+    }
+    EXPECT_EQ(store.series("step_time_s", {.rank = rank}).size(), 16u) << rank;
+    EXPECT_EQ(store.series("comm_wait_s", {.rank = rank}).size(), 16u) << rank;
+  }
+  const auto accuracy = store.latest("test_accuracy");
+  ASSERT_EQ(accuracy.size(), 1u);
+  EXPECT_EQ(accuracy[0].rank, 0);
+  EXPECT_GT(accuracy[0].value, 0.1);  // better than chance after one epoch
+  EXPECT_EQ(run::readRunRecord(run).status, "succeeded");
+}
+
+}  // namespace
+}  // namespace shoal::test
