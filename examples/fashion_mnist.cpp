@@ -310,10 +310,11 @@ int trainMain(const Flags& f) {
   // Under `shoal run --run-dir`: every rank's metrics into the run's store (the dashboard's
   // curves), its CPU and memory every second.
   std::optional<track::Tracker> tracker;
-  std::optional<track::SystemSampler> sampler;
+  std::optional<track::SystemSampler> systemSampler;
   if (auto dir = run::runDirectoryFromEnv()) {
     tracker.emplace(track::TrackerOptions{.path = run::metricsPath(*dir), .rank = w.rank});
-    sampler.emplace(*tracker, track::SystemSamplerOptions{.interval = std::chrono::seconds(1)});
+    systemSampler.emplace(*tracker,
+                          track::SystemSamplerOptions{.interval = std::chrono::seconds(1)});
   }
   double commSeconds = 0;  // DDP's wait for the last buckets, so far
 
