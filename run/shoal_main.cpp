@@ -1,6 +1,8 @@
-// The `shoal` command: `shoal run`, the launcher (run/launcher.h), and `shoal flight DIR`, who
-// was where in a job's flight recorders (run/flight_report.h).
+// The `shoal` command: `shoal run`, the launcher (run/launcher.h), `shoal flight DIR`, who
+// was where in a job's flight recorders (run/flight_report.h), and `shoal ui [RUNS_DIR]`, the
+// dashboard over the runs' metrics (tools/ui_server.h).
 #include <fmt/format.h>
+#include <signal.h>
 
 #include <CLI/CLI.hpp>
 
@@ -9,8 +11,32 @@
 #include "run/flight_report.h"
 #include "run/launcher.h"
 #include "store/etcd_store.h"
+#include "tools/ui_server.h"
 
 using namespace shoal;
+
+namespace {
+
+// Serves until SIGINT or SIGTERM. The signals are blocked before the server's threads start
+// (they inherit the mask), so sigwait() here is the only place they are taken.
+int serveUi(tools::UiOptions options) {
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  tools::UiServer server(options);
+  server.start();
+  fmt::print("shoal ui: serving {} at {}\n", options.runsDir, server.url());
+  std::fflush(stdout);
+  int signal = 0;
+  while (sigwait(&signals, &signal) != 0) {
+  }
+  server.stop();
+  return 0;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"Shoal: distributed training"};
@@ -80,6 +106,17 @@ int main(int argc, char** argv) {
   std::string flightDir, flightRanks;
   flight->add_option("DIR", flightDir, "the folder of flight.rank<R> files")->required();
   flight->add_option("-n,--ranks", flightRanks, "the job's ranks: those without a file are named");
+  auto* ui = app.add_subcommand(
+      "ui",
+      "a local web dashboard over the runs in RUNS_DIR: their metrics, live (README Dashboard)");
+  tools::UiOptions uiOptions;
+  std::string uiPort;
+  ui->add_option("RUNS_DIR", uiOptions.runsDir, "the folder of run directories (default: runs)");
+  ui->add_option("--host", uiOptions.host,
+                 "the address to listen on (default 127.0.0.1; any other needs --token)");
+  ui->add_option("--port", uiPort, "the port (default 0: a free one, announced)");
+  ui->add_option("--token", uiOptions.token,
+                 "require this token of every request (?token= or Authorization: Bearer)");
   run->prefix_command();  // without --, the first word that is not an option starts the program
   // Everything after the first -- is the program and its arguments, untouched.
   std::vector<std::string> command;
@@ -94,9 +131,11 @@ int main(int argc, char** argv) {
   // CLI11 would say "A subcommand is required" or "arguments were not expected" without naming
   // the word; say which word is not a command.
   const std::string command0 = argc >= 2 ? argv[1] : "";
-  if (argc >= 2 && argv[1][0] != '-' && command0 != "run" && command0 != "flight") {
+  if (argc >= 2 && argv[1][0] != '-' && command0 != "run" && command0 != "flight" &&
+      command0 != "ui") {
     fmt::print(stderr,
-               "shoal: error: unknown command '{}' (the commands: run, flight; see shoal --help)\n",
+               "shoal: error: unknown command '{}' (the commands: run, flight, ui; see shoal "
+               "--help)\n",
                argv[1]);
     return 2;
   }
@@ -108,6 +147,19 @@ int main(int argc, char** argv) {
     // One line, like every other configuration error.
     fmt::print(stderr, "shoal{}: error: {}\n", command0.empty() ? "" : " " + command0, e.what());
     return 2;
+  }
+  if (*ui) {
+    try {
+      if (!uiPort.empty())
+        uiOptions.port = static_cast<int>(parseInteger("--port", uiPort, 0, 65535));
+      return serveUi(uiOptions);
+    } catch (const InvalidArgument& e) {
+      fmt::print(stderr, "shoal ui: error: {}\n", e.what());
+      return 2;
+    } catch (const std::exception& e) {
+      fmt::print(stderr, "shoal ui: {}\n", e.what());
+      return 1;
+    }
   }
   if (*flight) {
     try {

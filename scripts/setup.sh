@@ -7,13 +7,14 @@ PACKAGES=(
   build-essential cmake ninja-build pkg-config
   libssl-dev zlib1g-dev libsqlite3-dev
   libgtest-dev libgmock-dev libbenchmark-dev
-  libcli11-dev nlohmann-json3-dev libfmt-dev
+  libcli11-dev nlohmann-json3-dev libfmt-dev libcpp-httplib-dev
   openmpi-bin libopenmpi-dev
   libtorch-dev libopenblas-dev libgloo-dev
   python3
   iproute2 util-linux openssl procps etcd-server
   dataset-fashion-mnist fortunes python3-torch python3-matplotlib
   clang-16 libclang-rt-16-dev llvm-16
+  chromium
 )
 
 missing=()

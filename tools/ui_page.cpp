@@ -1,0 +1,473 @@
+#include "tools/ui_page.h"
+
+namespace shoal::tools {
+namespace {
+
+// Plain JavaScript and <canvas>, no library: the page works offline and its whole behaviour is
+// in this file. Names from the disk are only ever put in the page with textContent, never as
+// HTML.
+constexpr std::string_view kPage = R"SHOALPAGE(<!DOCTYPE html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<title>Shoal dashboard</title>
+<style>
+body { font: 14px system-ui, sans-serif; margin: 16px; color: #222; background: #fafafa; }
+h1 { font-size: 20px; margin: 0 0 8px 0; }
+h2 { font-size: 16px; margin: 16px 0 6px 0; }
+h3 { font-size: 14px; margin: 0 0 6px 0; }
+table { border-collapse: collapse; background: #fff; }
+th, td { border: 1px solid #ddd; padding: 3px 8px; text-align: left; white-space: nowrap; }
+th { background: #eee; }
+.status-running { color: #0a6; font-weight: bold; }
+.status-failed, .status-unreadable { color: #c22; font-weight: bold; }
+.status-succeeded { color: #246; }
+#compare { display: flex; flex-wrap: wrap; gap: 12px; }
+.panel { background: #fff; border: 1px solid #ccc; padding: 8px; }
+.legend span { display: inline-block; margin-right: 10px; font-size: 12px; }
+.legend i { display: inline-block; width: 12px; height: 3px; vertical-align: middle; margin-right: 3px; }
+.brow { display: flex; align-items: center; font-size: 12px; margin: 2px 0; }
+.brow .label { width: 60px; }
+.brow .bar { display: flex; width: 280px; height: 12px; background: #f0f0f0; }
+.brow .compute { background: #3b7dd8; }
+.brow .comm { background: #f0a030; }
+.brow .nums { margin-left: 8px; color: #555; }
+#status { color: #666; font-size: 12px; margin-left: 12px; }
+</style>
+</head>
+<body>
+<h1>Shoal dashboard <span id="status">loading</span></h1>
+<table id="runs">
+<thead><tr><th>compare</th><th>run</th><th>status</th><th>ranks</th><th>started</th>
+<th>duration</th><th>git revision</th></tr></thead>
+<tbody></tbody>
+</table>
+<h2>Curves</h2>
+<label>metric <select id="metric"></select></label>
+<label style="margin-left: 16px">timeline window (steps) <input id="window" type="number"
+ min="1" max="500" value="20" style="width: 60px"></label>
+<div><canvas id="overlay" width="960" height="200" data-points="0"></canvas>
+<div id="overlay-legend" class="legend"></div></div>
+<div id="compare"></div>
+<script>
+'use strict';
+const token = new URLSearchParams(location.search).get('token') || '';
+const palette = ['#1f77b4', '#ff7f0e', '#2ca02c', '#d62728', '#9467bd', '#8c564b', '#e377c2',
+                 '#7f7f7f', '#bcbd22', '#17becf'];
+const state = {
+  runs: [],               // /api/runs, in its order
+  selected: new Set(),    // run names compared
+  chosen: false,          // the user changed the selection
+  metric: '',
+  series: new Map(),      // "run\u0000metric" -> {lastId, count, byRank: Map(rank -> [[step, value, wallNs]])}
+  ticks: 0,
+};
+
+async function api(path) {
+  const headers = token ? {'Authorization': 'Bearer ' + token} : {};
+  const r = await fetch(path, {headers: headers, cache: 'no-store'});
+  let body = null;
+  try { body = await r.json(); } catch (e) { body = null; }
+  if (!r.ok) throw new Error(path + ': ' + r.status + ' ' + (body && body.error ? body.error : ''));
+  return body;
+}
+
+function seriesOf(run, metric) {
+  const key = run + '\u0000' + metric;
+  let s = state.series.get(key);
+  if (!s) {
+    s = {lastId: 0, count: 0, byRank: new Map()};
+    state.series.set(key, s);
+  }
+  return s;
+}
+
+// Appends the points logged since the last poll (a few pages at most per tick).
+async function poll(run, metric) {
+  const s = seriesOf(run, metric);
+  for (let page = 0; page < 10; ++page) {
+    const d = await api('/api/runs/' + encodeURIComponent(run) + '/series?metric=' +
+                        encodeURIComponent(metric) + '&after=' + s.lastId);
+    for (const p of d.points) {
+      if (!s.byRank.has(p.rank)) s.byRank.set(p.rank, []);
+      s.byRank.get(p.rank).push([p.step, p.value, p.wall_ns]);
+      ++s.count;
+    }
+    s.lastId = d.last_id;
+    if (!d.more) break;
+  }
+  return s;
+}
+
+function fmtDuration(sec) {
+  sec = Math.round(sec);
+  const h = Math.floor(sec / 3600), m = Math.floor(sec / 60) % 60, s = sec % 60;
+  return (h ? h + 'h ' : '') + (h || m ? m + 'm ' : '') + s + 's';
+}
+
+function fmtValue(v) {
+  if (v === null || v === undefined || !isFinite(v)) return 'NaN';
+  const a = Math.abs(v);
+  return a !== 0 && (a < 1e-3 || a >= 1e5) ? v.toExponential(3) : String(+v.toPrecision(4));
+}
+
+function cell(tr, text, cls) {
+  const td = document.createElement('td');
+  td.textContent = text;
+  if (cls) td.className = cls;
+  tr.appendChild(td);
+  return td;
+}
+
+function renderRuns() {
+  const tbody = document.querySelector('#runs tbody');
+  tbody.replaceChildren();
+  for (const r of state.runs) {
+    const tr = document.createElement('tr');
+    tr.dataset.run = r.name;
+    tr.dataset.status = r.status;
+    const box = document.createElement('input');
+    box.type = 'checkbox';
+    box.className = 'run-select';
+    box.checked = state.selected.has(r.name);
+    box.addEventListener('change', () => {
+      state.chosen = true;
+      if (box.checked) state.selected.add(r.name); else state.selected.delete(r.name);
+      renderControls();
+      tick(true);
+    });
+    cell(tr, '').appendChild(box);
+    cell(tr, r.name, 'run-name');
+    cell(tr, r.status, 'status-' + r.status);
+    cell(tr, r.ranks === undefined ? '' : String(r.ranks));
+    cell(tr, r.started_ns ? new Date(r.started_ns / 1e6).toLocaleString() : '');
+    cell(tr, r.duration_s === undefined ? '' : fmtDuration(r.duration_s));
+    cell(tr, r.git_revision ? r.git_revision.slice(0, 12) : (r.error || ''));
+    tbody.appendChild(tr);
+  }
+}
+
+// The metric menu: every metric of the compared runs; loss first when there is one.
+function renderControls() {
+  const names = new Set();
+  for (const r of state.runs) {
+    if (state.selected.has(r.name)) for (const m of r.metrics || []) names.add(m);
+  }
+  const sorted = [...names].sort();
+  if (!state.metric || !names.has(state.metric)) {
+    state.metric = names.has('loss') ? 'loss' : (sorted[0] || '');
+  }
+  const sel = document.getElementById('metric');
+  const have = [...sel.options].map(o => o.value).join('\u0000');
+  if (have !== sorted.join('\u0000')) {
+    sel.replaceChildren();
+    for (const m of sorted) {
+      const o = document.createElement('option');
+      o.value = m;
+      o.textContent = m;
+      sel.appendChild(o);
+    }
+  }
+  sel.value = state.metric;
+}
+
+// The mean over ranks at each step that any rank logged.
+function meanOverRanks(byRank) {
+  const acc = new Map();
+  for (const pts of byRank.values()) {
+    for (const [step, v] of pts) {
+      if (v === null) continue;
+      const a = acc.get(step) || [0, 0];
+      a[0] += v;
+      a[1] += 1;
+      acc.set(step, a);
+    }
+  }
+  return [...acc.entries()].sort((x, y) => x[0] - y[0]).map(([s, a]) => [s, a[0] / a[1]]);
+}
+
+// Draws lines [{pts: [[x, y]], color, width}] on a canvas with its axes' ranges.
+function drawChart(canvas, lines) {
+  const ctx = canvas.getContext('2d');
+  const W = canvas.width, H = canvas.height, L = 60, R = 10, T = 10, B = 24;
+  ctx.clearRect(0, 0, W, H);
+  ctx.fillStyle = '#fff';
+  ctx.fillRect(0, 0, W, H);
+  let x0 = Infinity, x1 = -Infinity, y0 = Infinity, y1 = -Infinity;
+  for (const l of lines) {
+    for (const [x, y] of l.pts) {
+      if (y === null || !isFinite(y)) continue;
+      x0 = Math.min(x0, x); x1 = Math.max(x1, x);
+      y0 = Math.min(y0, y); y1 = Math.max(y1, y);
+    }
+  }
+  ctx.strokeStyle = '#999';
+  ctx.strokeRect(L, T, W - L - R, H - T - B);
+  ctx.fillStyle = '#555';
+  ctx.font = '11px sans-serif';
+  if (x0 > x1) {
+    ctx.fillText('no points yet', L + 10, T + 20);
+    return;
+  }
+  if (x0 === x1) { x0 -= 1; x1 += 1; }
+  if (y0 === y1) { y0 -= Math.abs(y0) * 0.1 + 1e-9; y1 += Math.abs(y1) * 0.1 + 1e-9; }
+  const px = x => L + (x - x0) / (x1 - x0) * (W - L - R);
+  const py = y => H - B - (y - y0) / (y1 - y0) * (H - T - B);
+  ctx.fillText(fmtValue(y1), 2, T + 8);
+  ctx.fillText(fmtValue(y0), 2, H - B);
+  ctx.fillText('step ' + x0, L, H - 8);
+  const right = 'step ' + x1;
+  ctx.fillText(right, W - R - ctx.measureText(right).width, H - 8);
+  for (const l of lines) {
+    ctx.strokeStyle = l.color;
+    ctx.fillStyle = l.color;
+    ctx.lineWidth = l.width || 1;
+    // At most about two points per pixel: long runs stay cheap to draw.
+    const stride = Math.max(1, Math.floor(l.pts.length / (2 * (W - L - R))));
+    ctx.beginPath();
+    let pen = false;
+    for (let i = 0; i < l.pts.length; i += stride) {
+      const [x, y] = l.pts[i];
+      if (y === null || !isFinite(y)) { pen = false; continue; }
+      if (pen) ctx.lineTo(px(x), py(y)); else ctx.moveTo(px(x), py(y));
+      pen = true;
+    }
+    ctx.stroke();
+    if (l.pts.length === 1 && l.pts[0][1] !== null) {
+      ctx.fillRect(px(l.pts[0][0]) - 2, py(l.pts[0][1]) - 2, 4, 4);
+    }
+  }
+}
+
+function legend(div, items) {
+  div.replaceChildren();
+  for (const [label, color] of items) {
+    const s = document.createElement('span');
+    const i = document.createElement('i');
+    i.style.background = color;
+    s.appendChild(i);
+    s.appendChild(document.createTextNode(label));
+    div.appendChild(s);
+  }
+}
+
+function panelFor(run) {
+  const compare = document.getElementById('compare');
+  for (const p of compare.children) if (p.dataset.run === run) return p;
+  const p = document.createElement('div');
+  p.className = 'panel';
+  p.dataset.run = run;
+  const h = document.createElement('h3');
+  p.appendChild(h);
+  const c = document.createElement('canvas');
+  c.className = 'curve';
+  c.width = 460;
+  c.height = 240;
+  c.dataset.run = run;
+  p.appendChild(c);
+  const lg = document.createElement('div');
+  lg.className = 'legend';
+  p.appendChild(lg);
+  const bt = document.createElement('h3');
+  bt.textContent = 'step time: compute | comm wait (last 50 steps)';
+  p.appendChild(bt);
+  const b = document.createElement('div');
+  b.className = 'breakdown';
+  b.dataset.run = run;
+  p.appendChild(b);
+  const tt = document.createElement('h3');
+  tt.className = 'timeline-title';
+  p.appendChild(tt);
+  const t = document.createElement('canvas');
+  t.className = 'timeline';
+  t.width = 460;
+  t.height = 120;
+  t.dataset.run = run;
+  p.appendChild(t);
+  compare.appendChild(p);
+  return p;
+}
+
+function renderBreakdown(div, run) {
+  const steps = seriesOf(run, 'step_time_s').byRank;
+  const comms = seriesOf(run, 'comm_wait_s').byRank;
+  const ranks = [...steps.keys()].sort((a, b) => a - b);
+  const mean = pts => {
+    const last = pts.slice(-50).filter(p => p[1] !== null);
+    return last.length ? last.reduce((a, p) => a + p[1], 0) / last.length : 0;
+  };
+  const rows = ranks.map(r => {
+    const step = mean(steps.get(r));
+    const comm = Math.min(step, comms.has(r) ? mean(comms.get(r)) : 0);
+    return {rank: r, step: step, comm: comm, compute: Math.max(0, step - comm)};
+  });
+  const top = Math.max(1e-12, ...rows.map(x => x.step));
+  div.replaceChildren();
+  div.dataset.ranks = String(rows.length);
+  if (!rows.length) div.textContent = 'no step_time_s logged';
+  for (const x of rows) {
+    const row = document.createElement('div');
+    row.className = 'brow';
+    row.dataset.rank = String(x.rank);
+    row.dataset.computeS = String(x.compute);
+    row.dataset.commS = String(x.comm);
+    const label = document.createElement('span');
+    label.className = 'label';
+    label.textContent = 'rank ' + x.rank;
+    const bar = document.createElement('span');
+    bar.className = 'bar';
+    const c = document.createElement('span');
+    c.className = 'compute';
+    c.style.width = (100 * x.compute / top) + '%';
+    const w = document.createElement('span');
+    w.className = 'comm';
+    w.style.width = (100 * x.comm / top) + '%';
+    bar.append(c, w);
+    const nums = document.createElement('span');
+    nums.className = 'nums';
+    nums.textContent = (x.compute * 1e3).toFixed(1) + ' ms | ' + (x.comm * 1e3).toFixed(1) + ' ms';
+    row.append(label, bar, nums);
+    div.appendChild(row);
+  }
+}
+
+// The last N steps of each rank on one wall-clock axis: each step ends when step_time_s was
+// logged and lasted that long; its communication wait is its last part.
+function renderTimeline(canvas, title, run) {
+  const n = Math.max(1, Math.min(500, parseInt(document.getElementById('window').value) || 20));
+  const steps = seriesOf(run, 'step_time_s').byRank;
+  const comms = seriesOf(run, 'comm_wait_s').byRank;
+  const ranks = [...steps.keys()].sort((a, b) => a - b);
+  const ctx = canvas.getContext('2d');
+  const W = canvas.width, L = 60;
+  canvas.height = Math.max(40, 18 * ranks.length + 24);
+  const H = canvas.height;
+  ctx.fillStyle = '#fff';
+  ctx.fillRect(0, 0, W, H);
+  let t0 = Infinity, t1 = -Infinity, shown = 0;
+  const bars = [];
+  for (const r of ranks) {
+    const commAt = new Map((comms.get(r) || []).map(p => [p[0], p[1]]));
+    for (const [step, dur, wall] of steps.get(r).slice(-n)) {
+      if (dur === null) continue;
+      const end = wall / 1e9, start = end - dur;
+      const comm = Math.min(dur, commAt.get(step) || 0);
+      bars.push({r: ranks.indexOf(r), start: start, end: end, comm: comm});
+      t0 = Math.min(t0, start);
+      t1 = Math.max(t1, end);
+      ++shown;
+    }
+  }
+  canvas.dataset.steps = String(shown);
+  title.textContent = 'timeline of the last ' + n + ' steps' +
+      (t1 > t0 ? ' (' + ((t1 - t0) * 1e3).toFixed(0) + ' ms)' : '');
+  const px = t => L + (t - t0) / Math.max(1e-9, t1 - t0) * (W - L - 10);
+  ctx.font = '11px sans-serif';
+  ranks.forEach((r, i) => { ctx.fillStyle = '#555'; ctx.fillText('rank ' + r, 2, 14 + 18 * i); });
+  for (const b of bars) {
+    const y = 4 + 18 * b.r;
+    ctx.fillStyle = '#3b7dd8';
+    ctx.fillRect(px(b.start), y, Math.max(1, px(b.end - b.comm) - px(b.start)), 14);
+    ctx.fillStyle = '#f0a030';
+    ctx.fillRect(px(b.end - b.comm), y, Math.max(0, px(b.end) - px(b.end - b.comm)), 14);
+  }
+}
+
+function renderPanels() {
+  const compare = document.getElementById('compare');
+  for (const p of [...compare.children]) if (!state.selected.has(p.dataset.run)) p.remove();
+  const overlay = [];
+  let overlayPoints = 0;
+  let i = 0;
+  for (const r of state.runs) {
+    if (!state.selected.has(r.name)) continue;
+    const p = panelFor(r.name);
+    const s = seriesOf(r.name, state.metric);
+    const mean = meanOverRanks(s.byRank);
+    const lines = [];
+    const items = [];
+    for (const rank of [...s.byRank.keys()].sort((a, b) => a - b)) {
+      const color = palette[rank % palette.length];
+      lines.push({pts: s.byRank.get(rank), color: color, width: 1});
+      items.push(['rank ' + rank, color]);
+    }
+    if (s.byRank.size > 1) {
+      lines.push({pts: mean, color: '#000', width: 2.5});
+      items.push(['mean over ranks', '#000']);
+    }
+    const c = p.querySelector('canvas.curve');
+    c.dataset.metric = state.metric;
+    c.dataset.points = String(s.count);
+    c.dataset.ranks = String(s.byRank.size);
+    drawChart(c, lines);
+    legend(p.querySelector('.legend'), items);
+    const last = mean.length ? mean[mean.length - 1][1] : null;
+    p.querySelector('h3').textContent = r.name + ' (' + r.status + '): ' + state.metric +
+        (last === null ? '' : ' = ' + fmtValue(last));
+    renderBreakdown(p.querySelector('.breakdown'), r.name);
+    renderTimeline(p.querySelector('canvas.timeline'), p.querySelector('.timeline-title'), r.name);
+    const color = palette[i++ % palette.length];
+    overlay.push({pts: mean, color: color, width: 2});
+    overlayPoints += s.count;
+    overlay.items = (overlay.items || []).concat([[r.name, color]]);
+  }
+  const oc = document.getElementById('overlay');
+  oc.dataset.points = String(overlayPoints);
+  drawChart(oc, overlay);
+  legend(document.getElementById('overlay-legend'), overlay.items || []);
+}
+
+async function refreshRuns() {
+  const d = await api('/api/runs');
+  state.runs = d.runs.slice().sort((a, b) => (b.started_ns || 0) - (a.started_ns || 0));
+  const names = new Set(state.runs.map(r => r.name));
+  for (const n of [...state.selected]) if (!names.has(n)) state.selected.delete(n);
+  if (!state.chosen) {
+    state.selected = new Set(state.runs.slice(0, 4).map(r => r.name));
+  }
+  renderRuns();
+  renderControls();
+}
+
+let busy = false, timer = null;
+async function tick(now) {
+  if (busy) return;
+  busy = true;
+  clearTimeout(timer);
+  try {
+    if (state.ticks++ % 3 === 0 || now) await refreshRuns();
+    for (const r of state.runs) {
+      if (!state.selected.has(r.name)) continue;
+      if (state.metric) await poll(r.name, state.metric);
+      await poll(r.name, 'step_time_s');
+      await poll(r.name, 'comm_wait_s');
+    }
+    renderPanels();
+    const st = document.getElementById('status');
+    st.textContent = 'updated ' + new Date().toLocaleTimeString();
+    st.dataset.ok = '1';
+  } catch (e) {
+    document.getElementById('status').textContent = 'error: ' + e.message;
+  }
+  busy = false;
+  timer = setTimeout(tick, 1000);
+}
+
+document.getElementById('metric').addEventListener('change', e => {
+  state.metric = e.target.value;
+  tick(false);
+});
+document.getElementById('window').addEventListener('change', () => renderPanels());
+tick(true);
+</script>
+</body>
+</html>
+)SHOALPAGE";
+
+}  // namespace
+
+std::string_view uiPage() {
+  return kPage;
+}
+
+}  // namespace shoal::tools

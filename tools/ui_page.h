@@ -1,0 +1,27 @@
+// The dashboard page `shoal ui` serves at / (tools/ui_server.h): one self-contained HTML file,
+// its script and style inline, with no external resource (the machines it runs on are often
+// offline, and the page must not leak which runs are looked at to a CDN).
+//
+// What it shows, and the ids and data attributes the browser test reads:
+//   #runs tbody tr[data-run]        one row per run (name, status, ranks, start, duration, git)
+//     input.run-select               ticked: the run is compared (the newest 4 are at first)
+//   #metric                          the metric drawn
+//   #overlay                         every compared run's mean-over-ranks curve on one chart
+//   .panel[data-run]                 one per compared run, side by side:
+//     canvas.curve[data-run][data-metric][data-points][data-ranks]  the curve per rank and mean;
+//                                    data-points counts the points received so far
+//     .breakdown[data-run][data-ranks]  per rank: compute (step_time_s - comm_wait_s) and
+//                                    communication wait, mean over the last 50 steps
+//     canvas.timeline[data-run][data-steps]  the last #window steps of each rank on a time axis
+// The page polls /api/runs/NAME/series?after=LAST_ID every second, so curves advance while a
+// job runs. A ?token=T in the page's address is sent with every API call (Authorization).
+#pragma once
+
+#include <string_view>
+
+namespace shoal::tools {
+
+// The page's bytes (static storage).
+std::string_view uiPage();
+
+}  // namespace shoal::tools
