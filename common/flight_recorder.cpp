@@ -24,12 +24,13 @@ int64_t wallNs() {
   return int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec;
 }
 
-// Copies `text` into a fixed field, shortened to leave room for the NUL.
+// Copies `text` into a fixed field, shortened to leave room for the NUL. What follows the NUL
+// is left as it was: readers stop there, and clearing it would double the cost of noting.
 template <size_t N>
 void putText(char (&field)[N], std::string_view text) {
   const size_t n = std::min(text.size(), N - 1);
   std::memcpy(field, text.data(), n);
-  std::memset(field + n, 0, N - n);
+  field[n] = '\0';
 }
 
 // Copies the field's text into `out`; false if it holds no NUL (a torn or foreign slot).

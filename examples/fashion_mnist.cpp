@@ -32,6 +32,7 @@
 #include <optional>
 
 #include "comm/collectives.h"
+#include "comm/straggler_monitor.h"
 #include "common/env.h"
 #include "common/error.h"
 #include "examples/numeric_flags.h"
@@ -75,8 +76,10 @@ struct Flags {
   std::string resume;  // "latest" or a file
   bool noOverlap = false;
   size_t bucketMb = 25;
-  std::string saveParams;    // tests: rank 0 writes the final parameters here
-  int64_t crashAtStep = -1;  // tests: the last rank kills itself after this step
+  std::string saveParams;        // tests: rank 0 writes the final parameters here
+  int64_t crashAtStep = -1;      // tests: the last rank kills itself after this step
+  int64_t stragglerWindow = 20;  // steps between straggler checks
+  int64_t slowRank = -1;         // tests and demos: this rank computes about 3x as long
   bool quiet = false;
   std::string mode = "ddp";          // ddp | ps-sync | ps-async | ps-ssp
   std::string compression = "none";  // comm/compress/spec.h
@@ -317,6 +320,9 @@ int trainMain(const Flags& f) {
                           track::SystemSamplerOptions{.interval = std::chrono::seconds(1)});
   }
   double commSeconds = 0;  // DDP's wait for the last buckets, so far
+  // Which rank is slow, and in what: one all-gather of two numbers every window.
+  comm::StragglerMonitor stragglers(
+      workers, {.phases = {"compute", "data"}, .window = static_cast<int>(f.stragglerWindow)});
 
   const auto jobStart = Clock::now();
   for (int64_t epoch = at.epoch; epoch < f.epochs; ++epoch) {
@@ -329,6 +335,7 @@ int trainMain(const Flags& f) {
     double lossSum = 0;
     int64_t samples = 0;
     for (int64_t b = epoch == at.epoch ? at.batchInEpoch : 0; b < steps; ++b) {
+      const auto dataStart = Clock::now();
       auto idx =
           orderTensor.slice(0, b * f.batch, std::min<int64_t>((b + 1) * f.batch, order.size()));
       auto x = trainSet.images.index_select(0, idx);
@@ -348,20 +355,32 @@ int trainMain(const Flags& f) {
         ddp->backward(loss);
         optimizer->step();
       }
+      if (g.rank() == f.slowRank) {
+        torch::NoGradGuard noGrad;
+        for (int i = 0; i < 6; ++i) model->forward(x);
+      }
       ++at.step;
       const double batchLoss = loss.item<double>();
       lossSum += batchLoss * idx.size(0);
       samples += idx.size(0);
+      const double stepSeconds = std::chrono::duration<double>(Clock::now() - stepStart).count();
+      const double dataSeconds = std::chrono::duration<double>(stepStart - dataStart).count();
+      double commWait = 0;
+      if (ddp) {
+        const double waited = ddp->stats().finishSeconds;
+        commWait = waited - commSeconds;
+        commSeconds = waited;
+      }
+      const double phases[2] = {std::max(0.0, stepSeconds - commWait), dataSeconds};
+      const auto verdict = stragglers.step(phases);
       if (tracker) {
-        const double stepSeconds = std::chrono::duration<double>(Clock::now() - stepStart).count();
         tracker->log("loss", at.step, batchLoss);
         tracker->log("step_time_s", at.step, stepSeconds);
         tracker->log("samples_per_s", at.step, static_cast<double>(idx.size(0)) / stepSeconds);
         tracker->log("lr", at.step, schedule.at(at.step));
-        if (ddp) {
-          const double waited = ddp->stats().finishSeconds;
-          tracker->log("comm_wait_s", at.step, waited - commSeconds);
-          commSeconds = waited;
+        if (ddp) tracker->log("comm_wait_s", at.step, commWait);
+        if (verdict && verdict->medians[0] > 0) {
+          tracker->log("compute_ratio", at.step, verdict->means[0][g.rank()] / verdict->medians[0]);
         }
       }
       bar.update(b + 1, samples * g.size(), lossSum / samples);
@@ -459,6 +478,10 @@ int main(int argc, char** argv) {
   app.add_flag("--no-overlap", f.noOverlap, "all-reduce after backward instead of during it");
   numbers.integer(app, "--bucket-mb", f.bucketMb, 1, 4096, "gradient bucket size in MiB");
   app.add_option("--save-params", f.saveParams, "write the final parameters (tests)");
+  numbers.integer(app, "--straggler-window", f.stragglerWindow, 1, 1 << 20,
+                  "steps between straggler checks (a slow rank is named after two slow windows)");
+  numbers.integer(app, "--slow-rank", f.slowRank, 0, 1 << 20,
+                  "make this rank compute about 3x as long (to see straggler detection)");
   numbers.integer(app, "--crash-at-step", f.crashAtStep, 1, kMaxSteps,
                   "the last rank kills itself after this step (tests)");
   app.add_flag("-q,--quiet", f.quiet, "no progress output");

@@ -123,22 +123,25 @@ std::optional<std::string> gitRevision(const std::string& dir) {
   return std::nullopt;
 }
 
+json toJson(const RunRecord& r) {
+  return {{"shoal_run", 1},
+          {"name", r.name},
+          {"command", r.command},
+          {"working_directory", r.workingDirectory},
+          {"git_revision", r.gitRevision ? json(*r.gitRevision) : json(nullptr)},
+          {"hosts", r.hosts},
+          {"ranks", r.ranks},
+          {"servers", r.servers},
+          {"elastic", r.elastic ? json(*r.elastic) : json(nullptr)},
+          {"started_ns", r.startedNs},
+          {"ended_ns", r.endedNs},
+          {"status", r.status},
+          {"exit_code", r.exitCode ? json(*r.exitCode) : json(nullptr)},
+          {"attempts", r.attempts}};
+}
+
 void writeRunRecord(const std::string& dir, const RunRecord& r) {
-  json j = {{"shoal_run", 1},
-            {"name", r.name},
-            {"command", r.command},
-            {"working_directory", r.workingDirectory},
-            {"git_revision", r.gitRevision ? json(*r.gitRevision) : json(nullptr)},
-            {"hosts", r.hosts},
-            {"ranks", r.ranks},
-            {"servers", r.servers},
-            {"elastic", r.elastic ? json(*r.elastic) : json(nullptr)},
-            {"started_ns", r.startedNs},
-            {"ended_ns", r.endedNs},
-            {"status", r.status},
-            {"exit_code", r.exitCode ? json(*r.exitCode) : json(nullptr)},
-            {"attempts", r.attempts}};
-  writeFileAtomically(dir + "/run.json", j.dump(2) + "\n");
+  writeFileAtomically(dir + "/run.json", toJson(r).dump(2) + "\n");
 }
 
 RunRecord readRunRecord(const std::string& dir) {

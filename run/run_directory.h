@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <nlohmann/json_fwd.hpp>
 #include <optional>
 #include <string>
 #include <utility>
@@ -46,6 +47,9 @@ std::optional<std::string> runDirectoryFromEnv();
 // The revision checked out in the git repository holding `dir` (read from .git, no git
 // program), or nullopt if there is none or it cannot be read.
 std::optional<std::string> gitRevision(const std::string& dir);
+
+// The record as run.json holds it (also what the dashboard serves).
+nlohmann::json toJson(const RunRecord& record);
 
 // Writes `record` to dir/run.json atomically. SystemError if it cannot.
 void writeRunRecord(const std::string& dir, const RunRecord& record);

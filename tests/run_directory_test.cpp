@@ -153,5 +153,25 @@ TEST(RunDirectory, EveryRankOfTheExampleReportsIntoTheRunsStore) {
   EXPECT_EQ(run::readRunRecord(run).status, "succeeded");
 }
 
+TEST(RunDirectory, ASlowRankOfTheExampleIsNamedAsAStraggler) {
+  TempDir dir;
+  const std::string run = dir.path + "/run";
+  // Rank 1 computes about 3x as long; windows of 4 steps, named after two slow ones in a row
+  // (the first window may not count: both ranks warm up in it).
+  const RunResult r = shoalRun(
+      SHOAL_BIN,
+      {"-n", "2", "--run-dir", run, "--", FASHION_MNIST_BIN, "--epochs", "1", "--train-subset",
+       "1024", "--batch", "32", "-q", "--straggler-window", "4", "--slow-rank", "1"},
+      dir, std::chrono::seconds(300));
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("stragglers at step "), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("rank 1: compute"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("rank 0: compute"), std::string::npos) << r.output;
+  track::MetricsStore store(run::metricsPath(run), {.readOnly = true});
+  const auto ratio = store.series("compute_ratio", {.rank = 1});
+  ASSERT_EQ(ratio.size(), 4u);
+  for (size_t i = 1; i < ratio.size(); ++i) EXPECT_GT(ratio[i].value, 1.3) << ratio[i].step;
+}
+
 }  // namespace
 }  // namespace shoal::test

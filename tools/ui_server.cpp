@@ -68,19 +68,7 @@ std::string hostName(const std::string& header) {
 }
 
 json recordJson(const run::RunRecord& r) {
-  json j{{"name", r.name},
-         {"command", r.command},
-         {"working_directory", r.workingDirectory},
-         {"git_revision", r.gitRevision ? json(*r.gitRevision) : json(nullptr)},
-         {"hosts", r.hosts},
-         {"ranks", r.ranks},
-         {"servers", r.servers},
-         {"elastic", r.elastic ? json(*r.elastic) : json(nullptr)},
-         {"started_ns", r.startedNs},
-         {"ended_ns", r.endedNs},
-         {"status", r.status},
-         {"exit_code", r.exitCode ? json(*r.exitCode) : json(nullptr)},
-         {"attempts", r.attempts}};
+  json j = run::toJson(r);
   const int64_t end = r.endedNs != 0 ? r.endedNs
                                      : std::chrono::duration_cast<std::chrono::nanoseconds>(
                                            std::chrono::system_clock::now().time_since_epoch())
