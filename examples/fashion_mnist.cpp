@@ -31,6 +31,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 
+#include "comm/autotuner.h"
 #include "comm/collectives.h"
 #include "comm/straggler_monitor.h"
 #include "common/env.h"
@@ -80,6 +81,7 @@ struct Flags {
   int64_t crashAtStep = -1;      // tests: the last rank kills itself after this step
   int64_t stragglerWindow = 20;  // steps between straggler checks
   int64_t slowRank = -1;         // tests and demos: this rank computes about 3x as long
+  bool autotune = false;         // ddp: pick bucket size and overlap over the first steps
   bool quiet = false;
   std::string mode = "ddp";          // ddp | ps-sync | ps-async | ps-ssp
   std::string compression = "none";  // comm/compress/spec.h
@@ -324,6 +326,36 @@ int trainMain(const Flags& f) {
   comm::StragglerMonitor stragglers(
       workers, {.phases = {"compute", "data"}, .window = static_cast<int>(f.stragglerWindow)});
 
+  // --autotune: DDP's bucket size and overlap, by successive halving over the first steps; each
+  // candidate is a DDP rebuilt over the same model (training goes on meanwhile: every
+  // configuration computes the same average).
+  struct DdpChoice {
+    size_t bucketMb;
+    bool overlap;
+  };
+  std::vector<DdpChoice> choices;
+  std::optional<comm::Autotuner> tuner;
+  size_t applied = choices.max_size();
+  auto applyChoice = [&](size_t c) {
+    train::DdpOptions o;
+    o.overlap = choices[c].overlap;
+    o.bucketBytes = choices[c].bucketMb << 20;
+    o.commHook = train::ddp::compressionHook(compress::CompressionSpec::parse(f.compression));
+    ddp.emplace(model.ptr(), w.group, o);
+    commSeconds = 0;
+    applied = c;
+  };
+  if (f.autotune && ddp) {
+    std::vector<std::string> labels;
+    for (size_t mb : {1, 4, 25}) {
+      for (bool overlap : {true, false}) {
+        choices.push_back({mb, overlap});
+        labels.push_back(fmt::format("bucket={}MiB overlap={}", mb, overlap ? "on" : "off"));
+      }
+    }
+    tuner.emplace(workers, labels);
+  }
+
   const auto jobStart = Clock::now();
   for (int64_t epoch = at.epoch; epoch < f.epochs; ++epoch) {
     auto order = sampler.indices(epoch);
@@ -341,6 +373,7 @@ int trainMain(const Flags& f) {
       auto x = trainSet.images.index_select(0, idx);
       auto y = trainSet.labels.index_select(0, idx);
       torch::Tensor loss;
+      if (tuner && !tuner->done() && tuner->current() != applied) applyChoice(tuner->current());
       const auto stepStart = Clock::now();
       if (psTrainer) {
         model->zero_grad();
@@ -370,6 +403,14 @@ int trainMain(const Flags& f) {
         const double waited = ddp->stats().finishSeconds;
         commWait = waited - commSeconds;
         commSeconds = waited;
+      }
+      if (tuner && tuner->record(stepSeconds)) {
+        if (tuner->best() != applied) applyChoice(tuner->best());
+        if (lead) {
+          fmt::print("autotune: {}\n", tuner->describe());
+          std::fflush(stdout);
+        }
+        if (tracker) tracker->log("autotune_choice", at.step, static_cast<double>(tuner->best()));
       }
       const double phases[2] = {std::max(0.0, stepSeconds - commWait), dataSeconds};
       const auto verdict = stragglers.step(phases);
@@ -480,6 +521,9 @@ int main(int argc, char** argv) {
   app.add_option("--save-params", f.saveParams, "write the final parameters (tests)");
   numbers.integer(app, "--straggler-window", f.stragglerWindow, 1, 1 << 20,
                   "steps between straggler checks (a slow rank is named after two slow windows)");
+  app.add_flag("--autotune", f.autotune,
+               "ddp: try bucket sizes 1, 4, 25 MiB with and without overlap over the first "
+               "steps (successive halving) and keep the fastest");
   numbers.integer(app, "--slow-rank", f.slowRank, 0, 1 << 20,
                   "make this rank compute about 3x as long (to see straggler detection)");
   numbers.integer(app, "--crash-at-step", f.crashAtStep, 1, kMaxSteps,

@@ -173,5 +173,23 @@ TEST(RunDirectory, ASlowRankOfTheExampleIsNamedAsAStraggler) {
   for (size_t i = 1; i < ratio.size(); ++i) EXPECT_GT(ratio[i].value, 1.3) << ratio[i].step;
 }
 
+TEST(RunDirectory, TheExampleAutotunesItsBucketsAndEveryRankAgrees) {
+  TempDir dir;
+  const std::string run = dir.path + "/run";
+  // 6 candidates: 6 x 4 + 3 x 7 + 2 x 13 = 71 steps of the 64 per epoch (4096 / 2 / 32).
+  const RunResult r = shoalRun(SHOAL_BIN,
+                               {"-n", "2", "--run-dir", run, "--", FASHION_MNIST_BIN, "--epochs",
+                                "2", "--train-subset", "4096", "--batch", "32", "-q", "--autotune"},
+                               dir, std::chrono::seconds(300));
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("autotune: chose bucket="), std::string::npos) << r.output;
+  track::MetricsStore store(run::metricsPath(run), {.readOnly = true});
+  const auto choice = store.series("autotune_choice");
+  ASSERT_EQ(choice.size(), 2u);
+  EXPECT_EQ(choice[0].value, choice[1].value);
+  EXPECT_EQ(choice[0].step, 71);
+  EXPECT_EQ(choice[1].step, 71);
+}
+
 }  // namespace
 }  // namespace shoal::test
