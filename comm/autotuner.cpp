@@ -8,18 +8,9 @@
 
 #include "comm/collectives.h"
 #include "common/error.h"
+#include "common/statistics.h"
 
 namespace shoal::comm {
-
-namespace {
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
-
-}  // namespace
 
 Autotuner::Autotuner(std::shared_ptr<Group> group, std::vector<std::string> labels,
                      AutotuneOptions options)

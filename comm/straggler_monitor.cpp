@@ -8,16 +8,11 @@
 #include "comm/collectives.h"
 #include "common/error.h"
 #include "common/log.h"
+#include "common/statistics.h"
 
 namespace shoal::comm {
 
 namespace {
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
 
 std::string ms(double seconds) {
   return fmt::format("{:.1f} ms", seconds * 1e3);

@@ -89,17 +89,17 @@ MetricsStore::MetricsStore(std::string path, MetricsStoreOptions options)
           "prepare insert");
     }
   } catch (...) {
-    insertPoint_.reset();
-    insertName_.reset();
-    selectName_.reset();
-    upsertLatest_.reset();
-    addDropped_.reset();
-    sqlite3_close_v2(db_);
+    close();
     throw;
   }
 }
 
 MetricsStore::~MetricsStore() {
+  close();
+}
+
+void MetricsStore::close() noexcept {
+  // Statements first: a connection with statements left open is not closed.
   insertPoint_.reset();
   insertName_.reset();
   selectName_.reset();

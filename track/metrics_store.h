@@ -126,6 +126,7 @@ class MetricsStore {
   using Statement = std::unique_ptr<sqlite3_stmt, StatementDeleter>;
 
   [[noreturn]] void fail(std::string_view operation, int rc) const;
+  void close() noexcept;
   void exec(const char* sql, std::string_view operation);
   Statement prepare(const char* sql, std::string_view operation);
   void checkFormat();
