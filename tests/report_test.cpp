@@ -393,7 +393,7 @@ TEST(Report, WithoutComputeRatioTheBreakdownFindsTheStraggler) {
   EXPECT_NE(html.find("<span class=\"straggler-rank\" data-rank=\"1\">rank 1</span>"),
             std::string::npos)
       << html;
-  EXPECT_NE(html.find("no <code>compute_ratio</code> logged"), std::string::npos);
+  EXPECT_NE(html.find("no <code>compute_ratio</code> was logged"), std::string::npos);
   EXPECT_NE(html.find("<tr data-rank=\"1\" class=\"straggler\""), std::string::npos);
   EXPECT_EQ(html.find("<tr data-rank=\"0\" class=\"straggler\""), std::string::npos);
   EXPECT_FALSE(fs::exists(dir + "/report"));

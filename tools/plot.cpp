@@ -19,6 +19,7 @@ constexpr Rgb kFrame{120, 120, 120};
 constexpr Rgb kGrid{232, 232, 232};
 constexpr Rgb kText{50, 50, 50};
 constexpr int kTicks = 4;  // intervals per axis: 5 labelled positions
+constexpr size_t kMarkedPoints = 40;
 
 bool finite(const std::pair<double, double>& p) {
   return std::isfinite(p.first) && std::isfinite(p.second);
@@ -151,9 +152,16 @@ Image drawLineChart(const std::vector<PlotSeries>& series, const ChartOptions& o
       prev = &p;
       if (drawn++ == 0) first = &p;
     }
-    if (drawn == 1) {  // a lone point: a dot, not an invisible zero-length line
+    // Few points (per-epoch metrics, a lone point): each is marked, so a straight line between
+    // two measurements is not read as measured all along.
+    if (drawn == 1) {
       img.line(px(first->first), py(first->second), px(first->first), py(first->second), s.color,
                s.width + 3);
+    } else if (drawn <= kMarkedPoints) {
+      for (const auto& p : s.points) {
+        if (finite(p))
+          img.line(px(p.first), py(p.second), px(p.first), py(p.second), s.color, s.width + 3);
+      }
     }
   }
   // The frame last, so lines at the extremes do not cover it.

@@ -5,8 +5,8 @@
 // ticks and light grid lines on both axes, each axis's minimum and maximum labelled (and the
 // ticks between), the x axis's name, and a legend (below the axes) with each series' colour.
 // Points whose x or y is not finite (NaN) are skipped and break the line there; a series of one
-// point is drawn as a dot. No series, or no finite point: an empty frame saying "no data".
-// Stateless and thread-safe.
+// point is drawn as a dot, and each point of a series of at most 40 is marked with one. No series,
+// or no finite point: an empty frame saying "no data". Stateless and thread-safe.
 #pragma once
 
 #include <string>

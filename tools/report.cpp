@@ -140,19 +140,19 @@ std::string stragglerSection(const RunSummary& s) {
           ? fmt::format("<code>compute_ratio</code> above {} in each rank's last {} windows",
                         kStragglerRatio, kStragglerWindows)
           : fmt::format(
-                "mean compute above {} times the median rank's (no "
-                "<code>compute_ratio</code> logged)",
+                "mean compute above {} times the median rank's, as no "
+                "<code>compute_ratio</code> was logged",
                 kStragglerRatio);
   if (s.breakdown.empty() && !s.stragglersFromComputeRatio) {
     return html + "Not known: no step times logged.</p>\n";
   }
-  if (s.stragglers.empty()) return html + fmt::format("None ({}).</p>\n", rule);
+  if (s.stragglers.empty()) return html + fmt::format("None (rule: {}).</p>\n", rule);
   std::string ranks;
   for (int r : s.stragglers) {
     ranks += fmt::format("{}<span class=\"straggler-rank\" data-rank=\"{}\">rank {}</span>",
                          ranks.empty() ? "" : ", ", r, r);
   }
-  return html + fmt::format("Straggler: {} ({}).</p>\n", ranks, rule);
+  return html + fmt::format("Straggler: {} (rule: {}).</p>\n", ranks, rule);
 }
 
 constexpr std::string_view kStyle = R"(<style>
