@@ -1,6 +1,7 @@
 // The `shoal` command: `shoal run`, the launcher (run/launcher.h), `shoal flight DIR`, who
-// was where in a job's flight recorders (run/flight_report.h), and `shoal ui [RUNS_DIR]`, the
-// dashboard over the runs' metrics (tools/ui_server.h).
+// was where in a job's flight recorders (run/flight_report.h), `shoal ui [RUNS_DIR]`, the
+// dashboard over the runs' metrics (tools/ui_server.h), and `shoal report RUN_DIR`, a static
+// report of one run (tools/report.h).
 #include <fmt/format.h>
 #include <signal.h>
 
@@ -11,6 +12,7 @@
 #include "run/flight_report.h"
 #include "run/launcher.h"
 #include "store/etcd_store.h"
+#include "tools/report.h"
 #include "tools/ui_server.h"
 
 using namespace shoal;
@@ -117,6 +119,11 @@ int main(int argc, char** argv) {
   ui->add_option("--port", uiPort, "the port (default 0: a free one, announced)");
   ui->add_option("--token", uiOptions.token,
                  "require this token of every request (?token= or Authorization: Bearer)");
+  auto* report = app.add_subcommand(
+      "report", "a static report of one run: RUN_DIR/report/report.html and a PNG per metric");
+  std::string reportRun, reportOut;
+  report->add_option("RUN_DIR", reportRun, "the run directory (holding run.json)")->required();
+  report->add_option("-o,--out", reportOut, "the report's folder (default: RUN_DIR/report)");
   run->prefix_command();  // without --, the first word that is not an option starts the program
   // Everything after the first -- is the program and its arguments, untouched.
   std::vector<std::string> command;
@@ -132,11 +139,12 @@ int main(int argc, char** argv) {
   // the word; say which word is not a command.
   const std::string command0 = argc >= 2 ? argv[1] : "";
   if (argc >= 2 && argv[1][0] != '-' && command0 != "run" && command0 != "flight" &&
-      command0 != "ui") {
-    fmt::print(stderr,
-               "shoal: error: unknown command '{}' (the commands: run, flight, ui; see shoal "
-               "--help)\n",
-               argv[1]);
+      command0 != "ui" && command0 != "report") {
+    fmt::print(
+        stderr,
+        "shoal: error: unknown command '{}' (the commands: run, flight, ui, report; see shoal "
+        "--help)\n",
+        argv[1]);
     return 2;
   }
   try {
@@ -158,6 +166,19 @@ int main(int argc, char** argv) {
       return 2;
     } catch (const std::exception& e) {
       fmt::print(stderr, "shoal ui: {}\n", e.what());
+      return 1;
+    }
+  }
+  if (*report) {
+    try {
+      const tools::ReportResult r = tools::writeReport(reportRun, reportOut);
+      fmt::print("shoal report: {} -> {} ({} plots)\n", reportRun, r.htmlPath, r.plots);
+      return 0;
+    } catch (const InvalidArgument& e) {
+      fmt::print(stderr, "shoal report: error: {}\n", e.what());
+      return 2;
+    } catch (const std::exception& e) {
+      fmt::print(stderr, "shoal report: {}\n", e.what());
       return 1;
     }
   }

@@ -8,6 +8,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <regex>
 
@@ -386,6 +387,69 @@ TEST(UiBrowser, ThePageShowsTheRunsAndALiveCurveAdvances) {
   fs::copy_file(png, "ui_dashboard.png", fs::copy_options::overwrite_existing, ec);
 
   // SIGTERM ends the server cleanly.
+  ::kill(ui.pid(), SIGTERM);
+  EXPECT_EQ(ui.wait(std::chrono::seconds(15)), 0) << ui.output();
+}
+
+// Each breakdown row (div.brow) of `run`'s panel in a dumped DOM: rank -> the row's opening tag
+// and text up to the next row.
+std::map<int, std::string> breakdownRows(const std::string& dom, const std::string& run) {
+  std::map<int, std::string> rows;
+  const size_t panel = dom.find("class=\"breakdown\" data-run=\"" + run + "\"");
+  if (panel == std::string::npos) return rows;
+  const size_t end = dom.find("</div></div>", panel);  // the breakdown's end closes its last row
+  const std::string part =
+      dom.substr(panel, end == std::string::npos ? std::string::npos : end - panel);
+  const std::regex row("<div class=\"brow[^\"]*\" data-rank=\"([0-9]+)\"");
+  std::vector<std::pair<int, size_t>> starts;
+  for (auto it = std::sregex_iterator(part.begin(), part.end(), row); it != std::sregex_iterator();
+       ++it) {
+    starts.emplace_back(std::stoi((*it)[1]), static_cast<size_t>(it->position()));
+  }
+  for (size_t i = 0; i < starts.size(); ++i) {
+    const size_t to = i + 1 < starts.size() ? starts[i + 1].second : part.size();
+    rows[starts[i].first] = part.substr(starts[i].second, to - starts[i].second);
+  }
+  return rows;
+}
+
+TEST(UiBrowser, AStragglersRowIsMarked) {
+  ASSERT_EQ(runShell("command -v chromium").code, 0) << "chromium is not installed";
+  TempDir tmp;
+  const std::string runs = tmp.path + "/runs";
+  const std::string dir = makeRun(runs, "slow", "succeeded", 3);
+  // Rank 1 computes twice as long as ranks 0 and 2 (40 ms against 20 ms); it also logs the
+  // job's compute_ratio, which the row shows.
+  for (int r = 0; r < 3; ++r) {
+    track::Tracker t({.path = run::metricsPath(dir), .rank = r});
+    for (int step = 0; step < 12; ++step) {
+      t.log("loss", step, 1.0 / (1 + step));
+      t.log("step_time_s", step, r == 1 ? 0.05 : 0.03);
+      t.log("comm_wait_s", step, 0.01);
+    }
+    t.log("compute_ratio", 10, r == 1 ? 2.0 : 1.0);
+    t.flush(std::chrono::seconds(30));
+  }
+  Proc ui({SHOAL_BIN, "ui", runs, "--port", "0"}, tmp.path + "/ui.out");
+  ASSERT_TRUE(
+      ui.waitForOutput([](const std::string& out) { return out.find("/\n") != std::string::npos; },
+                       std::chrono::seconds(30)))
+      << ui.output();
+  std::smatch m;
+  const std::string out = ui.output();
+  ASSERT_TRUE(std::regex_search(out, m, std::regex("shoal ui: serving .* at (http://[^ \n]+)")))
+      << out;
+  Chromium chromium(tmp.path + "/chromium");
+  const std::string dom = chromium.load(m[1], "--dump-dom");
+  const std::map<int, std::string> rows = breakdownRows(dom, "slow");
+  ASSERT_EQ(rows.size(), 3u) << dom;
+  for (const auto& [rank, html] : rows) {
+    const bool marked = html.find("data-straggler=\"1\"") != std::string::npos;
+    EXPECT_EQ(marked, rank == 1) << rank << ": " << html;
+    EXPECT_EQ(html.find(">straggler</span>") != std::string::npos, rank == 1) << html;
+    EXPECT_NE(html.find(rank == 1 ? "compute_ratio 2" : "compute_ratio 1"), std::string::npos)
+        << html;
+  }
   ::kill(ui.pid(), SIGTERM);
   EXPECT_EQ(ui.wait(std::chrono::seconds(15)), 0) << ui.output();
 }

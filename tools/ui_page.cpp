@@ -32,6 +32,9 @@ th { background: #eee; }
 .brow .compute { background: #3b7dd8; }
 .brow .comm { background: #f0a030; }
 .brow .nums { margin-left: 8px; color: #555; }
+.brow .straggler-tag { margin-left: 8px; color: #fff; background: #c22; border-radius: 3px;
+  padding: 0 5px; font-weight: bold; }
+.brow.straggler .label { color: #c22; font-weight: bold; }
 #status { color: #666; font-size: 12px; margin-left: 12px; }
 </style>
 </head>
@@ -288,9 +291,15 @@ function panelFor(run) {
   return p;
 }
 
+// Note [Stragglers] in tools/run_summary.h: a rank whose compute is above kStragglerRatio times
+// the median rank's (the lower middle one of an even count) is marked; `shoal report` uses the
+// same rule when the run logged no compute_ratio.
+const kStragglerRatio = 1.3;
+
 function renderBreakdown(div, run) {
   const steps = seriesOf(run, 'step_time_s').byRank;
   const comms = seriesOf(run, 'comm_wait_s').byRank;
+  const ratios = seriesOf(run, 'compute_ratio').byRank;
   const ranks = [...steps.keys()].sort((a, b) => a - b);
   const mean = pts => {
     const last = pts.slice(-50).filter(p => p[1] !== null);
@@ -302,6 +311,8 @@ function renderBreakdown(div, run) {
     return {rank: r, step: step, comm: comm, compute: Math.max(0, step - comm)};
   });
   const top = Math.max(1e-12, ...rows.map(x => x.step));
+  const sorted = rows.map(x => x.compute).sort((a, b) => a - b);
+  const median = sorted.length ? sorted[Math.floor((sorted.length - 1) / 2)] : 0;
   div.replaceChildren();
   div.dataset.ranks = String(rows.length);
   if (!rows.length) div.textContent = 'no step_time_s logged';
@@ -311,6 +322,11 @@ function renderBreakdown(div, run) {
     row.dataset.rank = String(x.rank);
     row.dataset.computeS = String(x.compute);
     row.dataset.commS = String(x.comm);
+    const straggler = rows.length > 1 && median > 0 && x.compute > kStragglerRatio * median;
+    if (straggler) {
+      row.classList.add('straggler');
+      row.dataset.straggler = '1';
+    }
     const label = document.createElement('span');
     label.className = 'label';
     label.textContent = 'rank ' + x.rank;
@@ -326,7 +342,16 @@ function renderBreakdown(div, run) {
     const nums = document.createElement('span');
     nums.className = 'nums';
     nums.textContent = (x.compute * 1e3).toFixed(1) + ' ms | ' + (x.comm * 1e3).toFixed(1) + ' ms';
+    // The job's own measure, when it logs one: its newest window.
+    const ratio = (ratios.get(x.rank) || []).filter(p => p[1] !== null).slice(-1)[0];
+    if (ratio) nums.textContent += ' | compute_ratio ' + fmtValue(ratio[1]);
     row.append(label, bar, nums);
+    if (straggler) {
+      const tag = document.createElement('span');
+      tag.className = 'straggler-tag';
+      tag.textContent = 'straggler';
+      row.appendChild(tag);
+    }
     div.appendChild(row);
   }
 }
@@ -441,6 +466,7 @@ async function tick(now) {
       if (state.metric) await poll(r.name, state.metric);
       await poll(r.name, 'step_time_s');
       await poll(r.name, 'comm_wait_s');
+      await poll(r.name, 'compute_ratio');
     }
     renderPanels();
     const st = document.getElementById('status');

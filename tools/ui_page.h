@@ -12,6 +12,10 @@
 //                                    data-points counts the points received so far
 //     .breakdown[data-run][data-ranks]  per rank: compute (step_time_s - comm_wait_s) and
 //                                    communication wait, mean over the last 50 steps
+//       .brow[data-rank]             one rank's row; with data-straggler="1" and a "straggler"
+//                                    label when its compute is above 1.3x the median rank's
+//                                    (tools/run_summary.h, Note [Stragglers]); its last
+//                                    compute_ratio when the run logs one
 //     canvas.timeline[data-run][data-steps]  the last #window steps of each rank on a time axis
 // The page polls /api/runs/NAME/series?after=LAST_ID every second, so curves advance while a
 // job runs. A ?token=T in the page's address is sent with every API call (Authorization).
