@@ -85,7 +85,7 @@ std::optional<StragglerReport> StragglerMonitor::step(std::span<const double> ph
   }
   std::vector<Straggler> found;
   for (size_t p = 0; p < phases; ++p) {
-    const double m = median(report.means[p]);
+    const double m = lowerMedian(report.means[p]);
     report.medians.push_back(m);
     for (int r = 0; r < ranks; ++r) {
       const bool slow = m >= options_.minSeconds && report.means[p][r] > options_.threshold * m;

@@ -6,9 +6,10 @@
 // communication slow). Every `window` steps the ranks exchange their per-phase means over the
 // window (one all-gather of `phases` doubles per rank) and each computes the same verdict: a
 // rank is slow in a phase when its mean is above `threshold` times the median of all ranks'
-// means for that phase, and a straggler when it was slow in that phase in `persist` windows in
-// a row (one slow window is noise: a page fault storm, a checkpoint). When the set of
-// stragglers changes, rank 0 logs one warning naming them, the phase and the numbers.
+// means for that phase (the lower middle for an even count: common/statistics.h), and a straggler
+// when it was slow in that phase in `persist` windows in a row (one slow window is noise: a page
+// fault storm, a checkpoint). When the set of stragglers changes, rank 0 logs one warning naming
+// them, the phase and the numbers.
 //
 // Contract: collective every `window` calls of step(): every rank of the group calls step()
 // the same number of times (like any collective, in the same order relative to the group's

@@ -15,4 +15,13 @@ inline double median(std::vector<double> values) {
   return n % 2 == 1 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
 }
 
+// The lower middle of `values` (0 for none): what a straggler is compared with. With an even
+// count the two middle values are not averaged, so with two ranks the slower is compared with
+// the faster (a mean would make a 3x-slow rank look 1.5x).
+inline double lowerMedian(std::vector<double> values) {
+  if (values.empty()) return 0;
+  std::sort(values.begin(), values.end());
+  return values[(values.size() - 1) / 2];
+}
+
 }  // namespace shoal

@@ -5,6 +5,8 @@
 #include <limits>
 #include <map>
 
+#include "common/statistics.h"
+
 namespace shoal::tools {
 namespace {
 
@@ -36,12 +38,12 @@ Points meanOverRanks(const std::map<int, Points>& ranks) {
   return out;
 }
 
-// Note [Stragglers]: the lower middle of the ranks' compute times.
+// Note [Stragglers]: the lower middle of the ranks' compute times, as comm/straggler_monitor.h
+// judges them.
 double medianCompute(const std::vector<RankBreakdown>& rows) {
   std::vector<double> c;
   for (const RankBreakdown& r : rows) c.push_back(r.computeS);
-  std::sort(c.begin(), c.end());
-  return c.empty() ? 0 : c[(c.size() - 1) / 2];
+  return lowerMedian(std::move(c));
 }
 
 std::vector<RankBreakdown> breakdown(const std::map<int, Points>& steps,
