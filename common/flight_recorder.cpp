@@ -29,7 +29,8 @@ int64_t wallNs() {
 template <size_t N>
 void putText(char (&field)[N], std::string_view text) {
   const size_t n = std::min(text.size(), N - 1);
-  std::memcpy(field, text.data(), n);
+  // An empty view may have no data at all: memcpy from null is undefined even for 0 bytes.
+  if (n > 0) std::memcpy(field, text.data(), n);
   field[n] = '\0';
 }
 
