@@ -299,6 +299,19 @@ int curvePoints(const std::string& dom, const std::string& run) {
   return -1;
 }
 
+// The address a `shoal ui` process says it serves at (waiting for its line, at most 30 s), or
+// empty if it did not say.
+std::string servingUrl(Proc& ui) {
+  if (!ui.waitForOutput([](const std::string& out) { return out.find("/\n") != std::string::npos; },
+                        std::chrono::seconds(30))) {
+    return "";
+  }
+  std::smatch m;
+  const std::string out = ui.output();
+  if (!std::regex_search(out, m, std::regex("shoal ui: serving .* at (http://[^ \n]+)"))) return "";
+  return m[1];
+}
+
 class Chromium {
  public:
   explicit Chromium(const std::string& dir) : dir_(dir) { fs::create_directories(dir); }
@@ -350,15 +363,8 @@ TEST(UiBrowser, ThePageShowsTheRunsAndALiveCurveAdvances) {
   train(15);
 
   Proc ui({SHOAL_BIN, "ui", runs, "--port", "0"}, tmp.path + "/ui.out");
-  ASSERT_TRUE(
-      ui.waitForOutput([](const std::string& out) { return out.find("/\n") != std::string::npos; },
-                       std::chrono::seconds(30)))
-      << ui.output();
-  std::smatch m;
-  const std::string out = ui.output();
-  ASSERT_TRUE(std::regex_search(out, m, std::regex("shoal ui: serving .* at (http://[^ \n]+)")))
-      << out;
-  const std::string url = m[1];
+  const std::string url = servingUrl(ui);
+  ASSERT_FALSE(url.empty()) << ui.output();
 
   Chromium chromium(tmp.path + "/chromium");
   const std::string first = chromium.load(url, "--dump-dom");
@@ -431,16 +437,10 @@ TEST(UiBrowser, AStragglersRowIsMarked) {
     t.flush(std::chrono::seconds(30));
   }
   Proc ui({SHOAL_BIN, "ui", runs, "--port", "0"}, tmp.path + "/ui.out");
-  ASSERT_TRUE(
-      ui.waitForOutput([](const std::string& out) { return out.find("/\n") != std::string::npos; },
-                       std::chrono::seconds(30)))
-      << ui.output();
-  std::smatch m;
-  const std::string out = ui.output();
-  ASSERT_TRUE(std::regex_search(out, m, std::regex("shoal ui: serving .* at (http://[^ \n]+)")))
-      << out;
+  const std::string url = servingUrl(ui);
+  ASSERT_FALSE(url.empty()) << ui.output();
   Chromium chromium(tmp.path + "/chromium");
-  const std::string dom = chromium.load(m[1], "--dump-dom");
+  const std::string dom = chromium.load(url, "--dump-dom");
   const std::map<int, std::string> rows = breakdownRows(dom, "slow");
   ASSERT_EQ(rows.size(), 3u) << dom;
   for (const auto& [rank, html] : rows) {
