@@ -283,10 +283,15 @@ auth::VerdictCode Mesh::attempt(int peer, const Deadline& deadline, std::unique_
       e.setOrigin(peer);
       throw e;
     }
-    default:
-      throw ConnectionLost(
+    default: {
+      ConnectionLost e(
           fmt::format("{}: peer {} aborted the group (it refused the connection)", what, peer),
           peer);
+      // The peer said it is aborting: it is where the failure is known, and its account (its
+      // abort record) is on its way (Note [Root cause] in comm/native/native_engine.cpp).
+      e.setOrigin(peer);
+      throw e;
+    }
   }
 }
 

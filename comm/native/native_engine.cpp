@@ -321,7 +321,16 @@ std::exception_ptr NativeEngine::abort(std::exception_ptr error, bool& fatal) no
     try {
       std::rethrow_exception(error);
     } catch (const transport::ConnectionLost& e) {
-      if (auto record = abortRecord(e.peer())) {
+      auto record = abortRecord(e.peer());
+      if (!record && e.origin() == e.peer()) {
+        // The peer refused a connection because it is aborting (transport/mesh.cpp): its record
+        // may not be written yet. Wait for it, within the lookup's budget, rather than report
+        // the peer as dead.
+        const std::string key = fmt::format("abort/{}", e.peer());
+        diagnostics_.run(kLookupBudget, [key](store::Store& s) { s.wait({key}, kLookupBudget); });
+        record = abortRecord(e.peer());
+      }
+      if (record) {
         f = *record;
         heardFrom = fmt::format(" (heard from rank {}, which aborted and closed)", e.peer());
       } else {
