@@ -194,15 +194,12 @@ void Group::runOrdered(transport::OpCode op, const CallOptions& call, const Task
 
 FlightOp Group::flightOp(transport::OpCode op, uint64_t seq, const Operation* described) const {
   FlightOp f{.group = label_,
-             .op = opName(op),
+             .op = spanName(op, described),
              .seq = seq,
              .generation = generation(),
              .groupRank = rank_,
              .groupSize = size_};
-  if (op == op::kSendRecv && described != nullptr) {
-    f.op = described->isSend ? "send" : "recv";
-    f.peer = described->root;
-  }
+  if (op == op::kSendRecv && described != nullptr) f.peer = described->root;
   if (described != nullptr) {
     f.bytes = described->count * elementSize(described->type);
     if (op == op::kAllreduce) f.detail = toString(engine_->resolveAllreduce(*described));

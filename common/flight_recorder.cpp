@@ -11,18 +11,14 @@
 #include <ctime>
 
 #include "common/error.h"
+#include "common/socket.h"
+#include "common/wall_clock.h"
 
 namespace shoal {
 
 namespace {
 
 constexpr char kMagic[8] = {'S', 'H', 'O', 'A', 'L', 'F', 'R', '1'};
-
-int64_t wallNs() {
-  timespec ts{};
-  ::clock_gettime(CLOCK_REALTIME, &ts);
-  return int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec;
-}
 
 // Copies `text` into a fixed field, shortened to leave room for the NUL. What follows the NUL
 // is left as it was: readers stop there, and clearing it would double the cost of noting.
@@ -42,20 +38,6 @@ bool getText(const char (&field)[N], std::string& out) {
   out.assign(field, static_cast<const char*>(nul) - field);
   return true;
 }
-
-class Fd {
- public:
-  explicit Fd(int fd) : fd_(fd) {}
-  ~Fd() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  int get() const { return fd_; }
-
- private:
-  int fd_;
-};
 
 }  // namespace
 
@@ -105,7 +87,7 @@ FlightRecorder::FlightRecorder(const std::string& path, size_t capacity, int ran
   header_->capacity = capacity;
   header_->rank = rank;
   header_->pid = static_cast<int32_t>(::getpid());
-  header_->openedNs = wallNs();
+  header_->openedNs = wallClockNs();
   putText(header_->host, host);
   std::memcpy(header_->magic, kMagic, sizeof(kMagic));
 }
@@ -114,13 +96,13 @@ FlightRecorder::~FlightRecorder() {
   if (mapping_ == nullptr) return;
   {
     std::lock_guard lock(mutex_);
-    header_->closedNs = wallNs();
+    header_->closedNs = wallClockNs();
   }
   ::munmap(mapping_, mappedBytes_);
 }
 
 uint64_t FlightRecorder::begin(const FlightOp& op) noexcept {
-  const int64_t now = wallNs();
+  const int64_t now = wallClockNs();
   std::lock_guard lock(mutex_);
   const uint64_t id = header_->begun + 1;
   FlightEntry& e = entries_[(id - 1) % capacity_];
@@ -145,7 +127,7 @@ uint64_t FlightRecorder::begin(const FlightOp& op) noexcept {
 }
 
 void FlightRecorder::end(uint64_t id, std::string_view error) noexcept {
-  const int64_t now = wallNs();
+  const int64_t now = wallClockNs();
   std::lock_guard lock(mutex_);
   if (id == 0 || id > header_->begun || header_->begun - id >= capacity_) return;
   FlightEntry& e = entries_[(id - 1) % capacity_];

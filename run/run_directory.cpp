@@ -13,6 +13,7 @@
 
 #include "common/error.h"
 #include "common/trace_file.h"
+#include "common/wall_clock.h"
 #include "run/launcher.h"
 
 namespace shoal::run {
@@ -25,12 +26,6 @@ namespace {
 constexpr uint64_t kMaxRecordBytes = 1 << 20;
 // .git files (HEAD, a ref, packed-refs) are small; anything larger is not one.
 constexpr uint64_t kMaxGitFileBytes = 16 << 20;
-
-int64_t wallNs() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
 
 // The file's text, or nullopt if it is missing, not a regular file, or over `limit`.
 std::optional<std::string> readSmallFile(const fs::path& path, uint64_t limit) {
@@ -202,7 +197,7 @@ RunDirectory::RunDirectory(const LaunchOptions& o) {
   record_.ranks = o.ranks;
   record_.servers = o.servers;
   record_.elastic = o.elastic;
-  record_.startedNs = wallNs();
+  record_.startedNs = wallClockNs();
   try {
     writeRunRecord(dir_, record_);
   } catch (const std::exception& e) {
@@ -218,7 +213,7 @@ std::vector<std::pair<std::string, std::string>> RunDirectory::variables() const
 void RunDirectory::finish(int exitCode, int ranks) noexcept {
   if (!enabled()) return;
   if (ranks > 0) record_.ranks = ranks;
-  record_.endedNs = wallNs();
+  record_.endedNs = wallClockNs();
   record_.status = exitCode == 0 ? "succeeded" : "failed";
   record_.exitCode = exitCode;
   try {

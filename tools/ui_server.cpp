@@ -14,6 +14,7 @@
 #include "common/env.h"
 #include "common/error.h"
 #include "common/log.h"
+#include "common/wall_clock.h"
 #include "run/run_directory.h"
 #include "tools/ui_page.h"
 #include "track/metrics_store.h"
@@ -69,10 +70,7 @@ std::string hostName(const std::string& header) {
 
 json recordJson(const run::RunRecord& r) {
   json j = run::toJson(r);
-  const int64_t end = r.endedNs != 0 ? r.endedNs
-                                     : std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                           std::chrono::system_clock::now().time_since_epoch())
-                                           .count();
+  const int64_t end = r.endedNs != 0 ? r.endedNs : wallClockNs();
   j["duration_s"] = r.startedNs > 0 ? std::max<double>(0, (end - r.startedNs) / 1e9) : 0.0;
   return j;
 }

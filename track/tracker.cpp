@@ -1,22 +1,14 @@
 #include "track/tracker.h"
 
-#include <time.h>
-
 #include <algorithm>
 
 #include "common/error.h"
 #include "common/log.h"
+#include "common/wall_clock.h"
 
 namespace shoal::track {
 
 namespace {
-
-int64_t wallClockNs() {
-  // clock_gettime is a vDSO call (no system call): cheap enough for every log().
-  timespec ts{};
-  ::clock_gettime(CLOCK_REALTIME, &ts);
-  return int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec;
-}
 
 TrackerOptions checked(TrackerOptions options) {
   SHOAL_CHECK(!options.path.empty(), "Tracker needs the metrics store's path");
