@@ -6,13 +6,16 @@
 
 #include <cstring>
 #include <fstream>
+#include <set>
 
 #include "tests/process_util.h"
+#include "tests/thread_ranks.h"
 #include "train/export/file_bytes.h"
 #include "train/export/safetensors.h"
 #include "train/export/tensor_file.h"
 #include "train/fashion_cnn.h"
 #include "train/idx_dataset.h"
+#include "train/reshard_checkpoint.h"
 
 namespace shoal::train {
 namespace {
@@ -90,6 +93,37 @@ TEST(Export, PythonLoadsBothFormatsWithEqualOutputs) {
   }
   EXPECT_EQ(detectTensorFileFormat(dir.path + "/trained.pt"), TensorFileFormat::kTorchSave);
   EXPECT_EQ(detectTensorFileFormat(dir.path + "/model.pt"), TensorFileFormat::kPickleDict);
+}
+
+// A sharded checkpoint folder (2 ranks, each writing half of every tensor, as ZeRO does) exports
+// to the same tensors the module holds.
+TEST(Export, ShardedCheckpointFolder) {
+  torch::manual_seed(3);
+  FashionCnn model;
+  TempDir dir;
+  const NamedTensors tensors = moduleTensors(*model);
+  const std::set<std::string> buffers = [&] {
+    std::set<std::string> b;
+    for (const auto& x : model->named_buffers()) b.insert(x.key());
+    return b;
+  }();
+  const auto errors =
+      test::runThreadRanks(2, test::testOptions(TransportKind::kTcp), [&](comm::Group& g) {
+        std::vector<FlatPiece> mine;
+        for (const auto& [name, t] : tensors) {
+          const int64_t n = t.numel(), begin = n * g.rank() / 2, end = n * (g.rank() + 1) / 2;
+          mine.push_back({(buffers.count(name) ? "buffer/" : "param/") + name, t.sizes().vec(),
+                          begin, t.reshape({-1}).slice(0, begin, end).clone()});
+        }
+        saveShards(g, dir.path + "/ckpt", 7, mine, {}, 1);
+      });
+  for (const auto& e : errors) ASSERT_EQ(e, "");
+  const auto r =
+      runShell(fmt::format("{} {}/ckpt {}/m.safetensors", SHOAL_EXPORT_BIN, dir.path, dir.path));
+  ASSERT_EQ(r.code, 0) << r.output;
+  const NamedTensors got = readTensorFile(dir.path + "/m.safetensors");
+  ASSERT_EQ(got.size(), tensors.size());
+  for (const auto& [name, t] : tensors) EXPECT_TRUE(torch::equal(got.at(name), t)) << name;
 }
 
 TEST(Export, ToolErrorsAreOneLineWithExitCodes) {
