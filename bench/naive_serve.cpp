@@ -2,7 +2,7 @@
 // run on the HTTP thread that read the request (as a Flask or plain-threaded server would).
 // Same model loading, same request JSON, same HTTP library; no queue, no batching.
 //
-//   shoal_naive_serve MODEL_FILE [--http-threads 64] [--torch-threads 1]
+//   shoal_naive_serve MODEL_FILE [--http-threads 64] [--torch-threads 1] [--mkldnn on|off]
 //
 // Prints "naive-serve: serving at http://127.0.0.1:PORT/" (a free port), serves until killed.
 #include <httplib.h>
@@ -19,18 +19,24 @@ int main(int argc, char** argv) {
                  "usage: shoal_naive_serve MODEL_FILE [--http-threads N] [--torch-threads N]\n");
     return 2;
   }
-  int httpThreads = 64, torchThreads = 1;
+  int httpThreads = 64;
+  shoal::serve::TorchRuntime runtime;  // 1 thread: the HTTP threads run forwards side by side
   for (int i = 2; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
     if (a == "--http-threads")
       httpThreads = std::atoi(argv[i + 1]);
     else if (a == "--torch-threads")
-      torchThreads = std::atoi(argv[i + 1]);
+      runtime.threads = std::atoi(argv[i + 1]);
+    else if (a == "--mkldnn")
+      runtime.mkldnn = std::string(argv[i + 1]) != "off";
   }
-  torch::set_num_threads(torchThreads);
+  // The same runtime settings as shoal-serve (tools/serve/served_model.h): without them the
+  // peer would lose to OpenBLAS's thread pool, not to batching.
+  shoal::serve::configureTorchRuntime(runtime);
   const auto model = shoal::serve::ServedModel::load("fashion_cnn", argv[1], 1);
   httplib::Server server;
   server.set_keep_alive_max_count(1000);
+  server.set_tcp_nodelay(true);  // as shoal-serve: see predict_server.cpp
   server.new_task_queue = [httpThreads] { return new httplib::ThreadPool(httpThreads); };
   server.Post("/v1/predict", [&](const httplib::Request& req, httplib::Response& res) {
     try {

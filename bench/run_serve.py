@@ -9,7 +9,8 @@ request, 1 s warm-up then S s measured. Medians of --reps runs per row.
 Writes bench/results/serve.jsonl and prints a table (bench/results/serve.md is written by hand
 from it, with what limits the result).
 
-usage: python3 bench/run_serve.py [--reps 3] [--seconds 5] [--clients 32]"""
+usage: python3 bench/run_serve.py [--reps 3] [--seconds 5] [--clients 32] [--workers 1]
+       [--torch-threads N] [--no-mkldnn] [--rows batched,unbatched,naive] [--out serve.jsonl]"""
 import argparse, json, os, re, signal, statistics, subprocess, tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -23,6 +24,34 @@ def make_model(path):
     subprocess.run(["/usr/bin/python3", "-c", code], check=True)
     # Python's torch.save of a state_dict is a pickled dict: what shoal-export writes too.
     os.rename(path + ".tmp", path)
+
+
+def forward_cost():
+    # The limit batching works against: the forward's time per instance by batch size, with and
+    # without oneDNN (one thread, the same libtorch build through Python).
+    code = """
+import sys, time, torch
+sys.path.insert(0, '%s/tests')
+from export_check import FashionCnn
+torch.set_num_threads(1)
+m = FashionCnn().eval()
+out = {}
+for mk in (True, False):
+    torch.backends.mkldnn.enabled = mk
+    for b in (1, 2, 4, 16, 64):
+        x = torch.randn(b, 1, 28, 28)
+        with torch.no_grad():
+            for _ in range(3):
+                m(x)
+            t = time.perf_counter()
+            for _ in range(10):
+                m(x)
+        out['mkldnn %%s batch %%d' %% (mk, b)] = round((time.perf_counter() - t) / 10 / b * 1e3, 3)
+print(out)
+""" % ROOT
+    env = dict(os.environ, OPENBLAS_NUM_THREADS="1")
+    return subprocess.run(["/usr/bin/python3", "-c", code], check=True, capture_output=True,
+                          text=True, env=env).stdout.strip()
 
 
 def start(cmd):
@@ -39,17 +68,30 @@ def main():
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--seconds", type=float, default=5)
     ap.add_argument("--clients", type=int, default=32)
+    ap.add_argument("--workers", type=int, default=1)
+    ap.add_argument("--torch-threads", type=int, default=0, help="per forward; 0: cores / workers")
+    ap.add_argument("--rows", default="batched,unbatched,naive")
+    ap.add_argument("--no-mkldnn", action="store_true",
+                    help="native convolutions in every server (tools/serve/served_model.h)")
+    ap.add_argument("--out", default="serve.jsonl")
     args = ap.parse_args()
     cores = os.cpu_count()
     tmp = tempfile.mkdtemp()
     model = os.path.join(tmp, "model.pt")
     make_model(model)
-    serve = [os.path.join(B, "shoal-serve"), model, "--port", "0", "--torch-threads", str(cores)]
+    threads = args.torch_threads or max(1, cores // args.workers)
+    serve = [os.path.join(B, "shoal-serve"), model, "--port", "0", "--workers", str(args.workers),
+             "--torch-threads", str(threads)]
+    naive = [os.path.join(B, "bench", "shoal_naive_serve"), model, "--torch-threads", "1"]
+    if args.no_mkldnn:
+        serve.append("--no-mkldnn")
+        naive += ["--mkldnn", "off"]
     rows = {
         "batched": serve,
         "unbatched": serve + ["--max-batch", "1"],
-        "naive": [os.path.join(B, "bench", "shoal_naive_serve"), model, "--torch-threads", "1"],
+        "naive": naive,
     }
+    rows = {k: v for k, v in rows.items() if k in args.rows.split(",")}
     results = []
     for rep in range(args.reps):
         for name, cmd in rows.items():
@@ -59,7 +101,7 @@ def main():
                                       "--clients", str(args.clients), "--seconds", str(args.seconds)],
                                      check=True, capture_output=True, text=True).stdout
                 r = json.loads(out.strip().splitlines()[-1])
-                r.update(row=name, rep=rep)
+                r.update(row=name, rep=rep, cmd=" ".join(os.path.basename(c) for c in cmd[:1]) + " " + " ".join(cmd[2:]))
                 results.append(r)
                 print(json.dumps(r), flush=True)
             finally:
@@ -68,9 +110,10 @@ def main():
                     p.wait(timeout=30)
                 except subprocess.TimeoutExpired:
                     p.kill()
-    with open(os.path.join(ROOT, "bench", "results", "serve.jsonl"), "w") as f:
+    with open(os.path.join(ROOT, "bench", "results", args.out), "w") as f:
         for r in results:
             f.write(json.dumps(r) + "\n")
+    print("forward ms per instance by batch size (1 thread):", forward_cost())
     print("\n| server | throughput (req/s) | p50 (ms) | p99 (ms) | errors |")
     print("|---|---|---|---|---|")
     for name in rows:

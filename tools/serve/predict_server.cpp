@@ -134,6 +134,10 @@ struct PredictServer::Impl {
     server.set_write_timeout(std::chrono::seconds(5));
     server.set_keep_alive_timeout(5);
     server.set_keep_alive_max_count(1000);
+    // An answer is written as headers then body: with Nagle's algorithm the body waits for the
+    // client's delayed ACK of the headers, 40 ms on Linux (measured: 96 ms per request, one
+    // client).
+    server.set_tcp_nodelay(true);
     server.set_payload_max_length(options.maxBody);
     server.Post("/v1/predict",
                 [this](const httplib::Request& req, httplib::Response& res) { predict(req, res); });

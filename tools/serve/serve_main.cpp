@@ -4,7 +4,7 @@
 //   shoal-serve MODEL_FILE [--model fashion_cnn] [--port 8500] [--host 127.0.0.1]
 //               [--max-batch 64] [--batch-window-us 2000] [--queue-limit 256] [--workers 1]
 //               [--torch-threads N] [--http-threads 64] [--max-body BYTES]
-//               [--request-timeout-ms 30000] [--watch] [--watch-interval-ms 500]
+//               [--request-timeout-ms 30000] [--watch] [--watch-interval-ms 500] [--no-mkldnn]
 //
 // Prints "shoal-serve: serving MODEL (FILE) at http://HOST:PORT/" once requests are accepted
 // (with --port 0, the port the system chose), then serves until SIGINT or SIGTERM, and exits 0
@@ -12,7 +12,6 @@
 // that does not load or an address that cannot be bound: exit code 1.
 #include <fmt/format.h>
 #include <signal.h>
-#include <torch/torch.h>
 
 #include <CLI/CLI.hpp>
 #include <cstdio>
@@ -22,12 +21,13 @@
 #include "common/error.h"
 #include "common/log.h"
 #include "tools/serve/predict_server.h"
+#include "tools/serve/served_model.h"
 
 namespace {
 
 using shoal::parseInteger;
 
-int serve(shoal::serve::ServeOptions options, int torchThreads) {
+int serve(shoal::serve::ServeOptions options, const shoal::serve::TorchRuntime& runtime) {
   // Signals are taken by sigwait below, on this thread only: blocked before any thread starts,
   // so every thread inherits the mask and none is interrupted.
   sigset_t signals;
@@ -39,9 +39,7 @@ int serve(shoal::serve::ServeOptions options, int torchThreads) {
   // rather than left pending for sigwait: the default action makes it wait for us instead.
   ::signal(SIGINT, SIG_DFL);
   ::signal(SIGTERM, SIG_DFL);
-  // Each worker's forward uses torchThreads threads; by default the cores are split between
-  // the workers so that concurrent forwards do not oversubscribe them.
-  torch::set_num_threads(torchThreads);
+  shoal::serve::configureTorchRuntime(runtime);
   const std::string model = options.modelName, path = options.modelPath;
   shoal::serve::PredictServer server(std::move(options));
   server.start();
@@ -87,12 +85,16 @@ int main(int argc, char** argv) {
   app.add_option("--watch-interval-ms", watchInterval, "how often --watch looks (default 500)");
   app.add_option("--debug-forward-delay-ms", debugDelay,
                  "for tests: each forward first waits this long");
+  shoal::serve::TorchRuntime runtime;
+  bool noMkldnn = false;
+  app.add_flag("--no-mkldnn", noMkldnn,
+               "native convolutions instead of oneDNN (faster for FashionCnn batches on some "
+               "hosts: bench/results/serve.md)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
-  int threads = 1;
   try {
     o.port = static_cast<int>(parseInteger("--port", port, 0, 65535));
     o.batching.maxBatch = static_cast<size_t>(parseInteger("--max-batch", maxBatch, 1, 4096));
@@ -108,17 +110,21 @@ int main(int argc, char** argv) {
         std::chrono::milliseconds(parseInteger("--watch-interval-ms", watchInterval, 1, 3600000));
     o.debugForwardDelay =
         std::chrono::milliseconds(parseInteger("--debug-forward-delay-ms", debugDelay, 0, 600000));
+    // By default the cores are split between the workers, so that concurrent forwards do not
+    // oversubscribe them.
     const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-    threads = torchThreads.empty()
-                  ? std::max(1, cores / static_cast<int>(o.workers))
-                  : static_cast<int>(parseInteger("--torch-threads", torchThreads, 1, 1024));
+    runtime.threads =
+        torchThreads.empty()
+            ? std::max(1, cores / static_cast<int>(o.workers))
+            : static_cast<int>(parseInteger("--torch-threads", torchThreads, 1, 1024));
+    runtime.mkldnn = !noMkldnn;
   } catch (const shoal::InvalidArgument& e) {
     fmt::print(stderr, "shoal-serve: error: {}\n", e.what());
     return 2;
   }
   shoal::setLogLevel(shoal::LogLevel::kInfo);
   try {
-    return serve(std::move(o), threads);
+    return serve(std::move(o), runtime);
   } catch (const std::exception& e) {
     const std::string what = e.what();
     fmt::print(stderr, "shoal-serve: {}\n", what.substr(0, what.find('\n')));

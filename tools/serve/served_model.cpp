@@ -38,6 +38,17 @@ std::shared_ptr<const ServedModel> ServedModel::load(const std::string& name,
   return m;
 }
 
+// OpenBLAS's own setter, when the BLAS libtorch loaded is OpenBLAS; absent (null) otherwise.
+extern "C" void openblas_set_num_threads(int) __attribute__((weak));
+
+void configureTorchRuntime(const TorchRuntime& runtime) {
+  SHOAL_CHECK_GE(runtime.threads, 1, "libtorch threads");
+  // Global: threads the process starts later take this count on their first parallel loop.
+  torch::set_num_threads(runtime.threads);
+  if (openblas_set_num_threads != nullptr) openblas_set_num_threads(runtime.threads);
+  at::globalContext().setUserEnabledMkldnn(runtime.mkldnn);
+}
+
 std::vector<float> ServedModel::forward(const float* values, size_t instances) const {
   torch::NoGradGuard noGrad;
   std::vector<int64_t> shape{static_cast<int64_t>(instances)};

@@ -20,6 +20,22 @@ namespace shoal::serve {
 // The known model names, for --model's help and errors.
 std::vector<std::string> servedModelNames();
 
+// Process-wide settings of the libtorch runtime for serving, set once at start before any
+// forward: `threads` for libtorch's own parallel loops and for OpenBLAS, and whether
+// convolutions may use oneDNN (mkldnn).
+// Why OpenBLAS too: Debian's libtorch does its matrix products in OpenBLAS (pthreads build), whose
+// thread pool libtorch's thread count does not reach. Several threads calling it at once (workers,
+// or the naive server's HTTP threads) then contend for that one pool and spin: measured on 2
+// cores, 32 concurrent clients got 36-186 answers/s instead of ~2450.
+// Why mkldnn may be turned off: on this host's libtorch, oneDNN convolutions of FashionCnn from
+// batch 4 up cost ~2.2 ms per instance against ~0.5 ms for the native path at every batch size
+// (bench/results/serve.md), which would make batching slower, not faster.
+struct TorchRuntime {
+  int threads = 1;
+  bool mkldnn = true;
+};
+void configureTorchRuntime(const TorchRuntime& runtime);
+
 // One immutable loaded model, in eval mode.
 //
 // Threading: forward() may run on many threads at once. It runs under NoGradGuard in eval mode,
