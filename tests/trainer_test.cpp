@@ -65,7 +65,17 @@ TEST(Trainer, DdpAndZeroStagesLearnTheSameFromTheSameSeed) {
 }
 
 TEST(Trainer, AccumulationClippingAndBf16) {
-  expectLearns(train("-n 2", "--strategy ddp --epochs 2 --accumulate 2 --clip 1 --lr 2e-3"));
+  // Traced: the job's one timeline holds the loop's spans from both ranks.
+  TempDir dir;
+  const std::string trace = dir.path + "/job.json";
+  expectLearns(train("-n 2 --trace " + trace,
+                     "--strategy ddp --epochs 2 --accumulate 2 --clip 1 --lr 2e-3"));
+  const std::string json = readFile(trace);
+  for (const char* span : {"\"forward\"", "\"backward (accumulate)\"", "\"backward\"",
+                           "\"optimizer step\"", "\"validate\"", "\"data\""}) {
+    EXPECT_NE(json.find(span), std::string::npos) << span;
+  }
+  EXPECT_NE(json.find("\"pid\":1"), std::string::npos);  // rank 1's spans are there too
   expectLearns(train("-n 2", "--strategy zero2 --epochs 2 --precision bf16 --clip 5"));
 }
 

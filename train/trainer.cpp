@@ -6,6 +6,7 @@
 
 #include "comm/collectives.h"
 #include "common/error.h"
+#include "common/trace.h"
 #include "train/distributed_sampler.h"
 #include "train/trainer/distribution_strategy.h"
 
@@ -174,6 +175,9 @@ std::vector<EpochMetrics> Trainer::fit(const TensorDataset& train,
   torch::manual_seed(options_.seed * 7919 + static_cast<uint64_t>(g.rank()) * 104729 +
                      static_cast<uint64_t>(at_.step) + 1);
 
+  // The job's timeline (SHOAL_TRACE; common/trace.h): data, forward, backward, optimizer step,
+  // checkpoint and validation spans beside the collectives they cause.
+  const std::shared_ptr<TraceSink>& trace = g.options().trace;
   std::vector<EpochMetrics> history;
   module_->train();
   for (; at_.epoch < options_.epochs; ++at_.epoch, at_.batchInEpoch = 0) {
@@ -185,18 +189,26 @@ std::vector<EpochMetrics> Trainer::fit(const TensorDataset& train,
       const int64_t groupStart = b - b % options_.accumulate;
       const int64_t inGroup = std::min(options_.accumulate, micro - groupStart);
       const bool last = b + 1 == groupStart + inGroup;
-      const auto idx =
-          order.slice(0, b * options_.batch, std::min((b + 1) * options_.batch, order.size(0)));
-      const auto x = train.inputs.index_select(0, idx);
-      const auto y = train.targets.index_select(0, idx);
-      strategy_->beforeForward();
+      torch::Tensor x, y;
+      {
+        TraceScope span(trace, "data", "train");
+        const auto idx =
+            order.slice(0, b * options_.batch, std::min((b + 1) * options_.batch, order.size(0)));
+        x = train.inputs.index_select(0, idx);
+        y = train.targets.index_select(0, idx);
+      }
       torch::Tensor loss;
       {
+        TraceScope span(trace, "forward", "train");
+        strategy_->beforeForward();
         AutocastGuard autocast(options_.precision);
         loss = loss_(forward(x), y);
       }
-      // The step's gradient is the mean over its micro-batches, as one large batch's would be.
-      strategy_->backward(loss / static_cast<double>(inGroup), last);
+      {
+        // The step's gradient is the mean over its micro-batches, as one large batch's would be.
+        TraceScope span(trace, last ? "backward" : "backward (accumulate)", "train");
+        strategy_->backward(loss / static_cast<double>(inGroup), last);
+      }
       const double value = loss.item<double>();
       sums[0] += value;
       sums[1] += 1;
@@ -204,12 +216,17 @@ std::vector<EpochMetrics> Trainer::fit(const TensorDataset& train,
       at_.batchInEpoch = b + 1;
       if (!last) continue;
       const double lr = learningRate(at_.step);
-      strategy_->step(at_.step, lr, options_.clipNorm);
+      {
+        TraceScope span(trace, "optimizer step", "train");
+        span.arg("step", at_.step);
+        strategy_->step(at_.step, lr, options_.clipNorm);
+      }
       ++at_.step;
       for (auto& c : callbacks_) c->onStep({at_.epoch, at_.step, stepLoss, lr});
       stepLoss = 0;
       if (!options_.checkpointDir.empty() && options_.checkpointEvery > 0 &&
           at_.step % options_.checkpointEvery == 0 && at_.batchInEpoch < micro) {
+        TraceScope span(trace, "checkpoint", "train");
         strategy_->save(options_.checkpointDir, at_, options_.keep);
       }
     }
@@ -226,6 +243,7 @@ std::vector<EpochMetrics> Trainer::fit(const TensorDataset& train,
     m.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
     if (!options_.checkpointDir.empty()) {
       // Saved as the start of the next epoch, so a resume does not replay this one.
+      TraceScope span(trace, "checkpoint", "train");
       strategy_->save(options_.checkpointDir, {at_.epoch + 1, 0, at_.step}, options_.keep);
     }
     for (auto& c : callbacks_) c->onEpoch(m);
@@ -241,6 +259,7 @@ EpochMetrics Trainer::validate(const TensorDataset& data) {
       "Trainer::validate: the data needs inputs and targets of the same length");
   ensureStrategy(totalSteps_);
   comm::Group& g = *workers_;
+  TraceScope span(g.options().trace, "validate", "train");
   torch::NoGradGuard noGrad;
   module_->eval();
   double sums[3] = {0, 0, 0};  // loss x samples, correct, samples
