@@ -52,7 +52,8 @@ endif()
 if(SHOAL_WITH_TORCH)
   install(TARGETS shoal_train EXPORT ShoalTrainTargets ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
   install(EXPORT ShoalTrainTargets NAMESPACE Shoal:: DESTINATION ${SHOAL_CMAKE_DIR})
-  install(TARGETS shoal_consolidate fashion_mnist trainer_mnist pipeline_mnist gpt_fortunes
+  install(TARGETS shoal_consolidate shoal_export shoal_serve fashion_mnist trainer_mnist
+    pipeline_mnist gpt_fortunes
     RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
   add_library(Shoal::train ALIAS shoal_train)
 endif()

@@ -1,0 +1,52 @@
+// The peer of shoal-serve in bench/run_serve.py: the naive server, one request → one forward,
+// run on the HTTP thread that read the request (as a Flask or plain-threaded server would).
+// Same model loading, same request JSON, same HTTP library; no queue, no batching.
+//
+//   shoal_naive_serve MODEL_FILE [--http-threads 64] [--torch-threads 1]
+//
+// Prints "naive-serve: serving at http://127.0.0.1:PORT/" (a free port), serves until killed.
+#include <httplib.h>
+#include <torch/torch.h>
+
+#include <cstdio>
+
+#include "tools/serve/predict_request.h"
+#include "tools/serve/served_model.h"
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    std::fprintf(stderr,
+                 "usage: shoal_naive_serve MODEL_FILE [--http-threads N] [--torch-threads N]\n");
+    return 2;
+  }
+  int httpThreads = 64, torchThreads = 1;
+  for (int i = 2; i + 1 < argc; i += 2) {
+    const std::string a = argv[i];
+    if (a == "--http-threads")
+      httpThreads = std::atoi(argv[i + 1]);
+    else if (a == "--torch-threads")
+      torchThreads = std::atoi(argv[i + 1]);
+  }
+  torch::set_num_threads(torchThreads);
+  const auto model = shoal::serve::ServedModel::load("fashion_cnn", argv[1], 1);
+  httplib::Server server;
+  server.set_keep_alive_max_count(1000);
+  server.new_task_queue = [httpThreads] { return new httplib::ThreadPool(httpThreads); };
+  server.Post("/v1/predict", [&](const httplib::Request& req, httplib::Response& res) {
+    try {
+      const auto in = shoal::serve::parsePredictRequest(req.body, model->instanceSize(), 64);
+      const auto out = model->forward(in.values.data(), in.instances);
+      res.set_content(
+          shoal::serve::formatPredictResponse(out.data(), in.instances, model->classes(), 1),
+          "application/json");
+    } catch (const std::exception& e) {
+      res.status = 400;
+      res.set_content(shoal::serve::errorJson(e.what()), "application/json");
+    }
+  });
+  const int port = server.bind_to_any_port("127.0.0.1");
+  std::printf("naive-serve: serving at http://127.0.0.1:%d/\n", port);
+  std::fflush(stdout);
+  server.listen_after_bind();
+  return 0;
+}

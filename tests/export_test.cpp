@@ -1,0 +1,230 @@
+// Model export (train/export/): files Python's torch.load and safetensors readers load, checked
+// against the PyTorch twin of FashionCnn (tests/export_check.py), and the safetensors reader on
+// hostile input.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <cstring>
+#include <fstream>
+#include <set>
+
+#include "tests/process_util.h"
+#include "tests/thread_ranks.h"
+#include "train/export/file_bytes.h"
+#include "train/export/safetensors.h"
+#include "train/export/tensor_file.h"
+#include "train/fashion_cnn.h"
+#include "train/idx_dataset.h"
+#include "train/reshard_checkpoint.h"
+
+namespace shoal::train {
+namespace {
+
+using test::runShell;
+using test::TempDir;
+
+void writeRaw(const std::string& path, const torch::Tensor& t) {
+  const torch::Tensor c = t.contiguous().to(torch::kFloat32);
+  std::ofstream out(path, std::ios::binary);
+  out.write(static_cast<const char*>(c.data_ptr()), c.numel() * sizeof(float));
+  ASSERT_TRUE(out.good());
+}
+
+// A FashionCnn after a few SGD steps on Fashion-MNIST (so BatchNorm's running statistics and
+// the weights are no longer their initial values), in eval mode.
+FashionCnn trainedCnn(const IdxDataset& data) {
+  torch::manual_seed(7);
+  FashionCnn model;
+  torch::optim::SGD sgd(model->parameters(), torch::optim::SGDOptions(0.05).momentum(0.9));
+  model->train();
+  for (int step = 0; step < 5; ++step) {
+    const auto x = data.images.slice(0, 1000 + step * 64, 1000 + (step + 1) * 64);
+    const auto y = data.labels.slice(0, 1000 + step * 64, 1000 + (step + 1) * 64);
+    sgd.zero_grad();
+    torch::nn::functional::cross_entropy(model->forward(x), y).backward();
+    sgd.step();
+  }
+  model->eval();
+  return model;
+}
+
+TEST(Export, PythonLoadsBothFormatsWithEqualOutputs) {
+  torch::set_num_threads(1);
+  const IdxDataset data = readIdxDataset(kFashionMnistDir, "t10k");
+  FashionCnn model = trainedCnn(data);
+  TempDir dir;
+  torch::save(model, dir.path + "/trained.pt");
+  const torch::Tensor inputs = data.images.slice(0, 0, 1000);
+  torch::Tensor outputs;
+  {
+    torch::NoGradGuard noGrad;
+    outputs = model->forward(inputs);
+  }
+  writeRaw(dir.path + "/inputs.f32", inputs);
+  writeRaw(dir.path + "/outputs.f32", outputs);
+
+  for (const char* out : {"model.pt", "model.safetensors"}) {
+    const auto r =
+        runShell(fmt::format("{} {}/trained.pt {}/{}", SHOAL_EXPORT_BIN, dir.path, dir.path, out));
+    ASSERT_EQ(r.code, 0) << r.output;
+    EXPECT_NE(r.output.find("exported 18 tensors"), std::string::npos) << r.output;
+  }
+  const auto py = runShell(
+      fmt::format("/usr/bin/python3 {}/tests/export_check.py {}", SHOAL_SOURCE_DIR, dir.path));
+  EXPECT_EQ(py.code, 0) << py.output;
+  EXPECT_NE(py.output.find("model.safetensors: 18 tensors"), std::string::npos) << py.output;
+
+  // Every format reads back to the module's exact tensors, and loads into a fresh module.
+  const NamedTensors expected = moduleTensors(*model);
+  for (const char* file : {"trained.pt", "model.pt", "model.safetensors"}) {
+    const NamedTensors got = readTensorFile(dir.path + "/" + file);
+    ASSERT_EQ(got.size(), expected.size()) << file;
+    for (const auto& [name, t] : expected) {
+      ASSERT_TRUE(got.count(name)) << file << " lacks " << name;
+      EXPECT_TRUE(torch::equal(got.at(name), t)) << file << ": " << name;
+    }
+    FashionCnn fresh;
+    loadModuleTensors(*fresh, got, file);
+    fresh->eval();
+    torch::NoGradGuard noGrad;
+    // The same batch through both: kernels may sum in another order for another batch size.
+    const auto x = inputs.slice(0, 0, 50);
+    EXPECT_TRUE(torch::equal(fresh->forward(x), model->forward(x))) << file;
+  }
+  EXPECT_EQ(detectTensorFileFormat(dir.path + "/trained.pt"), TensorFileFormat::kTorchSave);
+  EXPECT_EQ(detectTensorFileFormat(dir.path + "/model.pt"), TensorFileFormat::kPickleDict);
+}
+
+// A sharded checkpoint folder (2 ranks, each writing half of every tensor, as ZeRO does) exports
+// to the same tensors the module holds.
+TEST(Export, ShardedCheckpointFolder) {
+  torch::manual_seed(3);
+  FashionCnn model;
+  TempDir dir;
+  const NamedTensors tensors = moduleTensors(*model);
+  const std::set<std::string> buffers = [&] {
+    std::set<std::string> b;
+    for (const auto& x : model->named_buffers()) b.insert(x.key());
+    return b;
+  }();
+  const auto errors =
+      test::runThreadRanks(2, test::testOptions(TransportKind::kTcp), [&](comm::Group& g) {
+        std::vector<FlatPiece> mine;
+        for (const auto& [name, t] : tensors) {
+          const int64_t n = t.numel(), begin = n * g.rank() / 2, end = n * (g.rank() + 1) / 2;
+          mine.push_back({(buffers.count(name) ? "buffer/" : "param/") + name, t.sizes().vec(),
+                          begin, t.reshape({-1}).slice(0, begin, end).clone()});
+        }
+        saveShards(g, dir.path + "/ckpt", 7, mine, {}, 1);
+      });
+  for (const auto& e : errors) ASSERT_EQ(e, "");
+  const auto r =
+      runShell(fmt::format("{} {}/ckpt {}/m.safetensors", SHOAL_EXPORT_BIN, dir.path, dir.path));
+  ASSERT_EQ(r.code, 0) << r.output;
+  const NamedTensors got = readTensorFile(dir.path + "/m.safetensors");
+  ASSERT_EQ(got.size(), tensors.size());
+  for (const auto& [name, t] : tensors) EXPECT_TRUE(torch::equal(got.at(name), t)) << name;
+}
+
+TEST(Export, ToolErrorsAreOneLineWithExitCodes) {
+  TempDir dir;
+  auto r =
+      runShell(fmt::format("{} {}/missing.pt {}/out.pt", SHOAL_EXPORT_BIN, dir.path, dir.path));
+  EXPECT_EQ(r.code, 1) << r.output;
+  EXPECT_NE(r.output.find("no such file"), std::string::npos) << r.output;
+  r = runShell(fmt::format("{} a b --format onnx", SHOAL_EXPORT_BIN));
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.output.find("unknown format 'onnx'"), std::string::npos) << r.output;
+  r = runShell(fmt::format("{} only-one", SHOAL_EXPORT_BIN));
+  EXPECT_EQ(r.code, 2) << r.output;
+}
+
+TEST(Export, ModuleLoadIsStrict) {
+  FashionCnn model;
+  NamedTensors t = moduleTensors(*model);
+  NamedTensors missing = t;
+  missing.erase("fc2.bias");
+  EXPECT_THROW(loadModuleTensors(*model, missing, "x"), InvalidArgument);
+  NamedTensors extra = t;
+  extra["fc3.weight"] = torch::zeros({1});
+  EXPECT_THROW(loadModuleTensors(*model, extra, "x"), InvalidArgument);
+  NamedTensors shape = t;
+  shape["fc2.bias"] = torch::zeros({11});
+  EXPECT_THROW(loadModuleTensors(*model, shape, "x"), InvalidArgument);
+}
+
+// --- safetensors on hostile bytes ------------------------------------------------------------
+
+std::string withHeader(const std::string& json, const std::string& data) {
+  std::string out(8, '\0');
+  const uint64_t n = json.size();
+  std::memcpy(out.data(), &n, 8);
+  return out + json + data;
+}
+
+std::string errorOf(const std::string& bytes) {
+  try {
+    decodeSafetensors(bytes, "f");
+  } catch (const InvalidArgument& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(Safetensors, RoundTripsEveryDtype) {
+  NamedTensors in;
+  in["a.f32"] = torch::randn({3, 4});
+  in["b.f64"] = torch::randn({2}, torch::kFloat64);
+  in["c.f16"] = torch::randn({5}).to(torch::kFloat16);
+  in["d.bf16"] = torch::randn({5}).to(torch::kBFloat16);
+  in["e.i64"] = torch::arange(7, torch::kInt64);
+  in["f.u8"] = torch::arange(3, torch::kUInt8);
+  in["g.bool"] = torch::tensor({true, false});
+  in["h.empty"] = torch::zeros({0, 3});
+  in["i.scalar"] = torch::tensor(3.5f);
+  in["j.strided"] = torch::randn({4, 4}).t();
+  const std::string bytes = encodeSafetensors(in, {{"format", "pt"}});
+  uint64_t n = 0;
+  std::memcpy(&n, bytes.data(), 8);
+  EXPECT_EQ(n % 8, 0u);
+  const Safetensors out = decodeSafetensors(bytes);
+  EXPECT_EQ(out.metadata.at("format"), "pt");
+  ASSERT_EQ(out.tensors.size(), in.size());
+  for (const auto& [name, t] : in) {
+    EXPECT_EQ(out.tensors.at(name).scalar_type(), t.scalar_type()) << name;
+    EXPECT_TRUE(torch::equal(out.tensors.at(name), t)) << name;
+  }
+}
+
+TEST(Safetensors, RejectsMalformedInput) {
+  const std::string f32x2(8, '\0');
+  EXPECT_NE(errorOf("abc").find("too short"), std::string::npos);
+  std::string huge(8, '\xff');
+  EXPECT_NE(errorOf(huge + "{}").find("header length"), std::string::npos);
+  EXPECT_NE(errorOf(withHeader("{not json", "")).find("not JSON"), std::string::npos);
+  EXPECT_NE(errorOf(withHeader("[1]", "")).find("not a JSON object"), std::string::npos);
+  const auto entry = [](const std::string& dtype, const std::string& shape, uint64_t b,
+                        uint64_t e) {
+    return fmt::format(R"({{"t":{{"dtype":"{}","shape":{},"data_offsets":[{},{}]}}}})", dtype,
+                       shape, b, e);
+  };
+  EXPECT_EQ(errorOf(withHeader(entry("F32", "[2]", 0, 8), f32x2)), "");
+  EXPECT_NE(errorOf(withHeader(entry("F33", "[2]", 0, 8), f32x2)).find("unsupported dtype"),
+            std::string::npos);
+  EXPECT_NE(errorOf(withHeader(entry("F32", "[3]", 0, 8), f32x2)).find("takes 12 bytes"),
+            std::string::npos);
+  EXPECT_NE(errorOf(withHeader(entry("F32", "[4]", 0, 16), f32x2)).find("outside"),
+            std::string::npos);
+  EXPECT_NE(errorOf(withHeader(entry("F32", "[1]", 4, 8), f32x2)).find("gap"), std::string::npos);
+  EXPECT_NE(errorOf(withHeader(entry("F32", "[1]", 0, 4), f32x2)).find("cover 4 of the 8"),
+            std::string::npos);
+  EXPECT_NE(errorOf(withHeader(entry("F32", "[-1]", 0, 8), f32x2)).find("not a count"),
+            std::string::npos);
+  EXPECT_NE(errorOf(withHeader(entry("F32", "[4294967296,4294967296,4294967296]", 0, 8), f32x2))
+                .find("too large"),
+            std::string::npos);
+  EXPECT_NE(errorOf(withHeader(R"({"t":{"dtype":"F32"}})", "")).find("needs"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace shoal::train

@@ -1,0 +1,56 @@
+// The models shoal-serve can serve, by name, and one loaded copy of one.
+//
+// A model name fixes the architecture and its input: "fashion_cnn" is train/fashion_cnn.h,
+// taking instances of 1×28×28 = 784 floats (Fashion-MNIST images standardized as
+// train/idx_dataset.h does) and giving 10 logits. Its weights come from a file in any format
+// train/export/tensor_file.h reads (torch::save, pickled state_dict, safetensors), loaded
+// strictly: every tensor present with its shape, nothing else.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace shoal::serve {
+
+// The known model names, for --model's help and errors.
+std::vector<std::string> servedModelNames();
+
+// One immutable loaded model, in eval mode.
+//
+// Threading: forward() may run on many threads at once. It runs under NoGradGuard in eval mode,
+// where the module's forward only reads its parameters and buffers (BatchNorm uses its running
+// statistics without updating them, dropout is the identity), and libtorch's CPU kernels are
+// safe to call concurrently on shared read-only tensors; so workers share one copy rather than
+// holding a replica each.
+class ServedModel {
+ public:
+  // Builds `name`'s module and loads `path` into it. InvalidArgument for an unknown name (naming
+  // the known ones) or a file that is unreadable or does not fit the model.
+  static std::shared_ptr<const ServedModel> load(const std::string& name, const std::string& path,
+                                                 uint64_t version);
+
+  const std::string& name() const { return name_; }
+  uint64_t version() const { return version_; }
+  size_t instanceSize() const { return instanceSize_; }  // floats per instance
+  size_t classes() const { return classes_; }
+
+  // Logits for `instances` instances (values: instances × instanceSize floats, row-major), as
+  // instances × classes floats.
+  std::vector<float> forward(const float* values, size_t instances) const;
+
+ private:
+  ServedModel() = default;
+  std::string name_;
+  uint64_t version_ = 0;
+  size_t instanceSize_ = 0, classes_ = 0;
+  std::vector<int64_t> instanceShape_;
+  std::shared_ptr<torch::nn::Module> module_;
+  std::function<torch::Tensor(const torch::Tensor&)> run_;
+};
+
+}  // namespace shoal::serve
