@@ -5,9 +5,13 @@
 //                      [--trial N --gate FILE --gate-from K]
 //                                                trials N >= K wait (up to 60 s) for FILE to
 //                                                exist before their first epoch
+//                      [--hang-below S]          after epoch 1, hang (until killed) when the
+//                                                final score would be below S
+//                      [--ignore-term 1]         ignore SIGTERM (only SIGKILL stops it)
 //
 // Its "score" at epoch e is 1 - (x - 0.3)^2 - (y + 0.2)^2 - 0.1 * (E - e) / E: every curve
 // rises to its final value and keeps its rank at every epoch, so the best trial is known.
+#include <signal.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -17,7 +21,8 @@
 #include <string>
 
 int main(int argc, char** argv) {
-  double x = 0, y = 0, failAbove = 1e300;
+  double x = 0, y = 0, failAbove = 1e300, hangBelow = -1e300;
+  bool ignoreTerm = false;
   int epochs = 3, trial = 0, gateFrom = 1 << 30;
   std::string metrics, gate;
   for (int i = 1; i + 1 < argc; i += 2) {
@@ -33,6 +38,10 @@ int main(int argc, char** argv) {
       metrics = value;
     } else if (flag == "--fail-above") {
       failAbove = std::atof(value);
+    } else if (flag == "--hang-below") {
+      hangBelow = std::atof(value);
+    } else if (flag == "--ignore-term") {
+      ignoreTerm = std::atoi(value) != 0;
     } else if (flag == "--trial") {
       trial = std::atoi(value);
     } else if (flag == "--gate") {
@@ -44,6 +53,7 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
+  if (ignoreTerm) signal(SIGTERM, SIG_IGN);
   if (x > failAbove) {
     std::fprintf(stderr, "sweep_fake_trainer: x=%g diverged\n", x);
     return 3;
@@ -62,6 +72,9 @@ int main(int argc, char** argv) {
     std::fprintf(out, "{\"epoch\": %d, \"score\": %.17g}\n", e,
                  final - 0.1 * (epochs - e) / epochs);
     std::fflush(out);
+    if (e == 1 && final < hangBelow) {
+      for (;;) pause();  // a slow trial: stopped by ASHA or a time limit
+    }
   }
   std::fclose(out);
   std::printf("trained x=%g y=%g\n", x, y);

@@ -217,3 +217,77 @@ TEST(SweepProcess, CommandLineErrors) {
   EXPECT_EQ(r.code, 1) << r.output;
   EXPECT_NE(r.output.find("best: none"), std::string::npos) << r.output;
 }
+
+TEST(SweepProcess, StopsTrialsByAshaTimeLimitAndSignal) {
+  TempDir tmp;
+  // In grid order, one at a time: x=0.3 (the best) runs to the end; x=-1 is worse at epoch 1
+  // and would hang there: ASHA stops it (SIGTERM, or SIGKILL after the grace when the trial
+  // ignores SIGTERM). x=0.2 is a little worse than 0.3 at epoch 1: outside the top half.
+  const std::string dir = tmp.path + "/asha";
+  const std::string config = writeConfig(tmp.path, fmt::format(R"({{
+    "command": ["{}", "--epochs", "3", "--hang-below", "0.95", "--ignore-term", "{{ignore}}"],
+    "metric": "score", "parallel": 1, "algorithm": "grid", "launcher": "direct",
+    "trial_time_limit": 2, "grace": 0.5,
+    "early_stopping": {{"type": "asha", "min_epochs": 1, "reduction_factor": 2, "max_epochs": 3}},
+    "parameters": {{
+      "x": {{"type": "choice", "values": [0.3, -1, 0.2]}},
+      "ignore": {{"type": "choice", "values": [0, 1], "flag": ""}}
+    }}}})",
+                                                                SHOAL_SWEEP_TRAINER));
+  // The grid is x-major: (0.3,0) (0.3,1) (-1,0) (-1,1) (0.2,0) (0.2,1); keep the first five.
+  const auto start = std::chrono::steady_clock::now();
+  const auto r = runShell(fmt::format("{} sweep {} --dir {} --trials 5", SHOAL_BIN, config, dir));
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  ASSERT_EQ(r.code, 0) << r.output;
+  std::map<int, Json> ends;
+  for (const Json& e : journal(dir)) {
+    if (e["event"] == "end") ends[e["trial"].get<int>()] = e;
+  }
+  ASSERT_EQ(ends.size(), 5u) << r.output;
+  EXPECT_EQ(ends[0]["status"], "completed");
+  EXPECT_EQ(ends[1]["status"], "completed");
+  for (int t : {2, 3}) {  // x=-1: pruned at the first rung, whether it ignores SIGTERM or not
+    EXPECT_EQ(ends[t]["status"], "pruned") << ends[t].dump();
+    EXPECT_EQ(ends[t]["curve"].size(), 1u);
+    EXPECT_NE(ends[t]["reason"].get<std::string>().find("ASHA"), std::string::npos);
+  }
+  EXPECT_EQ(ends[3]["exit_code"], 128 + SIGKILL);  // it ignored SIGTERM
+  // x=0.2 (score 0.99 - 0.04 = 0.95...) at epoch 1 is worse than 0.3's: pruned as well.
+  EXPECT_EQ(ends[4]["status"], "pruned") << ends[4].dump();
+  EXPECT_LT(seconds, 20) << r.output;
+
+  // A trial that hangs without a rung to stop it: the trial's time limit does.
+  const std::string limitDir = tmp.path + "/limit";
+  const std::string hanging = writeConfig(tmp.path, fmt::format(R"({{
+    "command": ["{}", "--epochs", "3", "--hang-below", "2", "--ignore-term", "1"],
+    "metric": "score", "trials": 1, "launcher": "direct", "trial_time_limit": 1, "grace": 0.5,
+    "parameters": {{"x": {{"type": "uniform", "low": 0, "high": 1}}}}}})",
+                                                                 SHOAL_SWEEP_TRAINER));
+  const auto limited = runShell(fmt::format("{} sweep {} --dir {}", SHOAL_BIN, hanging, limitDir));
+  EXPECT_EQ(limited.code, 1) << limited.output;  // no trial completed
+  const auto events = journal(limitDir);
+  ASSERT_EQ(count(events, "end"), 1);
+  EXPECT_EQ(events.back()["status"], "timeout");
+  EXPECT_EQ(events.back()["exit_code"], 128 + SIGKILL);
+  EXPECT_EQ(events.back()["curve"].size(), 1u);
+
+  // SIGINT: the running trial is stopped and left for --resume; exit 130.
+  const std::string intDir = tmp.path + "/int";
+  std::filesystem::create_directories(intDir);
+  const std::string slow = writeConfig(tmp.path, fmt::format(R"({{
+    "command": ["{}", "--epochs", "3", "--hang-below", "2"],
+    "metric": "score", "trials": 3, "launcher": "direct", "grace": 0.5,
+    "parameters": {{"x": {{"type": "uniform", "low": 0, "high": 1}}}}}})",
+                                                              SHOAL_SWEEP_TRAINER));
+  Proc sweep({SHOAL_BIN, "sweep", slow, "--dir", intDir}, tmp.path + "/int.log");
+  ASSERT_TRUE(waitForJournal(
+      intDir, [](const std::vector<Json>& e) { return count(e, "start") == 1; },
+      std::chrono::seconds(30)));
+  ::kill(sweep.pid(), SIGINT);
+  EXPECT_EQ(sweep.wait(std::chrono::seconds(30)), 130) << sweep.output();
+  EXPECT_NE(sweep.output().find("--resume"), std::string::npos) << sweep.output();
+  const auto interrupted = journal(intDir);
+  EXPECT_EQ(count(interrupted, "start"), 1);
+  EXPECT_EQ(count(interrupted, "end"), 0);
+}
