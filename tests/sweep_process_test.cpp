@@ -233,7 +233,7 @@ TEST(SweepProcess, StopsTrialsByAshaTimeLimitAndSignal) {
       "x": {{"type": "choice", "values": [0.3, -1, 0.2]}},
       "ignore": {{"type": "choice", "values": [0, 1], "flag": ""}}
     }}}})",
-                                                                SHOAL_SWEEP_TRAINER));
+                                                               SHOAL_SWEEP_TRAINER));
   // The grid is x-major: (0.3,0) (0.3,1) (-1,0) (-1,1) (0.2,0) (0.2,1); keep the first five.
   const auto start = std::chrono::steady_clock::now();
   const auto r = runShell(fmt::format("{} sweep {} --dir {} --trials 5", SHOAL_BIN, config, dir));
@@ -263,7 +263,7 @@ TEST(SweepProcess, StopsTrialsByAshaTimeLimitAndSignal) {
     "command": ["{}", "--epochs", "3", "--hang-below", "2", "--ignore-term", "1"],
     "metric": "score", "trials": 1, "launcher": "direct", "trial_time_limit": 1, "grace": 0.5,
     "parameters": {{"x": {{"type": "uniform", "low": 0, "high": 1}}}}}})",
-                                                                 SHOAL_SWEEP_TRAINER));
+                                                                SHOAL_SWEEP_TRAINER));
   const auto limited = runShell(fmt::format("{} sweep {} --dir {}", SHOAL_BIN, hanging, limitDir));
   EXPECT_EQ(limited.code, 1) << limited.output;  // no trial completed
   const auto events = journal(limitDir);
@@ -279,7 +279,7 @@ TEST(SweepProcess, StopsTrialsByAshaTimeLimitAndSignal) {
     "command": ["{}", "--epochs", "3", "--hang-below", "2"],
     "metric": "score", "trials": 3, "launcher": "direct", "grace": 0.5,
     "parameters": {{"x": {{"type": "uniform", "low": 0, "high": 1}}}}}})",
-                                                              SHOAL_SWEEP_TRAINER));
+                                                             SHOAL_SWEEP_TRAINER));
   Proc sweep({SHOAL_BIN, "sweep", slow, "--dir", intDir}, tmp.path + "/int.log");
   ASSERT_TRUE(waitForJournal(
       intDir, [](const std::vector<Json>& e) { return count(e, "start") == 1; },

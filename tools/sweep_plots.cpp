@@ -34,8 +34,8 @@ int writeSweepPlots(const std::string& dir, const run::sweep::SweepConfig& c,
   if (ec) throwSystemError("plots directory " + plots, ec.value());
 
   const auto finishedSeries = [&](auto x) {
-    PlotSeries done{"completed", {}, seriesColor(0), 1.5, true};
-    PlotSeries stopped{"stopped early", {}, kStoppedColor, 1.5, true};
+    PlotSeries done{"completed", {}, seriesColor(0), 3, true};
+    PlotSeries stopped{"stopped early", {}, kStoppedColor, 3, true};
     for (const auto& t : r.trials) {
       if (std::isnan(t.metric)) continue;
       if (t.status == TrialStatus::kCompleted) {

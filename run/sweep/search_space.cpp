@@ -335,6 +335,13 @@ std::string formatParameter(const Parameter& p, double value) {
   }
 }
 
+std::string displayParameter(const Parameter& p, double value) {
+  if (p.kind == ParamKind::kUniform || p.kind == ParamKind::kLogUniform) {
+    return fmt::format("{:.6g}", value);
+  }
+  return formatParameter(p, value);
+}
+
 std::string parameterJson(const Parameter& p, double value) {
   if (p.kind == ParamKind::kChoice) return p.choices.at(static_cast<size_t>(value));
   return formatParameter(p, value);

@@ -108,6 +108,9 @@ bool isBetter(Direction direction, double a, double b);
 // decimal point, a real in the shortest form that reads back the same.
 std::string formatParameter(const Parameter& p, double value);
 
+// The value for people (tables, progress lines): reals to 6 significant digits.
+std::string displayParameter(const Parameter& p, double value);
+
 // The value as JSON text (journal, best.json): a choice's JSON, else a number.
 std::string parameterJson(const Parameter& p, double value);
 

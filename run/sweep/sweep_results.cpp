@@ -3,9 +3,11 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <string_view>
 
 #include "common/trace_file.h"
 #include "run/process_util.h"
@@ -39,9 +41,17 @@ std::string metricText(double v) {
 
 std::string bestCommandLine(const SweepConfig& config, const TrialRecord& best,
                             const std::string& dir) {
+  // Quoted only where sh needs it, so the line reads as typed and pastes back as run.
+  const auto word = [](const std::string& w) {
+    const bool plain = !w.empty() && std::all_of(w.begin(), w.end(), [](unsigned char c) {
+      return std::isalnum(c) || std::string_view("-_./=:,+@%").find(c) != std::string_view::npos;
+    });
+    return plain ? w : shellQuote(w);
+  };
   std::string line;
+  for (const auto& [name, value] : config.env) line += name + "=" + word(value) + " ";
   for (const std::string& w : bestArgv(config, best, dir)) {
-    line += (line.empty() ? "" : " ") + shellQuote(w);
+    line += (line.empty() || line.back() == ' ' ? "" : " ") + word(w);
   }
   return line;
 }
@@ -56,7 +66,7 @@ std::string formatResultsTable(const SweepConfig& c, const SweepResult& r, const
   for (const TrialRecord& t : r.trials) {
     std::vector<std::string> row = {std::to_string(t.id)};
     for (size_t i = 0; i < t.params.size(); ++i) {
-      row.push_back(formatParameter(c.parameters[i], t.params[i]));
+      row.push_back(displayParameter(c.parameters[i], t.params[i]));
     }
     row.push_back(metricText(t.metric));
     row.push_back(std::string(toString(t.status)));
@@ -83,7 +93,7 @@ std::string formatResultsTable(const SweepConfig& c, const SweepResult& r, const
     std::string params;
     for (size_t i = 0; i < b.params.size(); ++i) {
       params += fmt::format("{}{}={}", params.empty() ? "" : " ", c.parameters[i].name,
-                            formatParameter(c.parameters[i], b.params[i]));
+                            displayParameter(c.parameters[i], b.params[i]));
     }
     out += fmt::format("best: trial {}: {}={} with {}\n", b.id, c.metric, metricText(b.metric),
                        params);
@@ -126,6 +136,9 @@ void writeBestJson(const std::string& path, const SweepConfig& c, const SweepRes
     }
     j["params"] = params;
     j["command"] = bestArgv(c, b, dir);
+    nlohmann::ordered_json env = nlohmann::ordered_json::object();
+    for (const auto& [name, value] : c.env) env[name] = value;
+    j["env"] = env;
     j["seconds"] = b.seconds;
   }
   writeFileAtomically(path, j.dump(2) + "\n");

@@ -18,12 +18,13 @@ std::string formatResultsTable(const SweepConfig& config, const SweepResult& res
 // id,<parameters...>,<metric>,status,epochs,seconds,reason (RFC 4180 quoting).
 void writeResultsCsv(const std::string& path, const SweepConfig& config, const SweepResult& result);
 
-// {"trial", "metric", "params": {...}, "command": [...]}, or {"trial": null} with no completed
-// trial.
+// {"trial", "metric", "metric_name", "params": {...}, "command": [...], "env": {...},
+// "seconds"}, or {"trial": null} with no completed trial.
 void writeBestJson(const std::string& path, const SweepConfig& config, const SweepResult& result,
                    const std::string& dir);
 
-// The best trial's command line as the sweep ran it, launcher included, shell-quoted.
+// The best trial's command line as the sweep ran it: the configuration's variables first
+// (NAME=value), the launcher, the program; words quoted for sh where they need it.
 std::string bestCommandLine(const SweepConfig& config, const TrialRecord& best,
                             const std::string& dir);
 

@@ -48,7 +48,7 @@ std::string describeParams(const SweepConfig& c, const Assignment& a) {
   std::string s;
   for (size_t i = 0; i < a.size(); ++i) {
     s += fmt::format("{}{}={}", s.empty() ? "" : " ", c.parameters[i].name,
-                     formatParameter(c.parameters[i], a[i]));
+                     displayParameter(c.parameters[i], a[i]));
   }
   return s;
 }
