@@ -9,9 +9,7 @@
 #include <climits>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "common/env.h"
 #include "common/error.h"
@@ -42,12 +40,14 @@ std::pair<sw::SweepConfig, sw::SweepRecord> loadConfig(const SweepCommandOptions
   }
   sw::SweepConfig config;
   if (!o.configPath.empty()) {
-    config = sw::readSweepConfig(o.configPath);
-    // The text as read (readSweepConfig checked its size); kept in DIR/sweep.json.
-    std::ifstream in(o.configPath, std::ios::binary);
-    std::ostringstream s;
-    s << in.rdbuf();
-    record.configJson = nlohmann::ordered_json::parse(s.str()).dump();
+    const std::string text = sw::readSweepConfigText(o.configPath);
+    try {
+      config = sw::parseSweepConfig(text);
+    } catch (const InvalidArgument& e) {
+      SHOAL_THROW(InvalidArgument, "{}: {}", o.configPath, e.what());
+    }
+    // As given (it parsed above), kept in DIR/sweep.json.
+    record.configJson = nlohmann::ordered_json::parse(text).dump();
     record.algorithm = config.algorithm;
     record.seed = config.seed;
   } else {
@@ -88,6 +88,9 @@ int runSweepCommand(const SweepCommandOptions& o) {
   } catch (const InvalidArgument& e) {
     fmt::print(stderr, "shoal sweep: error: {}\n", e.what());
     return 2;
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "shoal sweep: {}\n", e.what());
+    return 1;
   }
   options.dir = o.dir;
   options.force = o.force;

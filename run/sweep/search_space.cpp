@@ -297,7 +297,7 @@ SweepConfig parseSweepConfig(std::string_view input) {
   return c;
 }
 
-SweepConfig readSweepConfig(const std::string& path) {
+std::string readSweepConfigText(const std::string& path) {
   std::error_code ec;
   if (!std::filesystem::is_regular_file(path, ec)) {
     SHOAL_THROW(InvalidArgument, "sweep config {}: not a readable file", path);
@@ -309,11 +309,7 @@ SweepConfig readSweepConfig(const std::string& path) {
   std::ostringstream s;
   s << in.rdbuf();
   if (!in) SHOAL_THROW(InvalidArgument, "sweep config {}: cannot be read", path);
-  try {
-    return parseSweepConfig(s.str());
-  } catch (const InvalidArgument& e) {
-    SHOAL_THROW(InvalidArgument, "{}: {}", path, e.what());
-  }
+  return s.str();
 }
 
 bool isBetter(Direction direction, double a, double b) {

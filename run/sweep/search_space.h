@@ -95,8 +95,9 @@ inline constexpr uint64_t kMaxConfigBytes = 1 << 20;
 // Parses and validates the JSON text. InvalidArgument (one line, naming the key) otherwise.
 SweepConfig parseSweepConfig(std::string_view text);
 
-// Reads `path` (at most kMaxConfigBytes) and parses it; errors name the file.
-SweepConfig readSweepConfig(const std::string& path);
+// The text of the file at `path`, at most kMaxConfigBytes (checked before reading).
+// InvalidArgument naming the file otherwise.
+std::string readSweepConfigText(const std::string& path);
 
 std::string_view toString(Algorithm a);
 Algorithm parseAlgorithm(std::string_view name);  // "grid" | "random" | "tpe"
