@@ -139,9 +139,11 @@ int main(int argc, char** argv) {
   sweep->add_option("--trials", sweepOptions.trials, "the trial budget (overrides the config)");
   sweep->add_option("--algorithm", sweepOptions.algorithm, "grid, random or tpe (overrides)");
   sweep->add_option("--seed", sweepOptions.seed, "the search's seed (overrides the config)");
-  sweep->add_flag("--resume", sweepOptions.resume,
-                  "continue the sweep in --dir (its own configuration unless CONFIG is given): "
-                  "finished trials are kept, interrupted ones rerun");
+  sweep->add_flag(
+      "--resume", sweepOptions.resume,
+      "continue the sweep in --dir, or `--resume DIR` (its own configuration unless CONFIG "
+      "is given): "
+      "finished trials are kept, interrupted ones rerun");
   sweep->add_flag("--force", sweepOptions.force,
                   "run CONFIG in a --dir holding another sweep (past trials that fit are kept)");
   run->prefix_command();  // without --, the first word that is not an option starts the program

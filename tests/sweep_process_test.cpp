@@ -167,7 +167,7 @@ TEST(SweepProcess, ResumesAfterSigkill) {
   EXPECT_NE(refused.output.find("holds another sweep"), std::string::npos) << refused.output;
 
   std::ofstream(gate) << "open\n";
-  const auto r = runShell(fmt::format("{} sweep --resume --dir {}", SHOAL_BIN, dir));
+  const auto r = runShell(fmt::format("{} sweep --resume {}", SHOAL_BIN, dir));
   ASSERT_EQ(r.code, 0) << r.output;
   EXPECT_NE(r.output.find("3 trials finished, 2 to run again"), std::string::npos) << r.output;
   const auto after = journal(dir);

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <utility>
 
 #include "common/env.h"
 #include "common/error.h"
@@ -78,7 +79,13 @@ std::pair<sw::SweepConfig, sw::SweepRecord> loadConfig(const SweepCommandOptions
 
 }  // namespace
 
-int runSweepCommand(const SweepCommandOptions& o) {
+int runSweepCommand(const SweepCommandOptions& given) {
+  SweepCommandOptions o = given;
+  // `shoal sweep --resume DIR`: the one word is the directory.
+  std::error_code ec;
+  if (o.resume && o.dir.empty() && std::filesystem::is_directory(o.configPath, ec)) {
+    o.dir = std::exchange(o.configPath, "");
+  }
   sw::SweepOptions options;
   try {
     if (o.dir.empty()) SHOAL_THROW(InvalidArgument, "--dir is required");
@@ -142,7 +149,7 @@ int runSweepCommand(const SweepCommandOptions& o) {
     return 1;
   }
   if (result.interrupted) {
-    fmt::print("shoal sweep: interrupted; `shoal sweep --resume --dir {}` continues\n", o.dir);
+    fmt::print("shoal sweep: interrupted; `shoal sweep --resume {}` continues\n", o.dir);
     return 130;
   }
   if (result.timedOut) fmt::print("shoal sweep: the time limit stopped the sweep\n");

@@ -15,7 +15,9 @@
 namespace shoal::tools {
 
 struct SweepCommandOptions {
-  std::string configPath;  // empty: the configuration DIR/sweep.json holds (resume)
+  std::string configPath;  // empty: the configuration DIR/sweep.json holds (resume); with
+                           // resume and no dir, a directory here is the dir
+
   std::string dir;
   bool resume = false;  // DIR must hold a sweep already
   bool force = false;   // run CONFIG in a DIR holding another sweep

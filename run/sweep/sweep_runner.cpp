@@ -69,7 +69,7 @@ void prepareDirectory(const SweepOptions& o) {
   if (existing && !sameSweep(*existing, o.record) && !o.force) {
     SHOAL_THROW(InvalidArgument,
                 "--dir {} holds another sweep (its sweep.json: another configuration, algorithm "
-                "or seed): resume it with `shoal sweep --resume {}`, use another --dir, or "
+                "or seed): resume it with `shoal sweep --resume --dir {}`, use another --dir, or "
                 "--force to run this configuration there",
                 o.dir, o.dir);
   }
