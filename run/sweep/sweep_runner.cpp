@@ -121,6 +121,9 @@ SweepResult runSweep(const SweepOptions& o) {
   std::vector<std::string> env = o.env;
   for (const auto& [name, value] : c.env) env.push_back(name + "=" + value);
 
+  // Through the launcher, `shoal run` gets the grace to stop its ranks itself (--grace) and a
+  // second more before it is killed; its ranks die with it either way (PR_SET_PDEATHSIG).
+  const double killAfter = c.graceSeconds + (c.viaLauncher ? 1.0 : 0.0);
   std::vector<Running> running;
   bool exhausted = false, stopping = false;
   auto progress = [&](const std::string& line) {
@@ -150,8 +153,11 @@ SweepResult runSweep(const SweepOptions& o) {
     std::vector<std::string> argv =
         trialCommand(c, params, id, fs::absolute(trialDir).string(), metricsFile);
     if (c.viaLauncher) {
+      // The flight recorders into the trial's folder: a stopped trial is a "failed" job to the
+      // launcher, which would otherwise keep them in a new /tmp folder per stopped trial.
       argv.insert(argv.begin(), {o.shoalProgram, "run", "-n", std::to_string(c.ranksPerTrial), "-q",
-                                 "--grace", fmt::format("{}", c.graceSeconds), "--"});
+                                 "--grace", fmt::format("{}", c.graceSeconds), "--flight-dir",
+                                 fs::absolute(trialDir + "/flight").string(), "--"});
     }
     journal.started(c, id, params);
     Running r;
@@ -206,7 +212,7 @@ SweepResult runSweep(const SweepOptions& o) {
     if (r.process->terminating()) return;
     r.stopAs = as;
     r.stopReason = std::move(why);
-    r.process->terminate(c.graceSeconds);
+    r.process->terminate(killAfter);
   };
 
   while (true) {
@@ -250,7 +256,7 @@ SweepResult runSweep(const SweepOptions& o) {
       result.interrupted = true;
       progress(fmt::format("shoal sweep: stopping; {} running trials are left for --resume",
                            running.size()));
-      for (Running& r : running) r.process->terminate(c.graceSeconds);
+      for (Running& r : running) r.process->terminate(killAfter);
     }
     if (sweepDeadline && now >= *sweepDeadline && !stopping) {
       stopping = true;

@@ -1,6 +1,7 @@
 // `shoal sweep`'s driver: runs a configuration's trials, `parallel` at a time, each as a child
 // job (`shoal run -n RANKS -- program ...`, or the program itself with "launcher": "direct") in
-// its own folder DIR/trial-NNNN (log.txt: its output; metrics.jsonl: the metrics it appends),
+// its own folder DIR/trial-NNNN (log.txt: its output; metrics.jsonl: the metrics it appends;
+// flight/: the launcher's flight recorders),
 // feeding finished trials to the search algorithm and per-epoch metrics to ASHA.
 //
 // Waiting: one poll(2) over the trials' pidfds and `stopFd`, with a timeout that is the nearest
