@@ -9,7 +9,7 @@ test_accuracy among completed trials and the wall time from the sweep's start un
 that reached it finished; then medians over seeds.
 
   /usr/bin/python3 bench/sweep_vs_optuna.py [--shoal build/shoal] [--program build/fashion_mnist]
-      [--seeds 1,2,3] [--trials 10] [--parallel 2] [--out bench/results/sweep_vs_optuna]
+      [--seeds 1,2,3] [--trials 8] [--parallel 2] [--out bench/results/sweep_vs_optuna]
 
 Needs python3-optuna (Debian). Keep the machine otherwise idle: trials are timed.
 """
@@ -156,9 +156,9 @@ def main():
     p.add_argument("--shoal", default="build/shoal")
     p.add_argument("--program", default="build/fashion_mnist")
     p.add_argument("--seeds", default="1,2,3")
-    p.add_argument("--trials", type=int, default=10)
+    p.add_argument("--trials", type=int, default=8)
     p.add_argument("--parallel", type=int, default=2)
-    p.add_argument("--startup", type=int, default=4)
+    p.add_argument("--startup", type=int, default=3)
     p.add_argument("--epochs", type=int, default=2)
     p.add_argument("--eta", type=int, default=3)
     p.add_argument("--train-subset", type=int, default=2048)
