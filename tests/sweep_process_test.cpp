@@ -2,6 +2,7 @@
 // (sweep_fake_trainer.cpp) as the program. Parallel trials, a failing trial, the results files,
 // resume after the sweep is SIGKILLed, and the command line's errors.
 #include <gtest/gtest.h>
+#include <sys/file.h>
 
 #include <nlohmann/json.hpp>
 
@@ -157,7 +158,17 @@ TEST(SweepProcess, ResumesAfterSigkill) {
   }
   ASSERT_EQ(startedParams.size(), 5u);
 
-  // Another configuration in the same directory is refused.
+  // Another configuration in the same directory is refused; so is a second sweep while one
+  // runs there (the lock, taken here as a running sweep holds it).
+  {
+    const int held = ::open((dir + "/sweep.lock").c_str(), O_RDWR | O_CLOEXEC);
+    ASSERT_EQ(::flock(held, LOCK_EX | LOCK_NB), 0);
+    const auto busy = runShell(fmt::format("{} sweep --resume {}", SHOAL_BIN, dir));
+    EXPECT_EQ(busy.code, 2) << busy.output;
+    EXPECT_NE(busy.output.find("another shoal sweep is running there"), std::string::npos)
+        << busy.output;
+    ::close(held);
+  }
   std::string changed = readFile(config);
   changed.replace(changed.find("\"seed\": 5"), 9, "\"seed\": 6");
   std::ofstream(tmp.path + "/changed.json") << changed;
@@ -188,6 +199,14 @@ TEST(SweepProcess, ResumesAfterSigkill) {
   EXPECT_EQ(ends, (std::map<int, int>{{3, 1}, {4, 1}, {5, 1}, {6, 1}}));
   const Json best = Json::parse(readFile(dir + "/best.json"));
   EXPECT_TRUE(best["trial"].is_number());
+
+  // --force: the other configuration takes the directory; the trials that fit its space are
+  // kept, so one more trial makes the budget of 8.
+  const auto forced = runShell(fmt::format("{} sweep {}/changed.json --dir {} --force --trials 8",
+                                           SHOAL_BIN, tmp.path, dir));
+  ASSERT_EQ(forced.code, 0) << forced.output;
+  EXPECT_EQ(Json::parse(readFile(dir + "/sweep.json"))["seed"], 6);
+  EXPECT_EQ(count(journal(dir), "end"), 8);
 }
 
 TEST(SweepProcess, CommandLineErrors) {

@@ -1,6 +1,8 @@
 #include "run/sweep/sweep_runner.h"
 
+#include <fcntl.h>
 #include <poll.h>
+#include <sys/file.h>
 #include <sys/wait.h>
 
 #include <algorithm>
@@ -60,11 +62,23 @@ std::optional<Observation> observe(const TrialRecord& r) {
   return Observation{r.params, r.metric, r.curve.back().epoch, r.status == TrialStatus::kCompleted};
 }
 
-// Opens the directory's state: checks DIR/sweep.json against this sweep, writes it when new.
-void prepareDirectory(const SweepOptions& o) {
+// Opens the directory's state: takes DIR/sweep.lock (two sweeps appending to one journal would
+// each rerun the other's trials as interrupted), checks DIR/sweep.json against this sweep, writes
+// it when new. The returned descriptor holds the lock until the sweep ends (or dies: the kernel
+// drops it with the process).
+Fd prepareDirectory(const SweepOptions& o) {
   std::error_code ec;
   fs::create_directories(o.dir, ec);
   if (ec) throwSystemError("sweep directory " + o.dir, ec.value());
+  const std::string lockPath = o.dir + "/sweep.lock";
+  Fd lock(::open(lockPath.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644));
+  if (!lock.valid()) throwSystemError("sweep lock " + lockPath, errno);
+  if (::flock(lock.get(), LOCK_EX | LOCK_NB) != 0) {
+    if (errno == EWOULDBLOCK) {
+      SHOAL_THROW(InvalidArgument, "--dir {}: another shoal sweep is running there", o.dir);
+    }
+    throwSystemError("sweep lock " + lockPath, errno);
+  }
   const auto existing = readSweepRecord(o.dir);
   if (existing && !sameSweep(*existing, o.record) && !o.force) {
     SHOAL_THROW(InvalidArgument,
@@ -74,6 +88,7 @@ void prepareDirectory(const SweepOptions& o) {
                 o.dir, o.dir);
   }
   if (!existing || o.force) writeSweepRecord(o.dir, o.record);
+  return lock;
 }
 
 }  // namespace
@@ -87,7 +102,7 @@ SweepResult runSweep(const SweepOptions& o) {
   const auto sweepStart = SteadyClock::now();
   std::optional<SteadyClock::time_point> sweepDeadline;
   if (c.timeLimit) sweepDeadline = sweepStart + seconds(*c.timeLimit);
-  prepareDirectory(o);
+  const Fd lock = prepareDirectory(o);
 
   const std::string journalPath = o.dir + "/trials.jsonl";
   JournalContents past = readJournal(journalPath, c);

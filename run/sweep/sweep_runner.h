@@ -11,7 +11,8 @@
 // Failures: a trial that exits non-zero or without its metric is recorded as failed and the sweep
 // goes on; a trial that cannot be started at all (program missing) is recorded as failed too.
 // The sweep throws only for its own problems: InvalidArgument (a directory holding another
-// sweep, a grid the budget cannot start), SystemError (the journal cannot be written).
+// sweep, or in use by a running one: DIR/sweep.lock), SystemError (the journal cannot be
+// written).
 //
 // Resume: DIR/sweep.json and the journal (sweep_journal.h) are read first: finished trials are
 // kept (and replayed into ASHA and the algorithm's history), interrupted ones run again with the
