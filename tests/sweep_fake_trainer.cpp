@@ -2,9 +2,10 @@
 //
 //   sweep_fake_trainer --x X --y Y --epochs E --metrics FILE
 //                      [--fail-above T]          exit 3 before any epoch when x > T
-//                      [--trial N --gate FILE --gate-from K]
+//                      [--trial N --gate FILE --gate-from K [--ready FILE2]]
 //                                                trials N >= K wait (up to 60 s) for FILE to
-//                                                exist before their first epoch
+//                                                exist before their first epoch, having
+//                                                created FILE2 (they are waiting)
 //                      [--hang-below S]          after epoch 1, hang (until killed) when the
 //                                                final score would be below S
 //                      [--ignore-term 1]         ignore SIGTERM (only SIGKILL stops it)
@@ -24,7 +25,7 @@ int main(int argc, char** argv) {
   double x = 0, y = 0, failAbove = 1e300, hangBelow = -1e300;
   bool ignoreTerm = false;
   int epochs = 3, trial = 0, gateFrom = 1 << 30;
-  std::string metrics, gate;
+  std::string metrics, gate, ready;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
     const char* value = argv[i + 1];
@@ -46,6 +47,8 @@ int main(int argc, char** argv) {
       trial = std::atoi(value);
     } else if (flag == "--gate") {
       gate = value;
+    } else if (flag == "--ready") {
+      ready = value;
     } else if (flag == "--gate-from") {
       gateFrom = std::atoi(value);
     } else {
@@ -59,6 +62,7 @@ int main(int argc, char** argv) {
     return 3;
   }
   if (!gate.empty() && trial >= gateFrom) {
+    if (!ready.empty()) std::fclose(std::fopen(ready.c_str(), "w"));
     // A test helper's wait, bounded: the sweep under test is what must never sleep.
     for (int i = 0; i < 3000 && access(gate.c_str(), F_OK) != 0; ++i) {
       const timespec t{0, 20'000'000};

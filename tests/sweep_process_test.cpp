@@ -65,6 +65,37 @@ bool waitForJournal(const std::string& sweepDir,
   return ok;
 }
 
+// Pidfds of the processes (other than this one) whose command line mentions `text`.
+std::vector<int> pidfdsMentioning(const std::string& text) {
+  std::vector<int> fds;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
+    const std::string name = entry.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    const pid_t pid = std::stoi(name);
+    if (pid == ::getpid()) continue;
+    std::string cmdline = readFile(entry.path().string() + "/cmdline");
+    std::replace(cmdline.begin(), cmdline.end(), '\0', ' ');
+    if (cmdline.find(text) == std::string::npos) continue;
+    const int fd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
+    if (fd >= 0) fds.push_back(fd);
+  }
+  return fds;
+}
+
+// True when every process behind `fds` has exited within `timeout` (closes the fds).
+bool allExit(const std::vector<int>& fds, std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  bool ok = true;
+  for (int fd : fds) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    pollfd p{fd, POLLIN, 0};
+    ok = ok && ::poll(&p, 1, static_cast<int>(std::max<int64_t>(0, left.count()))) == 1;
+    ::close(fd);
+  }
+  return ok;
+}
+
 }  // namespace
 
 TEST(SweepProcess, GridFindsTheBestAndRecordsFailures) {
@@ -130,7 +161,8 @@ TEST(SweepProcess, ResumesAfterSigkill) {
   // Trials 0-2 run at once; trials from 3 on wait for the gate, so the sweep is certainly
   // midway when it is killed.
   const std::string config = writeConfig(tmp.path, fmt::format(R"({{
-    "command": ["{}", "--epochs", "2", "--trial", "{{trial}}", "--gate", "{}", "--gate-from", "3"],
+    "command": ["{}", "--epochs", "2", "--trial", "{{trial}}", "--gate", "{}", "--gate-from", "3",
+                 "--ready", "{{trial_dir}}/../ready-{{trial}}"],
     "metric": "score", "trials": 7, "parallel": 2, "algorithm": "tpe", "seed": 5, "grace": 1,
     "tpe": {{"startup_trials": 4}},
     "parameters": {{
@@ -144,11 +176,21 @@ TEST(SweepProcess, ResumesAfterSigkill) {
     Proc sweep({SHOAL_BIN, "sweep", config, "--dir", dir}, tmp.path + "/first.log");
     ASSERT_TRUE(waitForJournal(
         dir,
-        [](const std::vector<Json>& e) { return count(e, "end") == 3 && count(e, "start") == 5; },
+        [&](const std::vector<Json>& e) {
+          // Three trials done, two waiting at the gate (their ranks created ready-N).
+          return count(e, "end") == 3 && count(e, "start") == 5 &&
+                 std::filesystem::exists(dir + "/ready-3") &&
+                 std::filesystem::exists(dir + "/ready-4");
+        },
         std::chrono::seconds(60)))
         << readFile(tmp.path + "/first.log");
+    // The running trials (their `shoal run` and its rank) die with the sweep: none is left to
+    // write into the directory a resumed sweep uses.
+    const std::vector<int> trials = pidfdsMentioning(gate);
+    EXPECT_EQ(trials.size(), 4u);  // two launchers, two ranks
     ::kill(sweep.pid(), SIGKILL);
     EXPECT_EQ(sweep.wait(std::chrono::seconds(30)), 128 + SIGKILL);
+    EXPECT_TRUE(allExit(trials, std::chrono::seconds(10)));
     before = journal(dir);
   }
   ASSERT_EQ(count(before, "end"), 3);
