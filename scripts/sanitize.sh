@@ -10,9 +10,9 @@
 # What the ASan run covers: every test that needs no libtorch and no outside launcher:
 # shoal_unit_tests, shoal_collective_tests, shoal_process_tests, shoal_launcher_tests, shoal_lazy_tests,
 # shoal_encryption_tests, shoal_ps_tests, shoal_ps_replication_tests, shoal_ps_compression_tests,
-# shoal_host_discovery_tests, shoal_trace_tests, shoal_flight_tests, shoal_tensorboard_tests (with the
-# programs they start, also instrumented) and shoal_serve_core_tests (shoal-serve's batching queue,
-# request JSON and metrics). Left out: the libtorch tests
+# shoal_host_discovery_tests, shoal_trace_tests, shoal_flight_tests, shoal_tensorboard_tests,
+# shoal_sweep_tests (with the programs they start, also instrumented) and shoal_serve_core_tests
+# (shoal-serve's batching queue, request JSON and metrics). Left out: the libtorch tests
 # (shoal_train_tests, shoal_train_process_tests: Debian's libtorch is not instrumented, and
 # compiling the train layer twice more would double CI's build time) and the tests that run
 # outside programs (mpirun_*, the Slurm stand-in, the network-namespace test: OpenMPI's own
@@ -46,7 +46,8 @@ case "$MODE" in
       shoal_process_tests shoal_launcher_tests shoal_encryption_tests shoal_ps_tests shoal_lazy_tests \
       shoal_ps_compression_tests shoal_ps_replication_tests shoal_host_discovery_tests \
       shoal_trace_tests shoal_trace_worker shoal_flight_tests shoal_flight_worker shoal_test_worker \
-      shoal_tensorboard_tests shoal shoal_ps_worker shoal_serve_core_tests
+      shoal_tensorboard_tests shoal_sweep_tests shoal_sweep_fake_trainer shoal shoal_ps_worker \
+      shoal_serve_core_tests
     # Child processes inherit these. print_stacktrace: UBSan's report says where.
     export ASAN_OPTIONS=halt_on_error=1:abort_on_error=0:detect_leaks=1:strict_string_checks=1:detect_stack_use_after_return=1
     export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
