@@ -320,7 +320,7 @@ TEST(Launcher, AnUnknownCommandIsNamed) {
   EXPECT_EQ(p.wait(30s), 2) << p.output();
   EXPECT_EQ(p.output(),
             "shoal: error: unknown command 'rnu' (the commands: run, flight, ui, report, "
-            "tensorboard; see shoal --help)\n");
+            "tensorboard, sweep; see shoal --help)\n");
 }
 
 // --- The same rank program started the way other launchers start it.
