@@ -286,7 +286,7 @@ TEST(SweepProcess, StopsTrialsByAshaTimeLimitAndSignal) {
   // ignores SIGTERM). x=0.2 is a little worse than 0.3 at epoch 1: outside the top half.
   const std::string dir = tmp.path + "/asha";
   const std::string config = writeConfig(tmp.path, fmt::format(R"({{
-    "command": ["{}", "--epochs", "3", "--hang-below", "0.95", "--ignore-term", "{{ignore}}"],
+    "command": ["{}", "--epochs", "3", "--hang-below", "0.955", "--ignore-term", "{{ignore}}"],
     "metric": "score", "parallel": 1, "algorithm": "grid", "launcher": "direct",
     "trial_time_limit": 2, "grace": 0.5,
     "early_stopping": {{"type": "asha", "min_epochs": 1, "reduction_factor": 2, "max_epochs": 3}},
@@ -314,9 +314,24 @@ TEST(SweepProcess, StopsTrialsByAshaTimeLimitAndSignal) {
     EXPECT_NE(ends[t]["reason"].get<std::string>().find("ASHA"), std::string::npos);
   }
   EXPECT_EQ(ends[3]["exit_code"], 128 + SIGKILL);  // it ignored SIGTERM
-  // x=0.2 (score 0.99 - 0.04 = 0.95...) at epoch 1 is worse than 0.3's: pruned as well.
+  // x=0.2 (final score 0.95, so it hangs after epoch 1) is worse than 0.3's there: pruned.
   EXPECT_EQ(ends[4]["status"], "pruned") << ends[4].dump();
   EXPECT_LT(seconds, 20) << r.output;
+
+  // Trials faster than the sweep's look at their metrics: ASHA reads the rung after the trial
+  // has finished all its epochs; such a trial completed, it is not pruned.
+  const std::string fastDir = tmp.path + "/fast";
+  const std::string fast = writeConfig(tmp.path, fmt::format(R"({{
+    "command": ["{}", "--epochs", "3"],
+    "metric": "score", "parallel": 1, "algorithm": "grid", "launcher": "direct",
+    "early_stopping": {{"type": "asha", "min_epochs": 1, "reduction_factor": 2, "max_epochs": 3}},
+    "parameters": {{"x": {{"type": "choice", "values": [0.3, -1, -0.5]}}}}}})",
+                                                             SHOAL_SWEEP_TRAINER));
+  const auto fastRun = runShell(fmt::format("{} sweep {} --dir {}", SHOAL_BIN, fast, fastDir));
+  ASSERT_EQ(fastRun.code, 0) << fastRun.output;
+  for (const Json& e : journal(fastDir)) {
+    if (e["event"] == "end") EXPECT_EQ(e["status"], "completed") << e.dump();
+  }
 
   // A trial that hangs without a rung to stop it: the trial's time limit does.
   const std::string limitDir = tmp.path + "/limit";

@@ -17,16 +17,19 @@ namespace shoal::run::sweep {
 // A finished trial as the algorithms see it.
 struct Observation {
   Assignment params;
-  double value = 0;       // the metric at the last epoch the trial reported (never NaN here)
+  double value = 0;       // the metric at the last epoch the trial reported (NaN: failed)
   int epochs = 0;         // epochs it reported
   bool complete = false;  // ran to the end (false: stopped early by ASHA or a time limit)
+  // No metric (crashed, diverged): ranked below every trial that reported one, so a search
+  // learns to avoid where trials fail instead of returning there for want of data.
+  bool failed = false;
 };
 
 class SearchAlgorithm {
  public:
   virtual ~SearchAlgorithm() = default;
   // The assignment for trial number `trial` (0, 1, ...), or nullopt when the algorithm has no
-  // more points (a grid that is exhausted). `history`: every finished trial with a metric.
+  // more points (a grid that is exhausted). `history`: every finished trial.
   virtual std::optional<Assignment> suggest(int trial, const std::vector<Observation>& history) = 0;
 };
 

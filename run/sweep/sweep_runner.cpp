@@ -55,11 +55,12 @@ std::string describeParams(const SweepConfig& c, const Assignment& a) {
   return s;
 }
 
-std::optional<Observation> observe(const TrialRecord& r) {
+Observation observe(const TrialRecord& r) {
   if (r.status == TrialStatus::kFailed || r.curve.empty() || std::isnan(r.metric)) {
-    return std::nullopt;
+    return Observation{r.params, NAN, 0, false, true};
   }
-  return Observation{r.params, r.metric, r.curve.back().epoch, r.status == TrialStatus::kCompleted};
+  return Observation{r.params, r.metric, r.curve.back().epoch, r.status == TrialStatus::kCompleted,
+                     false};
 }
 
 // Opens the directory's state: takes DIR/sweep.lock (two sweeps appending to one journal would
@@ -118,7 +119,7 @@ SweepResult runSweep(const SweepOptions& o) {
   std::vector<TrialRecord> finished;
   int nextId = 0;
   for (const TrialRecord& r : past.finished) {
-    if (auto obs = observe(r)) history.push_back(*obs);
+    history.push_back(observe(r));
     // ASHA's rungs as they were (in finishing order, near enough to the order of reports).
     if (asha) {
       for (const EpochValue& e : r.curve) asha->report(e.epoch, e.value);
@@ -149,7 +150,7 @@ SweepResult runSweep(const SweepOptions& o) {
 
   auto record = [&](TrialRecord r) {
     journal.finished(c, r);
-    if (auto obs = observe(r)) history.push_back(*obs);
+    history.push_back(observe(r));
     progress(fmt::format("[{}/{}] trial {} {}{} in {:.1f} s: {}{}", finished.size() + 1, c.trials,
                          r.id, toString(r.status),
                          std::isnan(r.metric) ? "" : fmt::format(" {}={:.6g}", c.metric, r.metric),
@@ -209,16 +210,20 @@ SweepResult runSweep(const SweepOptions& o) {
     t.exitCode = exitCodeOf(status);
     t.startedMs = r.startedMs;
     t.endedMs = unixMs();
-    if (r.stopAs) {
+    const bool exitedZero = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+    // A trial that reported its last epoch and exited 0 finished before the stop reached it
+    // (ASHA read a rung after the fact): it completed.
+    const bool ranToTheEnd = c.earlyStopping.enabled && !t.curve.empty() &&
+                             t.curve.back().epoch >= c.earlyStopping.maxEpochs;
+    if (r.stopAs && !(exitedZero && ranToTheEnd && !std::isnan(t.metric))) {
       t.status = *r.stopAs;
       t.reason = r.stopReason;
-    } else if (WIFEXITED(status) && WEXITSTATUS(status) == 0 && !std::isnan(t.metric)) {
+    } else if (exitedZero && !std::isnan(t.metric)) {
       t.status = TrialStatus::kCompleted;
     } else {
       t.status = TrialStatus::kFailed;
-      t.reason = WIFEXITED(status) && WEXITSTATUS(status) == 0
-                     ? fmt::format("no '{}' in its metrics file", c.metric)
-                     : describeStatus(status);
+      t.reason = exitedZero ? fmt::format("no '{}' in its metrics file", c.metric)
+                            : describeStatus(status);
     }
     record(std::move(t));
   };

@@ -29,6 +29,7 @@ std::vector<double> categoryWeights(const std::vector<double>& indices, size_t k
 
 // True when trial a ranks before trial b (see the header, step 2).
 bool ranksBefore(Direction d, const Observation& a, const Observation& b) {
+  if (a.failed != b.failed) return b.failed;
   if (a.complete != b.complete) return a.complete;
   if (!a.complete && a.epochs != b.epochs) return a.epochs > b.epochs;
   return isBetter(d, a.value, b.value);

@@ -4,7 +4,8 @@
 // How a suggestion is made:
 //   1. Until tpe.startup_trials trials have a metric, draw uniformly (random_search.h).
 //   2. Rank the history best first: trials that ran to the end by their metric, then those
-//      stopped early (by ASHA: fewer epochs rank lower, then by their last metric). The best
+//      stopped early (by ASHA: fewer epochs rank lower, then by their last metric), then those
+//      that failed without a metric (so l/g steers away from where trials crash). The best
 //      ceil(gamma * n) (at least 1, at most 25) are "good", the rest "bad".
 //   3. Per parameter, independently, fit two densities over its internal coordinates
 //      (search_space.h): l(x) from the good trials, g(x) from the bad. A numeric parameter gets
