@@ -13,6 +13,9 @@
 #include "comm/collectives.h"
 #include "comm/native/native_engine.h"
 #include "run/init.h"
+#ifdef SHOAL_HAVE_MPI  // built with Shoal::mpi: SHOAL_BACKEND=mpi, and mpirun without a store
+#include "run/init_mpi.h"
+#endif
 
 using namespace shoal;
 
@@ -30,7 +33,11 @@ std::string linksOf(comm::Group& g) {
 }
 
 int runRank(size_t count, int iterations) {
+#ifdef SHOAL_HAVE_MPI
+  World w = initWithMpi();
+#else
   World w = init();
+#endif
   auto world = w.group;
   const int rank = world->rank(), n = world->size();
   // Every rank says where it runs and how it reaches each peer (the multi-host test reads it).

@@ -39,6 +39,9 @@
 #include "examples/numeric_flags.h"
 #include "ps/server.h"
 #include "run/init.h"
+#ifdef SHOAL_HAVE_MPI  // built with Shoal::mpi: SHOAL_BACKEND=mpi, and mpirun without a store
+#include "run/init_mpi.h"
+#endif
 #include "run/run_directory.h"
 #include "track/system_sampler.h"
 #include "track/tracker.h"
@@ -162,7 +165,11 @@ class ProgressBar {
 
 int trainMain(const Flags& f) {
   train::keepFreedMemoryForReuse();
+#ifdef SHOAL_HAVE_MPI
+  World w = initWithMpi();
+#else
   World w = init();
+#endif
   const bool usePs = f.mode != "ddp";
   if (usePs && w.numServers == 0) {
     SHOAL_THROW(InvalidArgument,

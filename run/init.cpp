@@ -4,11 +4,11 @@
 
 #include <filesystem>
 
-#include "comm/mpi/mpi_engine.h"
 #include "common/error.h"
 #include "common/flight_recorder.h"
 #include "common/log.h"
 #include "common/socket.h"
+#include "run/init_backend.h"
 #include "store/etcd_store.h"
 #include "store/memory_store.h"
 #include "store/tcp_store.h"
@@ -19,6 +19,9 @@ namespace shoal {
 namespace {
 
 using run::Launcher;
+
+// Plain init() (no MPI linked): what to do instead.
+constexpr const char* kLinkMpi = "link Shoal::mpi and call shoal::initWithMpi() (run/init_mpi.h)";
 
 // The address other hosts reach this rank at: on one host, loopback; across hosts, the
 // address that routes to the store (not a loopback alias such as Debian's 127.0.1.1 entry for
@@ -90,7 +93,7 @@ std::shared_ptr<FlightRecorder> openFlightRecorder(const EnvConfig& env, int ran
 }
 
 // The world as the launcher describes it (everything init() does but tracing).
-World joinWorld(const EnvConfig& env) {
+World joinWorld(const EnvConfig& env, const run::MpiBridge* mpi) {
   const run::Rendezvous r = run::detectRendezvous(run::processEnv());
   comm::GroupOptions options = comm::GroupOptions::from(env);
   if (env.flightDir) options.flight = openFlightRecorder(env, r.rank);
@@ -129,7 +132,11 @@ World joinWorld(const EnvConfig& env) {
                       ? std::string("started plainly")
                       : fmt::format("started by {}", toString(r.launcher)));
     }
-    auto engine = comm::mpi::worldEngine();
+    if (!mpi) {
+      SHOAL_THROW(InvalidArgument, "SHOAL_BACKEND=mpi: this program was built without MPI ({})",
+                  kLinkMpi);
+    }
+    auto engine = mpi->worldEngine();
     if (r.launcher != Launcher::kNone && (engine->rank() != r.rank || engine->size() != r.size)) {
       SHOAL_THROW(InvalidArgument,
                   "SHOAL_BACKEND=mpi: MPI says rank {} of {}, {} says rank {} of {} (start the "
@@ -156,6 +163,12 @@ World joinWorld(const EnvConfig& env) {
   } else if (r.launcher == Launcher::kMpirun && storeHost.empty()) {
     // Rank 0 hosts the store on a free port and tells the others where, with the job secret
     // if none is configured, over MPI (which mpirun already connected and trusts).
+    if (!mpi) {
+      SHOAL_THROW(InvalidArgument,
+                  "started by mpirun without SHOAL_STORE_ADDR, and this program has no MPI to "
+                  "find the store over: set SHOAL_STORE_ADDR=host:port, or {}",
+                  kLinkMpi);
+    }
     std::string message;
     if (r.rank == 0) {
       // The secret comes first: the store authenticates its clients with it.
@@ -167,7 +180,7 @@ World joinWorld(const EnvConfig& env) {
       message =
           fmt::format("{}:{}\n{}", host, port, env.secret || env.secretFile ? "" : *options.secret);
     }
-    message = comm::mpi::broadcastFromRankZero(message, options.timeout);
+    message = mpi->broadcastFromRankZero(message, options.timeout);
     const auto newline = message.find('\n');
     SHOAL_CHECK(newline != std::string::npos, "mpirun rendezvous: malformed message");
     HostPort hp = parseHostPort(message.substr(0, newline));
@@ -214,10 +227,10 @@ World joinWorld(const EnvConfig& env) {
 
 }  // namespace
 
-World init() {
+World run::initWith(const MpiBridge* mpi) {
   const EnvConfig env = readEnvConfig();
   setLogLevel(env.logLevel);
-  World w = joinWorld(env);
+  World w = joinWorld(env, mpi);
   // SHOAL_TRACE: the world's options carry the sink (GroupOptions::from); the session measures
   // the clock offset now, once the world exists, and writes this rank's file when it goes. Not
   // in elastic jobs: a worker admitted later would wait for peers that measured long ago.
@@ -225,6 +238,10 @@ World init() {
     w.trace = std::make_shared<run::TraceSession>(*w.group, *env.traceDir, !w.elastic);
   }
   return w;
+}
+
+World init() {
+  return run::initWith(nullptr);
 }
 
 }  // namespace shoal

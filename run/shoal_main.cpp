@@ -1,7 +1,9 @@
 // The `shoal` command: `shoal run`, the launcher (run/launcher.h), `shoal flight DIR`, who
 // was where in a job's flight recorders (run/flight_report.h), `shoal ui [RUNS_DIR]`, the
-// dashboard over the runs' metrics (tools/ui_server.h), and `shoal report RUN_DIR`, a static
-// report of one run (tools/report.h).
+// dashboard over the runs' metrics (tools/ui_server.h), `shoal report RUN_DIR`, a static
+// report of one run (tools/report.h), `shoal tensorboard RUN_DIR`, its metrics as TensorBoard
+// event files (tools/tensorboard_export.h), and `shoal sweep CONFIG.json --dir DIR`, a
+// hyperparameter search over a training program (tools/sweep_command.h).
 #include <fmt/format.h>
 #include <signal.h>
 
@@ -13,6 +15,8 @@
 #include "run/launcher.h"
 #include "store/etcd_store.h"
 #include "tools/report.h"
+#include "tools/sweep_command.h"
+#include "tools/tensorboard_export.h"
 #include "tools/ui_server.h"
 
 using namespace shoal;
@@ -124,6 +128,34 @@ int main(int argc, char** argv) {
   std::string reportRun, reportOut;
   report->add_option("RUN_DIR", reportRun, "the run directory (holding run.json)")->required();
   report->add_option("-o,--out", reportOut, "the report's folder (default: RUN_DIR/report)");
+  auto* tensorboard = app.add_subcommand(
+      "tensorboard", "a run's metrics as TensorBoard event files: one run per rank, tag = metric");
+  std::string tensorboardRun, tensorboardOut;
+  tensorboard->add_option("RUN_DIR", tensorboardRun, "the run directory (holding run.json)")
+      ->required();
+  tensorboard->add_option("-o,--out", tensorboardOut,
+                          "the folder for tensorboard --logdir (default: RUN_DIR/tensorboard)");
+
+  auto* sweep = app.add_subcommand(
+      "sweep",
+      "hyperparameter search: run a training program's trials over a search space "
+      "(grid, random or TPE; ASHA early stopping); README \"Hyperparameter sweeps\"");
+  tools::SweepCommandOptions sweepOptions;
+  sweep->add_option("CONFIG", sweepOptions.configPath,
+                    "the sweep's JSON configuration (not needed with --resume)");
+  sweep->add_option("--dir", sweepOptions.dir,
+                    "the sweep directory: journal, trials, results (required)");
+  sweep->add_option("--parallel", sweepOptions.parallel, "trials at once (overrides the config)");
+  sweep->add_option("--trials", sweepOptions.trials, "the trial budget (overrides the config)");
+  sweep->add_option("--algorithm", sweepOptions.algorithm, "grid, random or tpe (overrides)");
+  sweep->add_option("--seed", sweepOptions.seed, "the search's seed (overrides the config)");
+  sweep->add_flag(
+      "--resume", sweepOptions.resume,
+      "continue the sweep in --dir, or `--resume DIR` (its own configuration unless CONFIG "
+      "is given): "
+      "finished trials are kept, interrupted ones rerun");
+  sweep->add_flag("--force", sweepOptions.force,
+                  "run CONFIG in a --dir holding another sweep (past trials that fit are kept)");
   run->prefix_command();  // without --, the first word that is not an option starts the program
   // Everything after the first -- is the program and its arguments, untouched.
   std::vector<std::string> command;
@@ -139,11 +171,12 @@ int main(int argc, char** argv) {
   // the word; say which word is not a command.
   const std::string command0 = argc >= 2 ? argv[1] : "";
   if (argc >= 2 && argv[1][0] != '-' && command0 != "run" && command0 != "flight" &&
-      command0 != "ui" && command0 != "report") {
+      command0 != "ui" && command0 != "report" && command0 != "tensorboard" &&
+      command0 != "sweep") {
     fmt::print(
         stderr,
-        "shoal: error: unknown command '{}' (the commands: run, flight, ui, report; see shoal "
-        "--help)\n",
+        "shoal: error: unknown command '{}' (the commands: run, flight, ui, report, tensorboard, "
+        "sweep; see shoal --help)\n",
         argv[1]);
     return 2;
   }
@@ -169,6 +202,7 @@ int main(int argc, char** argv) {
       return 1;
     }
   }
+  if (*sweep) return tools::runSweepCommand(sweepOptions);
   if (*report) {
     try {
       const tools::ReportResult r = tools::writeReport(reportRun, reportOut);
@@ -179,6 +213,29 @@ int main(int argc, char** argv) {
       return 2;
     } catch (const std::exception& e) {
       fmt::print(stderr, "shoal report: {}\n", e.what());
+      return 1;
+    }
+  }
+  if (*tensorboard) {
+    try {
+      const tools::TensorBoardExport r = tools::exportTensorBoard(tensorboardRun, tensorboardOut);
+      if (r.files.empty()) {
+        fmt::print("shoal tensorboard: {}: no finite points ({} skipped); nothing written\n",
+                   tensorboardRun, r.skipped);
+        return 0;
+      }
+      fmt::print("shoal tensorboard: {} -> {} ({} ranks, {} points, {} skipped as not finite)\n",
+                 tensorboardRun, r.outDir, r.files.size(), r.points, r.skipped);
+      for (const tools::TensorBoardRankFile& f : r.files) {
+        fmt::print("  rank {}: {} ({} points, {} tags)\n", f.rank, f.path, f.points, f.tags);
+      }
+      fmt::print("view with: tensorboard --logdir {}\n", r.outDir);
+      return 0;
+    } catch (const InvalidArgument& e) {
+      fmt::print(stderr, "shoal tensorboard: error: {}\n", e.what());
+      return 2;
+    } catch (const std::exception& e) {
+      fmt::print(stderr, "shoal tensorboard: {}\n", e.what());
       return 1;
     }
   }

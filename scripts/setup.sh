@@ -12,7 +12,7 @@ PACKAGES=(
   libtorch-dev libopenblas-dev libgloo-dev
   python3
   iproute2 util-linux openssl procps etcd-server
-  dataset-fashion-mnist fortunes python3-torch python3-matplotlib
+  dataset-fashion-mnist fortunes python3-torch python3-matplotlib python3-optuna
   clang-16 libclang-rt-16-dev llvm-16
   chromium
 )

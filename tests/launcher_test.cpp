@@ -319,8 +319,8 @@ TEST(Launcher, AnUnknownCommandIsNamed) {
   Proc p({SHOAL_BIN, "rnu", "-n", "2"}, dir.path + "/out");
   EXPECT_EQ(p.wait(30s), 2) << p.output();
   EXPECT_EQ(p.output(),
-            "shoal: error: unknown command 'rnu' (the commands: run, flight, ui, report; see shoal "
-            "--help)\n");
+            "shoal: error: unknown command 'rnu' (the commands: run, flight, ui, report, "
+            "tensorboard, sweep; see shoal --help)\n");
 }
 
 // --- The same rank program started the way other launchers start it.

@@ -9,6 +9,7 @@
 
 #include "common/error.h"
 #include "common/half.h"
+#include "common/reduce_isa.h"
 
 namespace shoal {
 namespace {
@@ -164,6 +165,92 @@ TEST(Reduce, OnlySumAndAverageDivide) {
   EXPECT_THROW(reduceInto(&a, &b, 1, DataType::kFloat32, ReduceOp::kSum, 0), InvalidArgument);
   reduceInto(&a, &b, 1, DataType::kFloat32, ReduceOp::kMax, 1);
   EXPECT_EQ(a, 2.0f);
+}
+
+// Equal bit for bit, except that any NaN equals any NaN: which payload survives an operation on
+// two NaNs depends on the operand order the compiler chose, which may differ between the
+// scalar and the vector code.
+bool sameResults(DataType type, const std::vector<uint8_t>& got, const std::vector<uint8_t>& want) {
+  if (got.size() != want.size()) return false;
+  const size_t width = elementSize(type);
+  for (size_t i = 0; i < got.size(); i += width) {
+    if (std::memcmp(&got[i], &want[i], width) == 0) continue;
+    auto isNan = [&](const uint8_t* p) {
+      switch (type) {
+        case DataType::kFloat32: {
+          float f;
+          std::memcpy(&f, p, 4);
+          return std::isnan(f);
+        }
+        case DataType::kFloat64: {
+          double d;
+          std::memcpy(&d, p, 8);
+          return std::isnan(d);
+        }
+        case DataType::kFloat16:
+        case DataType::kBFloat16: {
+          uint16_t h;
+          std::memcpy(&h, p, 2);
+          return std::isnan(type == DataType::kFloat16 ? halfToFloat(h) : bf16ToFloat(h));
+        }
+        default:
+          return false;
+      }
+    };
+    if (!isNan(&got[i]) || !isNan(&want[i])) return false;
+  }
+  return true;
+}
+
+// The build is portable and picks its kernels at run time (common/reduce_isa.h): every
+// instruction set this CPU runs must give the generic kernels' results bit for bit (NaN
+// payloads aside), for every
+// type, op and divisor, at lengths around the vector widths, special values included.
+TEST(ReduceIsa, EveryInstructionSetComputesTheGenericBits) {
+  const auto sets = reduce_isa::available();
+  ASSERT_FALSE(sets.empty());
+  EXPECT_EQ(sets.front().name, "generic");
+  bool selectedIsAvailable = false;
+  for (const auto& k : sets) selectedIsAvailable |= k.name == reduce_isa::selected().name;
+  EXPECT_TRUE(selectedIsAvailable) << reduce_isa::selected().name;
+
+  std::mt19937 rng(7);
+  std::uniform_int_distribution<int> byte(0, 255);
+  const float specials[] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, 1e-40f, 65504.0f, -1.5f};
+  for (DataType type : {DataType::kFloat32, DataType::kFloat64, DataType::kInt32, DataType::kInt64,
+                        DataType::kUInt8, DataType::kFloat16, DataType::kBFloat16}) {
+    const size_t width = elementSize(type);
+    for (size_t count : {size_t{0}, size_t{1}, size_t{7}, size_t{64}, size_t{1027}}) {
+      std::vector<uint8_t> a(count * width), b(count * width);
+      for (auto& x : a) x = static_cast<uint8_t>(byte(rng));
+      for (auto& x : b) x = static_cast<uint8_t>(byte(rng));
+      // Random bytes make NaNs and huge values; a few exact specials besides.
+      for (size_t i = 0; i < count && i < 8 && type == DataType::kFloat32; ++i) {
+        std::memcpy(&a[i * 4], &specials[i], 4);
+      }
+      for (ReduceOp op :
+           {ReduceOp::kSum, ReduceOp::kProduct, ReduceOp::kMin, ReduceOp::kMax, ReduceOp::kAvg}) {
+        for (int divisor : {1, 3}) {
+          if (divisor != 1 && op != ReduceOp::kSum && op != ReduceOp::kAvg) continue;
+          std::vector<uint8_t> want(a.size());
+          sets.front().reduceTo(want.data(), a.data(), b.data(), count, type, op, divisor);
+          std::vector<uint8_t> scaledWant = a;
+          sets.front().scaleAverage(scaledWant.data(), count, type, 5);
+          for (const auto& k : sets) {
+            std::vector<uint8_t> got(a.size());
+            k.reduceTo(got.data(), a.data(), b.data(), count, type, op, divisor);
+            EXPECT_TRUE(sameResults(type, got, want))
+                << k.name << " " << toString(type) << " count " << count << " op "
+                << static_cast<int>(op) << " divisor " << divisor;
+            std::vector<uint8_t> scaled = a;
+            k.scaleAverage(scaled.data(), count, type, 5);
+            EXPECT_TRUE(sameResults(type, scaled, scaledWant))
+                << k.name << " scaleAverage " << toString(type);
+          }
+        }
+      }
+    }
+  }
 }
 
 TEST(Types, NamesParseAndBadNamesAreClearErrors) {

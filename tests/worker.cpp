@@ -22,6 +22,9 @@
 #include "comm/native/native_engine.h"
 #include "common/error.h"
 #include "run/init.h"
+#ifdef SHOAL_HAVE_MPI  // built with Shoal::mpi: SHOAL_BACKEND=mpi, and mpirun without a store
+#include "run/init_mpi.h"
+#endif
 #include "tests/matrix.h"
 #include "tests/process_util.h"
 
@@ -120,7 +123,11 @@ int main(int argc, char** argv) {
     if (scenario == "wrong-secret" && std::atoi(std::getenv("SHOAL_RANK")) == 1) {
       ::setenv("SHOAL_SECRET", "an impostor's guess", 1);
     }
+#ifdef SHOAL_HAVE_MPI
+    World w = initWithMpi();
+#else
     World w = init();
+#endif
     auto world = w.group;
     if (scenario == "matrix") {
       test::MatrixOptions o;

@@ -146,7 +146,7 @@ Image drawLineChart(const std::vector<PlotSeries>& series, const ChartOptions& o
         prev = nullptr;  // a gap, not a line across it
         continue;
       }
-      if (prev != nullptr) {
+      if (prev != nullptr && !s.markersOnly) {
         img.line(px(prev->first), py(prev->second), px(p.first), py(p.second), s.color, s.width);
       }
       prev = &p;
@@ -157,7 +157,7 @@ Image drawLineChart(const std::vector<PlotSeries>& series, const ChartOptions& o
     if (drawn == 1) {
       img.line(px(first->first), py(first->second), px(first->first), py(first->second), s.color,
                s.width + 3);
-    } else if (drawn <= kMarkedPoints) {
+    } else if (drawn <= kMarkedPoints || s.markersOnly) {
       for (const auto& p : s.points) {
         if (finite(p))
           img.line(px(p.first), py(p.second), px(p.first), py(p.second), s.color, s.width + 3);

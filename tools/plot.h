@@ -21,7 +21,8 @@ struct PlotSeries {
   std::string label;
   std::vector<std::pair<double, double>> points;  // (x, y), in drawing order
   Rgb color;
-  double width = 1.5;  // line thickness in pixels
+  double width = 1.5;        // line thickness in pixels
+  bool markersOnly = false;  // a scatter: every point a dot, no lines between them
 };
 
 struct ChartOptions {

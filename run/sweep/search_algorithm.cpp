@@ -1,0 +1,21 @@
+#include "run/sweep/search_algorithm.h"
+
+#include "run/sweep/grid_search.h"
+#include "run/sweep/random_search.h"
+#include "run/sweep/tpe_search.h"
+
+namespace shoal::run::sweep {
+
+std::unique_ptr<SearchAlgorithm> makeSearchAlgorithm(const SweepConfig& config) {
+  switch (config.algorithm) {
+    case Algorithm::kGrid:
+      return std::make_unique<GridSearch>(config);
+    case Algorithm::kRandom:
+      return std::make_unique<RandomSearch>(config);
+    case Algorithm::kTpe:
+      return std::make_unique<TpeSearch>(config);
+  }
+  return nullptr;
+}
+
+}  // namespace shoal::run::sweep

@@ -1,0 +1,86 @@
+// A stand-in training program for the sweep tests: no model, one JSON line per "epoch".
+//
+//   sweep_fake_trainer --x X --y Y --epochs E --metrics FILE
+//                      [--fail-above T]          exit 3 before any epoch when x > T
+//                      [--trial N --gate FILE --gate-from K [--ready FILE2]]
+//                                                trials N >= K wait (up to 60 s) for FILE to
+//                                                exist before their first epoch, having
+//                                                created FILE2 (they are waiting)
+//                      [--hang-below S]          after epoch 1, hang (until killed) when the
+//                                                final score would be below S
+//                      [--ignore-term 1]         ignore SIGTERM (only SIGKILL stops it)
+//
+// Its "score" at epoch e is 1 - (x - 0.3)^2 - (y + 0.2)^2 - 0.1 * (E - e) / E: every curve
+// rises to its final value and keeps its rank at every epoch, so the best trial is known.
+#include <signal.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+int main(int argc, char** argv) {
+  double x = 0, y = 0, failAbove = 1e300, hangBelow = -1e300;
+  bool ignoreTerm = false;
+  int epochs = 3, trial = 0, gateFrom = 1 << 30;
+  std::string metrics, gate, ready;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string flag = argv[i];
+    const char* value = argv[i + 1];
+    if (flag == "--x") {
+      x = std::atof(value);
+    } else if (flag == "--y") {
+      y = std::atof(value);
+    } else if (flag == "--epochs") {
+      epochs = std::atoi(value);
+    } else if (flag == "--metrics") {
+      metrics = value;
+    } else if (flag == "--fail-above") {
+      failAbove = std::atof(value);
+    } else if (flag == "--hang-below") {
+      hangBelow = std::atof(value);
+    } else if (flag == "--ignore-term") {
+      ignoreTerm = std::atoi(value) != 0;
+    } else if (flag == "--trial") {
+      trial = std::atoi(value);
+    } else if (flag == "--gate") {
+      gate = value;
+    } else if (flag == "--ready") {
+      ready = value;
+    } else if (flag == "--gate-from") {
+      gateFrom = std::atoi(value);
+    } else {
+      std::fprintf(stderr, "sweep_fake_trainer: unknown flag %s\n", flag.c_str());
+      return 2;
+    }
+  }
+  if (ignoreTerm) signal(SIGTERM, SIG_IGN);
+  if (x > failAbove) {
+    std::fprintf(stderr, "sweep_fake_trainer: x=%g diverged\n", x);
+    return 3;
+  }
+  if (!gate.empty() && trial >= gateFrom) {
+    if (!ready.empty()) std::fclose(std::fopen(ready.c_str(), "w"));
+    // A test helper's wait, bounded: the sweep under test is what must never sleep.
+    for (int i = 0; i < 3000 && access(gate.c_str(), F_OK) != 0; ++i) {
+      const timespec t{0, 20'000'000};
+      nanosleep(&t, nullptr);
+    }
+  }
+  FILE* out = std::fopen(metrics.c_str(), "a");
+  if (out == nullptr) return 4;
+  const double final = 1 - (x - 0.3) * (x - 0.3) - (y + 0.2) * (y + 0.2);
+  for (int e = 1; e <= epochs; ++e) {
+    std::fprintf(out, "{\"epoch\": %d, \"score\": %.17g}\n", e,
+                 final - 0.1 * (epochs - e) / epochs);
+    std::fflush(out);
+    if (e == 1 && final < hangBelow) {
+      for (;;) pause();  // a slow trial: stopped by ASHA or a time limit
+    }
+  }
+  std::fclose(out);
+  std::printf("trained x=%g y=%g\n", x, y);
+  return 0;
+}

@@ -1,0 +1,121 @@
+// train::Trainer as users run it: examples/trainer_mnist under `shoal run` with each strategy
+// chosen by a flag (DDP, ZeRO 1-3, parameter servers), gradient accumulation, clipping, bf16,
+// resume from its checkpoints, and its configuration errors. The same seed and data give DDP and
+// ZeRO the same losses (they compute the same averaged gradients), which ties the strategies to
+// one another besides each one learning.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <regex>
+#include <vector>
+
+#include "tests/process_util.h"
+
+namespace shoal::test {
+namespace {
+
+struct Epoch {
+  int epoch;
+  double trainLoss;
+  double accuracy;  // percent
+};
+
+// Rank 0's "epoch N: step S, train loss L, validation loss V, accuracy A%" lines.
+std::vector<Epoch> epochs(const std::string& output) {
+  static const std::regex line(
+      R"(epoch (\d+): step \d+, train loss ([0-9.]+), validation loss [0-9.]+, accuracy ([0-9.]+)%)");
+  std::vector<Epoch> e;
+  for (auto it = std::sregex_iterator(output.begin(), output.end(), line);
+       it != std::sregex_iterator(); ++it) {
+    e.push_back({std::stoi((*it)[1]), std::stod((*it)[2]), std::stod((*it)[3])});
+  }
+  return e;
+}
+
+ShellRun train(const std::string& launch, const std::string& flags) {
+  return runShell(fmt::format(
+      "OPENBLAS_NUM_THREADS=1 timeout 300 {} run {} --timeout 60 -- {} --train-subset 1200 "
+      "--test-subset 600 --batch 30 --threads 1 {} 2>&1",
+      SHOAL_BIN, launch, TRAINER_MNIST_BIN, flags));
+}
+
+// Two epochs learn: the second epoch's loss is lower, the accuracy well above chance (10%).
+void expectLearns(const ShellRun& r) {
+  ASSERT_EQ(r.code, 0) << r.output;
+  const auto e = epochs(r.output);
+  ASSERT_EQ(e.size(), 2u) << r.output;
+  EXPECT_LT(e[1].trainLoss, e[0].trainLoss) << r.output;
+  EXPECT_GT(e[1].accuracy, 50.0) << r.output;
+}
+
+TEST(Trainer, DdpAndZeroStagesLearnTheSameFromTheSameSeed) {
+  std::vector<std::vector<Epoch>> runs;
+  for (const char* strategy : {"ddp", "zero1", "zero2", "zero3"}) {
+    SCOPED_TRACE(strategy);
+    const auto r = train("-n 2", fmt::format("--strategy {} --epochs 2", strategy));
+    expectLearns(r);
+    runs.push_back(epochs(r.output));
+  }
+  for (size_t s = 1; s < runs.size(); ++s) {
+    for (size_t e = 0; e < 2 && e < runs[s].size(); ++e) {
+      EXPECT_NEAR(runs[s][e].trainLoss, runs[0][e].trainLoss, 2e-3 * runs[0][e].trainLoss)
+          << "strategy " << s << " epoch " << e;
+    }
+  }
+}
+
+TEST(Trainer, AccumulationClippingAndBf16) {
+  // Traced: the job's one timeline holds the loop's spans from both ranks.
+  TempDir dir;
+  const std::string trace = dir.path + "/job.json";
+  expectLearns(train("-n 2 --trace " + trace,
+                     "--strategy ddp --epochs 2 --accumulate 2 --clip 1 --lr 2e-3"));
+  const std::string json = readFile(trace);
+  for (const char* span : {"\"forward\"", "\"backward (accumulate)\"", "\"backward\"",
+                           "\"optimizer step\"", "\"validate\"", "\"data\""}) {
+    EXPECT_NE(json.find(span), std::string::npos) << span;
+  }
+  EXPECT_NE(json.find("\"pid\":1"), std::string::npos);  // rank 1's spans are there too
+  expectLearns(train("-n 2", "--strategy zero2 --epochs 2 --precision bf16 --clip 5"));
+}
+
+TEST(Trainer, ParameterServerModes) {
+  expectLearns(train("-n 2 --servers 1", "--strategy ps --ps-mode sync --epochs 2"));
+  expectLearns(train("-n 2 --servers 1", "--strategy ps --ps-mode async --epochs 2 --lr 5e-4"));
+}
+
+TEST(Trainer, ResumesFromItsCheckpointAtTheNextEpoch) {
+  TempDir dir;
+  const std::string flags = "--strategy zero1 --checkpoint-dir " + dir.path + "/ckpt";
+  const auto first = train("-n 2", flags + " --epochs 1");
+  ASSERT_EQ(first.code, 0) << first.output;
+  ASSERT_EQ(epochs(first.output).size(), 1u) << first.output;
+  // Resumed at another world size (the checkpoints are sharded and reshard): only epoch 2 runs.
+  const auto second = train("-n 3", flags + " --epochs 2 --resume");
+  ASSERT_EQ(second.code, 0) << second.output;
+  const auto e = epochs(second.output);
+  ASSERT_EQ(e.size(), 1u) << second.output;
+  EXPECT_EQ(e[0].epoch, 2);
+  EXPECT_GT(e[0].accuracy, 50.0) << second.output;
+}
+
+TEST(Trainer, BadConfigurationIsOneLineAndExitCodeTwo) {
+  const struct {
+    const char* launch;
+    const char* flags;
+    const char* message;
+  } cases[] = {
+      {"-n 1", "--strategy pipeline", "unknown strategy 'pipeline' (choose ddp, zero1"},
+      {"-n 1", "--strategy ps", "strategy ps needs parameter servers"},
+      {"-n 1", "--precision fp16", "precision fp16 needs loss scaling"},
+      {"-n 1", "--resume", "resume needs checkpointDir"},
+  };
+  for (const auto& c : cases) {
+    const auto r = train(c.launch, c.flags);
+    EXPECT_NE(r.code, 0) << c.flags;
+    EXPECT_NE(r.output.find(c.message), std::string::npos) << c.flags << "\n" << r.output;
+  }
+}
+
+}  // namespace
+}  // namespace shoal::test

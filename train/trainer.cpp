@@ -1,0 +1,290 @@
+#include "train/trainer.h"
+
+#include <chrono>
+#include <cmath>
+#include <numbers>
+
+#include "comm/collectives.h"
+#include "common/error.h"
+#include "common/trace.h"
+#include "train/distributed_sampler.h"
+#include "train/trainer/distribution_strategy.h"
+
+namespace shoal::train {
+
+namespace {
+
+constexpr std::pair<std::string_view, Strategy> kStrategies[] = {
+    {"ddp", Strategy::kDdp},
+    {"zero1", Strategy::kZero1},
+    {"zero2", Strategy::kZero2},
+    {"zero3", Strategy::kZero3},
+    {"ps", Strategy::kParameterServer}};
+
+bool isZero(Strategy s) {
+  return s == Strategy::kZero1 || s == Strategy::kZero2 || s == Strategy::kZero3;
+}
+
+void validateOptions(const TrainerOptions& o) {
+  SHOAL_CHECK(o.epochs >= 1, "Trainer: epochs must be at least 1, not {}", o.epochs);
+  SHOAL_CHECK(o.batch >= 1, "Trainer: batch must be at least 1, not {}", o.batch);
+  SHOAL_CHECK(o.accumulate >= 1, "Trainer: accumulate must be at least 1, not {}", o.accumulate);
+  SHOAL_CHECK(o.clipNorm >= 0 && std::isfinite(o.clipNorm),
+              "Trainer: clipNorm must be a finite number >= 0, not {}", o.clipNorm);
+  SHOAL_CHECK(o.optimizer.lr > 0 && std::isfinite(o.optimizer.lr),
+              "Trainer: the learning rate must be positive, not {}", o.optimizer.lr);
+  SHOAL_CHECK(o.precision != Precision::kFloat16,
+              "Trainer: precision fp16 needs loss scaling and fp16 weights, which the Trainer does "
+              "not drive; use fp32 or bf16, or train/mixed_precision.h directly");
+  SHOAL_CHECK(o.checkpointEvery >= 0 && o.keep >= 1,
+              "Trainer: checkpointEvery must be >= 0 and keep >= 1");
+  SHOAL_CHECK(!o.resume || !o.checkpointDir.empty() || o.strategy == Strategy::kParameterServer,
+              "Trainer: resume needs checkpointDir");
+}
+
+// Sums over the workers: [sum of losses, count] or [sum, correct, count].
+void sumOverWorkers(comm::Group& g, double* values, size_t n) {
+  comm::allreduce(g, values, n, DataType::kFloat64, ReduceOp::kSum);
+}
+
+}  // namespace
+
+Strategy parseStrategy(std::string_view name) {
+  for (const auto& [n, s] : kStrategies) {
+    if (n == name) return s;
+  }
+  SHOAL_THROW(InvalidArgument, "unknown strategy '{}' (choose ddp, zero1, zero2, zero3 or ps)",
+              name);
+}
+
+std::string_view toString(Strategy s) {
+  for (const auto& [n, v] : kStrategies) {
+    if (v == s) return n;
+  }
+  return "unknown";
+}
+
+torch::Tensor DistributionStrategy::forward(const torch::Tensor&) {
+  SHOAL_THROW(InvalidArgument, "this strategy does not run the forward itself");
+}
+
+torch::Tensor crossEntropy(const torch::Tensor& logits, const torch::Tensor& target) {
+  return torch::nn::functional::cross_entropy(logits, target);
+}
+
+Trainer::Trainer(const TrainerContext& ctx, std::shared_ptr<torch::nn::Module> module,
+                 ForwardFn forward, LossFn loss, TrainerOptions options)
+    : module_(std::move(module)),
+      forward_(std::move(forward)),
+      loss_(std::move(loss)),
+      options_(std::move(options)) {
+  SHOAL_CHECK(module_ && forward_ && loss_, "Trainer: module, forward and loss must all be given");
+  SHOAL_CHECK(options_.strategy != Strategy::kZero3,
+              "strategy zero3 shards the parameters unit by unit and needs the model as a "
+              "torch::nn::Sequential (the Trainer's Sequential constructor)");
+  init(ctx);
+}
+
+Trainer::Trainer(const TrainerContext& ctx, torch::nn::Sequential module, LossFn loss,
+                 TrainerOptions options)
+    : module_(module.ptr()),
+      sequential_(module),
+      loss_(std::move(loss)),
+      options_(std::move(options)) {
+  SHOAL_CHECK(loss_, "Trainer: the loss must be given");
+  forward_ = [seq = *sequential_](const torch::Tensor& x) mutable { return seq->forward(x); };
+  init(ctx);
+}
+
+Trainer::~Trainer() = default;
+
+void Trainer::init(const TrainerContext& ctx) {
+  validateOptions(options_);
+  SHOAL_CHECK(ctx.world, "Trainer: the context has no world group");
+  ctx_ = ctx;
+  const int numWorkers = ctx.world->size() - ctx.numServers;
+  SHOAL_CHECK(ctx.numServers >= 0 && numWorkers >= 1,
+              "Trainer: {} parameter servers in a world of {} leave no worker", ctx.numServers,
+              ctx.world->size());
+  SHOAL_CHECK(ctx.numServers == 0 || options_.strategy == Strategy::kParameterServer,
+              "Trainer: the job has {} parameter servers but the strategy is {} (use ps)",
+              ctx.numServers, toString(options_.strategy));
+  SHOAL_CHECK(ctx.world->rank() < numWorkers,
+              "Trainer: rank {} is a parameter server; its program serves (ps::serve) instead",
+              ctx.world->rank());
+  // The workers' own group (losses, validation): the world includes the servers.
+  workers_ = ctx.numServers > 0
+                 ? ctx.world->connect("trainer-workers", ctx.world->rank(), numWorkers)
+                 : ctx.world;
+}
+
+void Trainer::addCallback(std::shared_ptr<Callback> callback) {
+  SHOAL_CHECK(callback, "Trainer: null callback");
+  callbacks_.push_back(std::move(callback));
+}
+
+void Trainer::ensureStrategy(int64_t totalSteps) {
+  if (strategy_) return;
+  const StrategyInputs in{ctx_, workers_, module_, sequential_, options_, totalSteps};
+  if (options_.strategy == Strategy::kDdp) {
+    strategy_ = makeDdpStrategy(in);
+  } else if (isZero(options_.strategy)) {
+    strategy_ = makeZeroStrategy(in);
+  } else {
+    strategy_ = makePsStrategy(in);
+  }
+}
+
+torch::Tensor Trainer::forward(const torch::Tensor& input) {
+  return strategy_ && strategy_->ownsForward() ? strategy_->forward(input) : forward_(input);
+}
+
+double Trainer::learningRate(int64_t step) const {
+  const double base = options_.optimizer.lr;
+  if (options_.warmupSteps > 0 && step < options_.warmupSteps) {
+    return base * static_cast<double>(step + 1) / static_cast<double>(options_.warmupSteps);
+  }
+  if (!options_.cosineDecay || totalSteps_ <= options_.warmupSteps) return base;
+  const double t = static_cast<double>(step - options_.warmupSteps) /
+                   static_cast<double>(totalSteps_ - options_.warmupSteps);
+  return base * 0.5 * (1 + std::cos(std::numbers::pi * std::min(t, 1.0)));
+}
+
+std::vector<EpochMetrics> Trainer::fit(const TensorDataset& train,
+                                       const TensorDataset* validation) {
+  SHOAL_CHECK(train.inputs.defined() && train.targets.defined() && train.size() > 0 &&
+                  train.targets.size(0) == train.size(),
+              "Trainer::fit: the training set needs inputs and targets of the same length > 0");
+  comm::Group& g = *workers_;
+  DistributedSampler sampler(train.size(), g.rank(), g.size(), {.seed = options_.seed});
+  const int64_t micro = sampler.batches(options_.batch);
+  const int64_t stepsPerEpoch = (micro + options_.accumulate - 1) / options_.accumulate;
+  totalSteps_ = stepsPerEpoch * options_.epochs;
+  ensureStrategy(totalSteps_);
+
+  if (options_.resume) {
+    if (auto server = strategy_->serverStep()) {
+      at_.step = *server;
+      at_.epoch = *server / stepsPerEpoch;
+      at_.batchInEpoch = (*server % stepsPerEpoch) * options_.accumulate;
+    } else if (auto p = strategy_->load(options_.checkpointDir)) {
+      at_ = *p;
+    }
+  }
+  // Dropout differs per rank: its own stream, from the seed and the step reached.
+  torch::manual_seed(options_.seed * 7919 + static_cast<uint64_t>(g.rank()) * 104729 +
+                     static_cast<uint64_t>(at_.step) + 1);
+
+  // The job's timeline (SHOAL_TRACE; common/trace.h): data, forward, backward, optimizer step,
+  // checkpoint and validation spans beside the collectives they cause.
+  const std::shared_ptr<TraceSink>& trace = g.options().trace;
+  std::vector<EpochMetrics> history;
+  module_->train();
+  for (; at_.epoch < options_.epochs; ++at_.epoch, at_.batchInEpoch = 0) {
+    const auto started = std::chrono::steady_clock::now();
+    const auto order = torch::tensor(sampler.indices(at_.epoch), torch::kInt64);
+    double sums[2] = {0, 0};  // loss, micro-batches
+    double stepLoss = 0;
+    for (int64_t b = at_.batchInEpoch; b < micro; ++b) {
+      const int64_t groupStart = b - b % options_.accumulate;
+      const int64_t inGroup = std::min(options_.accumulate, micro - groupStart);
+      const bool last = b + 1 == groupStart + inGroup;
+      torch::Tensor x, y;
+      {
+        TraceScope span(trace, "data", "train");
+        const auto idx =
+            order.slice(0, b * options_.batch, std::min((b + 1) * options_.batch, order.size(0)));
+        x = train.inputs.index_select(0, idx);
+        y = train.targets.index_select(0, idx);
+      }
+      torch::Tensor loss;
+      {
+        TraceScope span(trace, "forward", "train");
+        strategy_->beforeForward();
+        AutocastGuard autocast(options_.precision);
+        loss = loss_(forward(x), y);
+      }
+      {
+        // The step's gradient is the mean over its micro-batches, as one large batch's would be.
+        TraceScope span(trace, last ? "backward" : "backward (accumulate)", "train");
+        strategy_->backward(loss / static_cast<double>(inGroup), last);
+      }
+      const double value = loss.item<double>();
+      sums[0] += value;
+      sums[1] += 1;
+      stepLoss += value / static_cast<double>(inGroup);
+      at_.batchInEpoch = b + 1;
+      if (!last) continue;
+      const double lr = learningRate(at_.step);
+      {
+        TraceScope span(trace, "optimizer step", "train");
+        span.arg("step", at_.step);
+        strategy_->step(at_.step, lr, options_.clipNorm);
+      }
+      ++at_.step;
+      for (auto& c : callbacks_) c->onStep({at_.epoch, at_.step, stepLoss, lr});
+      stepLoss = 0;
+      if (!options_.checkpointDir.empty() && options_.checkpointEvery > 0 &&
+          at_.step % options_.checkpointEvery == 0 && at_.batchInEpoch < micro) {
+        TraceScope span(trace, "checkpoint", "train");
+        strategy_->save(options_.checkpointDir, at_, options_.keep);
+      }
+    }
+    sumOverWorkers(g, sums, 2);
+    EpochMetrics m;
+    m.epoch = at_.epoch;
+    m.step = at_.step;
+    m.trainLoss = sums[1] > 0 ? sums[0] / sums[1] : 0;
+    if (validation) {
+      const EpochMetrics v = validate(*validation);
+      m.validationLoss = v.validationLoss;
+      m.validationAccuracy = v.validationAccuracy;
+    }
+    m.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    if (!options_.checkpointDir.empty()) {
+      // Saved as the start of the next epoch, so a resume does not replay this one.
+      TraceScope span(trace, "checkpoint", "train");
+      strategy_->save(options_.checkpointDir, {at_.epoch + 1, 0, at_.step}, options_.keep);
+    }
+    for (auto& c : callbacks_) c->onEpoch(m);
+    history.push_back(m);
+  }
+  strategy_->finish();
+  return history;
+}
+
+EpochMetrics Trainer::validate(const TensorDataset& data) {
+  SHOAL_CHECK(
+      data.inputs.defined() && data.targets.defined() && data.targets.size(0) == data.size(),
+      "Trainer::validate: the data needs inputs and targets of the same length");
+  ensureStrategy(totalSteps_);
+  comm::Group& g = *workers_;
+  TraceScope span(g.options().trace, "validate", "train");
+  torch::NoGradGuard noGrad;
+  module_->eval();
+  double sums[3] = {0, 0, 0};  // loss x samples, correct, samples
+  const bool classes = data.targets.dim() == 1 && data.targets.scalar_type() == torch::kInt64;
+  const auto mine = torch::arange(g.rank(), data.size(), g.size(), torch::kInt64);
+  for (int64_t at = 0; at < mine.size(0); at += 256) {
+    const auto idx = mine.slice(0, at, std::min<int64_t>(at + 256, mine.size(0)));
+    const auto y = data.targets.index_select(0, idx);
+    torch::Tensor out;
+    {
+      AutocastGuard autocast(options_.precision);
+      out = forward(data.inputs.index_select(0, idx));
+      sums[0] += loss_(out, y).item<double>() * static_cast<double>(idx.size(0));
+    }
+    if (classes) sums[1] += static_cast<double>(out.argmax(1).eq(y).sum().item<int64_t>());
+    sums[2] += static_cast<double>(idx.size(0));
+  }
+  module_->train();
+  sumOverWorkers(g, sums, 3);
+  EpochMetrics m;
+  m.epoch = at_.epoch;
+  m.step = at_.step;
+  m.validationLoss = sums[2] > 0 ? sums[0] / sums[2] : 0;
+  m.validationAccuracy = classes && sums[2] > 0 ? sums[1] / sums[2] : -1;
+  return m;
+}
+
+}  // namespace shoal::train

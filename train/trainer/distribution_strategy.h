@@ -1,0 +1,53 @@
+// Private to the Trainer (train/trainer.h): what differs between the data-parallel strategies,
+// behind one interface, one implementation per file (ddp_strategy.cpp, zero_strategy.cpp,
+// ps_strategy.cpp). The Trainer owns the loop; a strategy owns the wrapper, the optimizer and
+// the checkpoint format. Threading, blocking and errors: those of the wrapped class.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "train/trainer.h"
+
+namespace shoal::train {
+
+class DistributionStrategy {
+ public:
+  virtual ~DistributionStrategy() = default;
+
+  // Before each micro-batch's forward (DDP, ZeRO: rank 0's buffers).
+  virtual void beforeForward() {}
+  // True when the strategy runs the forward itself (ZeRO-3 gathers each unit around it).
+  virtual bool ownsForward() const { return false; }
+  virtual torch::Tensor forward(const torch::Tensor& input);
+  // backward of a micro-batch's (scaled) loss; sync false: accumulate locally only.
+  virtual void backward(const torch::Tensor& loss, bool sync) = 0;
+  // One optimizer step as step number `step` at rate lr (the parameter servers follow their
+  // own schedule), gradients clipped to clipNorm (> 0) first, then cleared.
+  virtual void step(int64_t step, double lr, double clipNorm) = 0;
+  // Checkpoints; ps: nothing (the servers write theirs). load: nothing when dir has none.
+  virtual void save(const std::string& dir, const Progress& progress, int keep) = 0;
+  virtual std::optional<Progress> load(const std::string& dir) = 0;
+  // ps: the step the servers are at (a resumed job continues there); others: nothing.
+  virtual std::optional<int64_t> serverStep() const { return std::nullopt; }
+  // After the last epoch of fit() (ps: the servers are told this worker is done).
+  virtual void finish() {}
+};
+
+struct StrategyInputs {
+  const TrainerContext& ctx;
+  std::shared_ptr<comm::Group> workers;
+  std::shared_ptr<torch::nn::Module> module;
+  std::optional<torch::nn::Sequential> sequential;
+  const TrainerOptions& options;
+  int64_t totalSteps;  // 0 when unknown (no cosine decay)
+};
+
+std::unique_ptr<DistributionStrategy> makeDdpStrategy(const StrategyInputs& in);
+std::unique_ptr<DistributionStrategy> makeZeroStrategy(const StrategyInputs& in);
+std::unique_ptr<DistributionStrategy> makePsStrategy(const StrategyInputs& in);
+
+}  // namespace shoal::train
