@@ -15,7 +15,9 @@ namespace {
 #if defined(__x86_64__)
 // F16C is not asked separately: every CPU with AVX2 has it (Intel since Haswell, AMD since
 // Piledriver), and clang's __builtin_cpu_supports does not know its name.
-bool hasAvx2() { return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"); }
+bool hasAvx2() {
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+}
 
 bool hasAvx512() {
   return hasAvx2() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
