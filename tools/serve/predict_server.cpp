@@ -71,6 +71,8 @@ struct PredictServer::Impl {
       }
       if (options.debugForwardDelay.count() > 0)
         std::this_thread::sleep_for(options.debugForwardDelay);
+      // Counted before any answer goes out: a client that has its answer finds its batch counted.
+      metrics.countBatch(rows, batch.size());
       try {
         const std::vector<float> out = model->forward(data, rows);
         size_t row = 0;
@@ -86,7 +88,6 @@ struct PredictServer::Impl {
           p->answer.set_value({500, errorJson(std::string("the forward failed: ") + e.what())});
         }
       }
-      metrics.countBatch(rows, batch.size());
       --inFlight;
     }
   }
@@ -177,7 +178,9 @@ struct PredictServer::Impl {
       }
       reply(res, res.status, errorJson(message));
     });
-    server.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
+    // Counted before the response is written (the logger runs after): a client that has its
+    // answer must find it counted in /metrics.
+    server.set_post_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
       const std::string& p = req.path;
       metrics.countStatus(p == "/v1/predict" ? "predict"
                           : p.size() > 1     ? p.substr(1)
