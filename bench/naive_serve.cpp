@@ -11,7 +11,7 @@
 #include <cstdio>
 
 #include "tools/serve/predict_request.h"
-#include "tools/serve/served_model.h"
+#include "train/export/served_model.h"
 
 int main(int argc, char** argv) {
   if (argc < 2) {
@@ -30,7 +30,7 @@ int main(int argc, char** argv) {
     else if (a == "--mkldnn")
       runtime.mkldnn = std::string(argv[i + 1]) != "off";
   }
-  // The same runtime settings as shoal-serve (tools/serve/served_model.h): without them the
+  // The same runtime settings as shoal-serve (train/export/served_model.h): without them the
   // peer would lose to OpenBLAS's thread pool, not to batching.
   shoal::serve::configureTorchRuntime(runtime);
   const auto model = shoal::serve::ServedModel::load("fashion_cnn", argv[1], 1);

@@ -25,7 +25,7 @@
 #include <thread>
 
 #include "tools/serve/serve_metrics.h"
-#include "tools/serve/served_model.h"
+#include "train/export/served_model.h"
 
 namespace shoal::serve {
 

@@ -21,7 +21,7 @@
 #include "common/error.h"
 #include "common/log.h"
 #include "tools/serve/predict_server.h"
-#include "tools/serve/served_model.h"
+#include "train/export/served_model.h"
 
 namespace {
 

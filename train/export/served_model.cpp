@@ -1,5 +1,5 @@
-// tools/serve/served_model.h.
-#include "tools/serve/served_model.h"
+// train/export/served_model.h.
+#include "train/export/served_model.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
