@@ -4,6 +4,8 @@
 //   shoal run -n 2 -- trainer_mnist --strategy ddp
 //   shoal run -n 2 -- trainer_mnist --strategy zero3 --accumulate 2 --clip 1
 //   shoal run -n 2 --servers 1 -- trainer_mnist --strategy ps --ps-mode async
+//   shoal run -n 4 -- trainer_mnist --strategy pipeline --stages 2 --micro-batches 4
+//   shoal run -n 4 -- trainer_mnist --strategy hybrid --stages 2 --tensor 2
 //
 // Every worker prints nothing but rank 0 one line per epoch (loss, validation accuracy); with
 // --metrics FILE rank 0 appends each epoch as a JSON line. Parameter-server ranks serve.
@@ -19,6 +21,8 @@
 #include "ps/server.h"
 #include "run/init.h"
 #include "train/idx_dataset.h"
+#include "train/tensor/column_linear.h"
+#include "train/tensor/row_linear.h"
 #include "train/trainer.h"
 
 using namespace shoal;
@@ -46,16 +50,29 @@ struct Flags {
   bool resume = false;
   std::string psMode = "sync";
   int64_t staleness = 2;
+  int64_t stages = 1;
+  int64_t tensor = 1;
+  int64_t microBatches = 4;
+  std::string schedule = "1f1b";
+  double dropout = 0.25;
   std::string metrics;
 };
 
-// The model: one Sequential, so every strategy (ZeRO-3's units are its children) takes it as is.
-torch::nn::Sequential makeModel() {
+// The model: one Sequential, so every strategy takes it as is (ZeRO-3's units and a pipeline's
+// stages are its children). Its classifier is split over the grid's tensor-parallel ranks (a
+// column-parallel layer feeding a row-parallel one, Megatron's MLP); under the other strategies
+// that group has one rank and they compute as torch::nn::Linear does.
+torch::nn::Sequential makeModel(const train::ProcessGrid& grid, double dropout) {
   using namespace torch::nn;
+  const train::tensor::TensorGroup tg{grid.tensor};
+  // The full layers, the same on every rank (the Trainer seeded libtorch): each rank keeps its
+  // slice.
+  Linear hidden(32 * 7 * 7, 128), out(128, 10);
   return Sequential(Conv2d(Conv2dOptions(1, 16, 3).padding(1)), BatchNorm2d(16), ReLU(),
                     MaxPool2d(2), Conv2d(Conv2dOptions(16, 32, 3).padding(1)), BatchNorm2d(32),
-                    ReLU(), MaxPool2d(2), Flatten(), Linear(32 * 7 * 7, 128), ReLU(), Dropout(0.25),
-                    Linear(128, 10));
+                    ReLU(), MaxPool2d(2), Flatten(),
+                    train::tensor::ColumnParallelLinear(hidden->weight, hidden->bias, tg), ReLU(),
+                    Dropout(dropout), train::tensor::RowParallelLinear(out->weight, out->bias, tg));
 }
 
 train::TensorDataset load(const std::string& dir, const char* split, int64_t subset) {
@@ -96,12 +113,17 @@ int trainMain(const Flags& f) {
   o.resume = f.resume;
   o.psMode = ps::parseMode(f.psMode);
   o.staleness = static_cast<int>(f.staleness);
+  o.pipelineStages = static_cast<int>(f.stages);
+  o.tensorParallel = static_cast<int>(f.tensor);
+  o.pipeline.microBatches = static_cast<int>(f.microBatches);
+  o.pipeline.schedule = f.schedule;
 
   const auto trainSet = load(f.dataDir, "train", f.trainSubset);
   const auto testSet = load(f.dataDir, "t10k", f.testSubset);
-  torch::manual_seed(static_cast<uint64_t>(f.seed));  // the same initial weights everywhere
-  train::Trainer trainer({w.group, w.numServers, w.psReplicas}, makeModel(), train::crossEntropy,
-                         o);
+  train::Trainer trainer(
+      {w.group, w.numServers, w.psReplicas},
+      [&](const train::ProcessGrid& grid) { return makeModel(grid, f.dropout); },
+      train::crossEntropy, o);
 
   // Rank 0 reports each epoch (a callback: the loop itself prints nothing).
   struct Report : train::Callback {
@@ -138,10 +160,10 @@ int trainMain(const Flags& f) {
   trainer.addCallback(report);
   if (report->lead) {
     fmt::print(
-        "trainer_mnist: strategy {} on {} workers{}, {} samples, batch {} x {} accumulated\n",
+        "trainer_mnist: strategy {} on {} workers{}, {} samples, batch {} x {} accumulated{}\n",
         f.strategy, trainer.workers().size(),
         w.numServers ? fmt::format(" and {} parameter servers", w.numServers) : "", trainSet.size(),
-        f.batch, f.accumulate);
+        f.batch, f.accumulate, trainer.grid() ? "; " + trainer.grid()->describe() : "");
   }
   trainer.fit(trainSet, &testSet);
   return 0;
@@ -153,7 +175,9 @@ int main(int argc, char** argv) {
   Flags f;
   CLI::App app{"Fashion-MNIST with train::Trainer: the strategy is a flag"};
   examples::NumericFlags numbers;
-  app.add_option("--strategy", f.strategy, "ddp, zero1, zero2, zero3 or ps")->capture_default_str();
+  app.add_option("--strategy", f.strategy,
+                 "ddp, zero1, zero2, zero3, ps, pipeline, tensor or hybrid")
+      ->capture_default_str();
   app.add_option("--optimizer", f.optimizer, "sgd, adam, rmsprop, lamb or lars")
       ->capture_default_str();
   numbers.number(app, "--lr", f.lr, 1e-12, 1e3, "learning rate");
@@ -175,6 +199,13 @@ int main(int argc, char** argv) {
   app.add_flag("--resume", f.resume, "continue from the newest checkpoint (ps: the servers')");
   app.add_option("--ps-mode", f.psMode, "ps: sync, async or ssp")->capture_default_str();
   numbers.integer(app, "--staleness", f.staleness, 0, 1000000, "ps ssp: steps ahead allowed");
+  numbers.integer(app, "--stages", f.stages, 1, 1024, "pipeline, hybrid: pipeline stages");
+  numbers.integer(app, "--tensor", f.tensor, 1, 1024, "tensor, hybrid: tensor-parallel ranks");
+  numbers.integer(app, "--micro-batches", f.microBatches, 1, 1 << 16,
+                  "pipeline, hybrid: micro-batches per step");
+  numbers.number(app, "--dropout", f.dropout, 0, 0.99, "dropout before the last layer");
+  app.add_option("--schedule", f.schedule, "pipeline, hybrid: gpipe, 1f1b or interleaved")
+      ->capture_default_str();
   app.add_option("--metrics", f.metrics, "append one JSON line per epoch to this file");
   return examples::runExample("trainer_mnist", app, numbers, argc, argv,
                               [&] { return trainMain(f); });

@@ -32,6 +32,11 @@ done
 FUZZ_TARGETS=${SHOAL_FUZZ_TARGETS:-frame store_protocol auth ps_protocol sealed_file shard_restore shard_index idx codec flight_file}
 LOGS=$(mktemp -d)
 trap 'rm -rf "$LOGS"' EXIT
+# The tests' temporary files go with the logs. A job that fails on purpose keeps its flight
+# recorder folder for `shoal flight` (run/job_flight.h); without this, every run of the suite
+# would leave a few hundred of them in /tmp.
+export TMPDIR=$LOGS/tmp
+mkdir "$TMPDIR"
 results=()
 status=0
 

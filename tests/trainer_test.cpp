@@ -1,8 +1,9 @@
 // train::Trainer as users run it: examples/trainer_mnist under `shoal run` with each strategy
-// chosen by a flag (DDP, ZeRO 1-3, parameter servers), gradient accumulation, clipping, bf16,
-// resume from its checkpoints, and its configuration errors. The same seed and data give DDP and
-// ZeRO the same losses (they compute the same averaged gradients), which ties the strategies to
-// one another besides each one learning.
+// chosen by a flag (DDP, ZeRO 1-3, parameter servers, pipeline, tensor, hybrid), gradient
+// accumulation, clipping, bf16 and fp16, resume from its checkpoints, and its configuration
+// errors. The same seed and data give DDP and ZeRO the same losses (they compute the same
+// averaged gradients), and each grid strategy the losses of a simpler equivalent job, which ties
+// the strategies to one another besides each one learning.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -35,8 +36,9 @@ std::vector<Epoch> epochs(const std::string& output) {
 ShellRun train(const std::string& launch, const std::string& flags) {
   return runShell(fmt::format(
       "OPENBLAS_NUM_THREADS=1 timeout 300 {} run {} --timeout 60 -- {} --train-subset 1200 "
-      "--test-subset 600 --batch 30 --threads 1 {} 2>&1",
-      SHOAL_BIN, launch, TRAINER_MNIST_BIN, flags));
+      "--test-subset 600 {}--threads 1 {} 2>&1",
+      SHOAL_BIN, launch, TRAINER_MNIST_BIN,
+      flags.find("--batch ") == std::string::npos ? "--batch 30 " : "", flags));
 }
 
 // Two epochs learn: the second epoch's loss is lower, the accuracy well above chance (10%).
@@ -99,13 +101,89 @@ TEST(Trainer, ResumesFromItsCheckpointAtTheNextEpoch) {
   EXPECT_GT(e[0].accuracy, 50.0) << second.output;
 }
 
+// Rank 0's train losses, one per epoch.
+std::vector<double> losses(const ShellRun& r) {
+  std::vector<double> l;
+  for (const auto& e : epochs(r.output)) l.push_back(e.trainLoss);
+  return l;
+}
+
+// The same losses within `relative` (the splits sum in other orders, so bits differ).
+void expectSameLosses(const ShellRun& a, const ShellRun& b, double relative, const char* what) {
+  SCOPED_TRACE(what);
+  ASSERT_EQ(a.code, 0) << a.output;
+  ASSERT_EQ(b.code, 0) << b.output;
+  const auto x = losses(a), y = losses(b);
+  ASSERT_EQ(x.size(), 2u) << a.output;
+  ASSERT_EQ(y.size(), 2u) << b.output;
+  for (size_t e = 0; e < x.size(); ++e) EXPECT_NEAR(x[e], y[e], relative * y[e]) << "epoch " << e;
+}
+
+// Without dropout (whose masks depend on how the batch is cut), each grid strategy computes what a
+// simpler job computes. BatchNorm sees the pipeline's micro-batches, so pipelines are compared
+// with pipelines cutting the same micro-batches.
+TEST(Trainer, GridStrategiesMatchTheirSimplerEquivalents) {
+  const std::string common = "--epochs 2 --dropout 0 ";
+  // Tensor parallelism splits the classifier's two layers: one process computes the same.
+  const auto tensor = train("-n 2", common + "--strategy tensor --tensor 2");
+  expectLearns(tensor);
+  expectSameLosses(tensor, train("-n 1", common + "--strategy ddp"), 1e-2, "tensor");
+  // Tensor parallelism inside each of two stages, against the two stages alone.
+  expectSameLosses(train("-n 4", common + "--strategy hybrid --stages 2 --tensor 2"),
+                   train("-n 2", common + "--strategy pipeline --stages 2"), 1e-2, "hybrid");
+  // Two replicas of batch 30 in 3 micro-batches each, against one pipeline cutting their
+  // global batch of 60 into the same 6 micro-batches of 10.
+  expectSameLosses(
+      train("-n 4", common + "--strategy pipeline --stages 2 --micro-batches 3"),
+      train("-n 2", common + "--strategy pipeline --stages 2 --micro-batches 6 --batch 60"), 1e-2,
+      "replicas");
+  // The schedule orders the same work differently.
+  expectSameLosses(train("-n 2", common + "--strategy pipeline --stages 2 --schedule gpipe"),
+                   train("-n 2", common + "--strategy pipeline --stages 2 --schedule 1f1b"), 1e-6,
+                   "schedules");
+}
+
+TEST(Trainer, GridStrategiesClipMixedPrecisionAndResume) {
+  // Clipping by the whole model's norm over slices and stages; fp16 with loss scaling; bf16.
+  expectLearns(train("-n 4", "--strategy hybrid --stages 2 --tensor 2 --epochs 2 --clip 1"));
+  expectLearns(train("-n 2", "--strategy tensor --tensor 2 --epochs 2 --precision fp16"));
+  expectLearns(train("-n 2", "--strategy pipeline --stages 2 --epochs 2 --precision bf16"));
+  // A pipeline's stage shards, resumed at the next epoch.
+  TempDir dir;
+  const std::string flags = "--strategy pipeline --stages 2 --checkpoint-dir " + dir.path + "/c";
+  const auto first = train("-n 2", flags + " --epochs 1");
+  ASSERT_EQ(first.code, 0) << first.output;
+  ASSERT_EQ(epochs(first.output).size(), 1u) << first.output;
+  const auto second = train("-n 2", flags + " --epochs 2 --resume");
+  ASSERT_EQ(second.code, 0) << second.output;
+  const auto e = epochs(second.output);
+  ASSERT_EQ(e.size(), 1u) << second.output;
+  EXPECT_EQ(e[0].epoch, 2);
+  EXPECT_GT(e[0].accuracy, 50.0) << second.output;
+  // Another split is refused, naming both.
+  const auto other = train("-n 2",
+                           "--strategy tensor --tensor 2 --epochs 2 --resume "
+                           "--checkpoint-dir " +
+                               dir.path + "/c");
+  EXPECT_NE(other.code, 0) << other.output;
+  EXPECT_NE(other.output.find("layout"), std::string::npos) << other.output;
+}
+
 TEST(Trainer, BadConfigurationIsOneLineAndExitCodeTwo) {
   const struct {
     const char* launch;
     const char* flags;
     const char* message;
   } cases[] = {
-      {"-n 1", "--strategy pipeline", "unknown strategy 'pipeline' (choose ddp, zero1"},
+      {"-n 1", "--strategy pipe", "unknown strategy 'pipe' (choose ddp, zero1"},
+      {"-n 1", "--strategy pipeline", "strategy pipeline needs pipelineStages >= 2"},
+      {"-n 2", "--strategy ddp --stages 2", "strategy ddp does not split the model"},
+      {"-n 3", "--strategy pipeline --stages 2", "do not divide the world's 3"},
+      {"-n 2", "--strategy pipeline --stages 2 --accumulate 2", "accumulate must be 1"},
+      {"-n 2", "--strategy pipeline --stages 2 --micro-batches 64",
+       "64 pipeline micro-batches do not fit in a batch of 30"},
+      {"-n 2", "--strategy tensor --tensor 2 --precision fp16 --clip 1",
+       "fp16 with clipping is not supported"},
       {"-n 1", "--strategy ps", "strategy ps needs parameter servers"},
       {"-n 1", "--precision fp16", "precision fp16 needs loss scaling"},
       {"-n 1", "--resume", "resume needs checkpointDir"},

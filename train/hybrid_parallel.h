@@ -72,6 +72,9 @@ class HybridParallel {
 
   // This rank's parameters (its slices of its stage's layers), for its optimizer.
   std::vector<torch::Tensor> parameters() const;
+  // The module holding them: the pipeline's stage module, or the whole model without pipeline
+  // parallelism (train/grid_grad_norm.h clips over it).
+  torch::nn::Module& localModule() { return pipeline_ ? pipeline_->stageModule() : *model_; }
 
   // The full model's parameters on every rank, named as in the one-process Sequential
   // (gathered over the tensor group, then over the pipeline's stages).

@@ -71,14 +71,11 @@ std::optional<Progress> ShardedCheckpointer::resumeLatest(torch::optim::Optimize
     SHOAL_THROW(InvalidArgument, "resume: {}",
                 error.empty() ? "a shard's newest checkpoint is corrupt (see its rank)" : error);
   }
-  if (!any) return std::nullopt;
-  if (!step || *step < 0) {
-    SHOAL_THROW(InvalidArgument, "resume: some shards have checkpoints in {} and others none",
-                dir_);
-  }
-  // The layout must be this run's (checked where it was written: world rank 0).
+  // The layout must be this run's (checked where it was written: world rank 0), also when none
+  // of this split's shards is there: a folder of another split's checkpoints is not a fresh
+  // start (this run's saves would mix with them).
   std::string verdict;
-  if (world.rank() == 0) {
+  if (world.rank() == 0 && (any || std::filesystem::exists(dir_ + "/layout"))) {
     try {
       std::string saved = readSealedFile(dir_ + "/layout");
       while (!saved.empty() && saved.back() == '\n') saved.pop_back();
@@ -94,6 +91,11 @@ std::optional<Progress> ShardedCheckpointer::resumeLatest(torch::optim::Optimize
   }
   verdict = comm::broadcastBytes(world, std::move(verdict), 0, size_t{1} << 20);
   if (!verdict.empty()) SHOAL_THROW(InvalidArgument, "resume: {}", verdict);
+  if (!any) return std::nullopt;
+  if (!step || *step < 0) {
+    SHOAL_THROW(InvalidArgument, "resume: some shards have checkpoints in {} and others none",
+                dir_);
+  }
   std::string path;
   for (const auto& p : shard_.list()) {
     if (stepOf(p) == *step) path = p;

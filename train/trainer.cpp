@@ -14,15 +14,54 @@ namespace shoal::train {
 
 namespace {
 
-constexpr std::pair<std::string_view, Strategy> kStrategies[] = {
-    {"ddp", Strategy::kDdp},
-    {"zero1", Strategy::kZero1},
-    {"zero2", Strategy::kZero2},
-    {"zero3", Strategy::kZero3},
-    {"ps", Strategy::kParameterServer}};
+constexpr std::pair<std::string_view, Strategy> kStrategies[] = {{"ddp", Strategy::kDdp},
+                                                                 {"zero1", Strategy::kZero1},
+                                                                 {"zero2", Strategy::kZero2},
+                                                                 {"zero3", Strategy::kZero3},
+                                                                 {"ps", Strategy::kParameterServer},
+                                                                 {"pipeline", Strategy::kPipeline},
+                                                                 {"tensor", Strategy::kTensor},
+                                                                 {"hybrid", Strategy::kHybrid}};
 
 bool isZero(Strategy s) {
   return s == Strategy::kZero1 || s == Strategy::kZero2 || s == Strategy::kZero3;
+}
+
+// The strategies that split the model over a process grid (train/trainer/hybrid_strategy.cpp).
+bool onGrid(Strategy s) {
+  return s == Strategy::kPipeline || s == Strategy::kTensor || s == Strategy::kHybrid;
+}
+
+void validateGridOptions(const TrainerOptions& o) {
+  const std::string_view name = toString(o.strategy);
+  SHOAL_CHECK(o.pipelineStages >= 1 && o.tensorParallel >= 1,
+              "Trainer: pipelineStages and tensorParallel must be at least 1, not {} and {}",
+              o.pipelineStages, o.tensorParallel);
+  if (!onGrid(o.strategy)) {
+    SHOAL_CHECK(o.pipelineStages == 1 && o.tensorParallel == 1,
+                "Trainer: strategy {} does not split the model; pipelineStages {} and "
+                "tensorParallel {} need strategy pipeline, tensor or hybrid",
+                name, o.pipelineStages, o.tensorParallel);
+    return;
+  }
+  SHOAL_CHECK(o.strategy != Strategy::kPipeline || (o.pipelineStages >= 2 && o.tensorParallel == 1),
+              "Trainer: strategy pipeline needs pipelineStages >= 2 and tensorParallel 1 (not {} "
+              "and {}; hybrid combines them)",
+              o.pipelineStages, o.tensorParallel);
+  SHOAL_CHECK(o.strategy != Strategy::kTensor || (o.tensorParallel >= 2 && o.pipelineStages == 1),
+              "Trainer: strategy tensor needs tensorParallel >= 2 and pipelineStages 1 (not {} "
+              "and {}; hybrid combines them)",
+              o.tensorParallel, o.pipelineStages);
+  SHOAL_CHECK(o.accumulate == 1,
+              "Trainer: strategy {} accumulates over the pipeline's micro-batches; accumulate "
+              "must be 1, not {}",
+              name, o.accumulate);
+  SHOAL_CHECK(o.pipelineStages == 1 || o.pipeline.microBatches <= o.batch,
+              "Trainer: {} pipeline micro-batches do not fit in a batch of {} per replica",
+              o.pipeline.microBatches, o.batch);
+  SHOAL_CHECK(o.precision != Precision::kFloat16 || o.clipNorm == 0,
+              "Trainer: fp16 with clipping is not supported (the gradients are still loss-scaled "
+              "when the clip would apply); use bf16 or leave clipNorm 0");
 }
 
 void validateOptions(const TrainerOptions& o) {
@@ -33,13 +72,15 @@ void validateOptions(const TrainerOptions& o) {
               "Trainer: clipNorm must be a finite number >= 0, not {}", o.clipNorm);
   SHOAL_CHECK(o.optimizer.lr > 0 && std::isfinite(o.optimizer.lr),
               "Trainer: the learning rate must be positive, not {}", o.optimizer.lr);
-  SHOAL_CHECK(o.precision != Precision::kFloat16,
-              "Trainer: precision fp16 needs loss scaling and fp16 weights, which the Trainer does "
-              "not drive; use fp32 or bf16, or train/mixed_precision.h directly");
+  SHOAL_CHECK(o.precision != Precision::kFloat16 || onGrid(o.strategy),
+              "Trainer: precision fp16 needs loss scaling and fp16 weights, which the Trainer "
+              "drives only under pipeline, tensor or hybrid; use fp32 or bf16, or "
+              "train/mixed_precision.h directly");
   SHOAL_CHECK(o.checkpointEvery >= 0 && o.keep >= 1,
               "Trainer: checkpointEvery must be >= 0 and keep >= 1");
   SHOAL_CHECK(!o.resume || !o.checkpointDir.empty() || o.strategy == Strategy::kParameterServer,
               "Trainer: resume needs checkpointDir");
+  validateGridOptions(o);
 }
 
 // Sums over the workers: [sum of losses, count] or [sum, correct, count].
@@ -53,7 +94,9 @@ Strategy parseStrategy(std::string_view name) {
   for (const auto& [n, s] : kStrategies) {
     if (n == name) return s;
   }
-  SHOAL_THROW(InvalidArgument, "unknown strategy '{}' (choose ddp, zero1, zero2, zero3 or ps)",
+  SHOAL_THROW(InvalidArgument,
+              "unknown strategy '{}' (choose ddp, zero1, zero2, zero3, ps, pipeline, tensor or "
+              "hybrid)",
               name);
 }
 
@@ -68,6 +111,15 @@ torch::Tensor DistributionStrategy::forward(const torch::Tensor&) {
   SHOAL_THROW(InvalidArgument, "this strategy does not run the forward itself");
 }
 
+double DistributionStrategy::trainStep(const torch::Tensor&, const torch::Tensor&) {
+  SHOAL_THROW(InvalidArgument, "this strategy does not run whole steps itself");
+}
+
+std::array<double, 3> DistributionStrategy::evaluate(const torch::Tensor&, const torch::Tensor&,
+                                                     bool) {
+  SHOAL_THROW(InvalidArgument, "this strategy does not run its validation itself");
+}
+
 torch::Tensor crossEntropy(const torch::Tensor& logits, const torch::Tensor& target) {
   return torch::nn::functional::cross_entropy(logits, target);
 }
@@ -79,9 +131,10 @@ Trainer::Trainer(const TrainerContext& ctx, std::shared_ptr<torch::nn::Module> m
       loss_(std::move(loss)),
       options_(std::move(options)) {
   SHOAL_CHECK(module_ && forward_ && loss_, "Trainer: module, forward and loss must all be given");
-  SHOAL_CHECK(options_.strategy != Strategy::kZero3,
-              "strategy zero3 shards the parameters unit by unit and needs the model as a "
-              "torch::nn::Sequential (the Trainer's Sequential constructor)");
+  SHOAL_CHECK(options_.strategy != Strategy::kZero3 && !onGrid(options_.strategy),
+              "strategy {} needs the model as a torch::nn::Sequential (the Trainer's Sequential "
+              "or ModelBuilder constructor)",
+              toString(options_.strategy));
   init(ctx);
 }
 
@@ -93,7 +146,23 @@ Trainer::Trainer(const TrainerContext& ctx, torch::nn::Sequential module, LossFn
       options_(std::move(options)) {
   SHOAL_CHECK(loss_, "Trainer: the loss must be given");
   forward_ = [seq = *sequential_](const torch::Tensor& x) mutable { return seq->forward(x); };
+  SHOAL_CHECK(options_.tensorParallel == 1,
+              "strategy {} with tensorParallel {}: the model's layers must be built on the "
+              "Trainer's grid (the ModelBuilder constructor)",
+              toString(options_.strategy), options_.tensorParallel);
   init(ctx);
+}
+
+Trainer::Trainer(const TrainerContext& ctx, const ModelBuilder& build, LossFn loss,
+                 TrainerOptions options)
+    : loss_(std::move(loss)), options_(std::move(options)) {
+  SHOAL_CHECK(build && loss_, "Trainer: the model builder and the loss must be given");
+  init(ctx);
+  torch::manual_seed(options_.seed);  // the same initial weights on every rank
+  sequential_ = build(*grid_);
+  SHOAL_CHECK(!sequential_->is_empty(), "Trainer: the model builder returned an empty model");
+  module_ = sequential_->ptr();
+  forward_ = [seq = *sequential_](const torch::Tensor& x) mutable { return seq->forward(x); };
 }
 
 Trainer::~Trainer() = default;
@@ -116,6 +185,10 @@ void Trainer::init(const TrainerContext& ctx) {
   workers_ = ctx.numServers > 0
                  ? ctx.world->connect("trainer-workers", ctx.world->rank(), numWorkers)
                  : ctx.world;
+  if (onGrid(options_.strategy) || !module_) {
+    grid_ = makeProcessGrid(
+        workers_, {.pipeline = options_.pipelineStages, .tensor = options_.tensorParallel});
+  }
 }
 
 void Trainer::addCallback(std::shared_ptr<Callback> callback) {
@@ -123,13 +196,27 @@ void Trainer::addCallback(std::shared_ptr<Callback> callback) {
   callbacks_.push_back(std::move(callback));
 }
 
-void Trainer::ensureStrategy(int64_t totalSteps) {
+void Trainer::ensureStrategy(int64_t totalSteps, const torch::Tensor& sample) {
   if (strategy_) return;
-  const StrategyInputs in{ctx_, workers_, module_, sequential_, options_, totalSteps};
+  // The pipeline plans with one micro-batch of a replica's share.
+  const int64_t rows = std::min<int64_t>(
+      sample.size(0),
+      std::max<int64_t>(1, options_.batch / std::max(1, options_.pipeline.microBatches)));
+  const StrategyInputs in{ctx_,
+                          workers_,
+                          module_,
+                          sequential_,
+                          options_,
+                          loss_,
+                          totalSteps,
+                          grid_ ? &*grid_ : nullptr,
+                          sample.narrow(0, 0, rows)};
   if (options_.strategy == Strategy::kDdp) {
     strategy_ = makeDdpStrategy(in);
   } else if (isZero(options_.strategy)) {
     strategy_ = makeZeroStrategy(in);
+  } else if (onGrid(options_.strategy)) {
+    strategy_ = makeHybridStrategy(in);
   } else {
     strategy_ = makePsStrategy(in);
   }
@@ -156,11 +243,18 @@ std::vector<EpochMetrics> Trainer::fit(const TensorDataset& train,
                   train.targets.size(0) == train.size(),
               "Trainer::fit: the training set needs inputs and targets of the same length > 0");
   comm::Group& g = *workers_;
-  DistributedSampler sampler(train.size(), g.rank(), g.size(), {.seed = options_.seed});
-  const int64_t micro = sampler.batches(options_.batch);
+  // The grid strategies: every worker takes the same global batches (each replica its share of
+  // them inside the strategy), whole ones only, so that every share is a full batch.
+  const bool global = onGrid(options_.strategy);
+  const int64_t batch = global ? options_.batch * grid_->dataSize : options_.batch;
+  DistributedSampler sampler(train.size(), global ? 0 : g.rank(), global ? 1 : g.size(),
+                             {.seed = options_.seed});
+  const int64_t micro = global ? sampler.perRank() / batch : sampler.batches(batch);
+  SHOAL_CHECK(micro >= 1, "Trainer::fit: {} training samples do not make one global batch of {}",
+              train.size(), batch);
   const int64_t stepsPerEpoch = (micro + options_.accumulate - 1) / options_.accumulate;
   totalSteps_ = stepsPerEpoch * options_.epochs;
-  ensureStrategy(totalSteps_);
+  ensureStrategy(totalSteps_, train.inputs);
 
   if (options_.resume) {
     if (auto server = strategy_->serverStep()) {
@@ -171,8 +265,11 @@ std::vector<EpochMetrics> Trainer::fit(const TensorDataset& train,
       at_ = *p;
     }
   }
-  // Dropout differs per rank: its own stream, from the seed and the step reached.
-  torch::manual_seed(options_.seed * 7919 + static_cast<uint64_t>(g.rank()) * 104729 +
+  // Dropout differs per replica: its own stream, from the seed and the step reached. A stage's
+  // tensor-parallel ranks share it, so their copies of a whole activation stay the same.
+  const int stream =
+      grid_ && global ? grid_->dataRank * grid_->pipelineSize + grid_->pipelineRank : g.rank();
+  torch::manual_seed(options_.seed * 7919 + static_cast<uint64_t>(stream) * 104729 +
                      static_cast<uint64_t>(at_.step) + 1);
 
   // The job's timeline (SHOAL_TRACE; common/trace.h): data, forward, backward, optimizer step,
@@ -192,24 +289,30 @@ std::vector<EpochMetrics> Trainer::fit(const TensorDataset& train,
       torch::Tensor x, y;
       {
         TraceScope span(trace, "data", "train");
-        const auto idx =
-            order.slice(0, b * options_.batch, std::min((b + 1) * options_.batch, order.size(0)));
+        const auto idx = order.slice(0, b * batch, std::min((b + 1) * batch, order.size(0)));
         x = train.inputs.index_select(0, idx);
         y = train.targets.index_select(0, idx);
       }
-      torch::Tensor loss;
-      {
-        TraceScope span(trace, "forward", "train");
-        strategy_->beforeForward();
-        AutocastGuard autocast(options_.precision);
-        loss = loss_(forward(x), y);
+      double value = 0;
+      if (strategy_->ownsStep()) {
+        TraceScope span(trace, "forward and backward", "train");
+        value = strategy_->trainStep(x, y);
+      } else {
+        torch::Tensor loss;
+        {
+          TraceScope span(trace, "forward", "train");
+          strategy_->beforeForward();
+          AutocastGuard autocast(options_.precision);
+          loss = loss_(forward(x), y);
+        }
+        {
+          // The step's gradient is the mean over its micro-batches, as one large batch's would
+          // be.
+          TraceScope span(trace, last ? "backward" : "backward (accumulate)", "train");
+          strategy_->backward(loss / static_cast<double>(inGroup), last);
+        }
+        value = loss.item<double>();
       }
-      {
-        // The step's gradient is the mean over its micro-batches, as one large batch's would be.
-        TraceScope span(trace, last ? "backward" : "backward (accumulate)", "train");
-        strategy_->backward(loss / static_cast<double>(inGroup), last);
-      }
-      const double value = loss.item<double>();
       sums[0] += value;
       sums[1] += 1;
       stepLoss += value / static_cast<double>(inGroup);
@@ -257,25 +360,37 @@ EpochMetrics Trainer::validate(const TensorDataset& data) {
   SHOAL_CHECK(
       data.inputs.defined() && data.targets.defined() && data.targets.size(0) == data.size(),
       "Trainer::validate: the data needs inputs and targets of the same length");
-  ensureStrategy(totalSteps_);
+  SHOAL_CHECK(data.size() > 0, "Trainer::validate: the data is empty");
+  ensureStrategy(totalSteps_, data.inputs);
   comm::Group& g = *workers_;
   TraceScope span(g.options().trace, "validate", "train");
   torch::NoGradGuard noGrad;
   module_->eval();
   double sums[3] = {0, 0, 0};  // loss x samples, correct, samples
   const bool classes = data.targets.dim() == 1 && data.targets.scalar_type() == torch::kInt64;
-  const auto mine = torch::arange(g.rank(), data.size(), g.size(), torch::kInt64);
-  for (int64_t at = 0; at < mine.size(0); at += 256) {
-    const auto idx = mine.slice(0, at, std::min<int64_t>(at + 256, mine.size(0)));
-    const auto y = data.targets.index_select(0, idx);
-    torch::Tensor out;
-    {
-      AutocastGuard autocast(options_.precision);
-      out = forward(data.inputs.index_select(0, idx));
-      sums[0] += loss_(out, y).item<double>() * static_cast<double>(idx.size(0));
+  if (strategy_->ownsStep()) {
+    // Every worker takes the same chunks; the strategy gives each replica its share.
+    const int64_t chunk = 256 * grid_->dataSize;
+    for (int64_t at = 0; at < data.size(); at += chunk) {
+      const int64_t n = std::min(chunk, data.size() - at);
+      const auto part =
+          strategy_->evaluate(data.inputs.narrow(0, at, n), data.targets.narrow(0, at, n), classes);
+      for (size_t i = 0; i < part.size(); ++i) sums[i] += part[i];
     }
-    if (classes) sums[1] += static_cast<double>(out.argmax(1).eq(y).sum().item<int64_t>());
-    sums[2] += static_cast<double>(idx.size(0));
+  } else {
+    const auto mine = torch::arange(g.rank(), data.size(), g.size(), torch::kInt64);
+    for (int64_t at = 0; at < mine.size(0); at += 256) {
+      const auto idx = mine.slice(0, at, std::min<int64_t>(at + 256, mine.size(0)));
+      const auto y = data.targets.index_select(0, idx);
+      torch::Tensor out;
+      {
+        AutocastGuard autocast(options_.precision);
+        out = forward(data.inputs.index_select(0, idx));
+        sums[0] += loss_(out, y).item<double>() * static_cast<double>(idx.size(0));
+      }
+      if (classes) sums[1] += static_cast<double>(out.argmax(1).eq(y).sum().item<int64_t>());
+      sums[2] += static_cast<double>(idx.size(0));
+    }
   }
   module_->train();
   sumOverWorkers(g, sums, 3);

@@ -1,13 +1,14 @@
-// One training loop, any data-parallel strategy: the model code stays the same and the strategy
-// is one option (a flag or a config value).
+// One training loop, any strategy: the model code stays the same and the strategy is one option
+// (a flag or a config value).
 //
 //   train::TrainerOptions o;
-//   o.strategy = train::parseStrategy(flags.strategy);      // ddp | zero1 | zero2 | zero3 | ps
+//   o.strategy = train::parseStrategy(flags.strategy);  // ddp zero1-3 ps pipeline tensor hybrid
+//   o.pipelineStages = 2;                                // pipeline, hybrid
 //   o.optimizer = {OptimizerKind::kAdam, 1e-3};
 //   o.epochs = 3;
-//   train::Trainer trainer(ctx, model.ptr(), [&](auto& x) { return model->forward(x); },
+//   train::Trainer trainer(ctx, [&](const train::ProcessGrid& grid) { return makeModel(grid); },
 //                          train::crossEntropy, o);
-//   trainer.fit(trainSet, &testSet);                        // returns the last epoch's metrics
+//   trainer.fit(trainSet, &testSet);                    // each epoch's metrics
 //
 // What the loop does for every strategy: the data is dealt out by DistributedSampler (same
 // count per rank, reshuffled per epoch by seed); `accumulate` micro-batches per optimizer step
@@ -23,10 +24,22 @@
 //   ps       parameter servers (train/ps_trainer.h): the servers hold the parameters and the
 //            optimizer and checkpoint themselves; ctx says which ranks are servers (their
 //            program calls ps::serve, see examples/trainer_mnist.cpp); ps.mode sync/async/ssp
+//   pipeline the Sequential cut into pipelineStages stages (train/pipeline/pipeline.h), its
+//            micro-batches under options.pipeline's schedule, replicated over the rest
+//   tensor   the model's tensor-parallel layers (train/tensor/) split over tensorParallel ranks
+//   hybrid   both at once, on one grid of data x pipeline x tensor (train/hybrid_parallel.h)
 //
-// Pipeline and tensor parallelism split the model itself, so they keep their own drivers
-// (train/pipeline/pipeline.h, train/hybrid_parallel.h); the wrappers used here stay public for
-// users who want the loop in their own hands.
+// The grid strategies (pipeline, tensor, hybrid) take the model built for the grid (the
+// ModelBuilder constructor; the Sequential one serves pipeline alone): tensor-parallel layers
+// take grid.tensor, which is of size 1 under the other strategies, where they compute as the
+// one-process layers do, so one model function serves every strategy. Under them the data is
+// global batches of batch x (data replicas) samples, every worker given the same and each
+// replica taking its share (a last incomplete batch is left out); micro-batches are the
+// pipeline's (accumulate must be 1); fp16 is allowed (dynamic loss scaling, not with clipping);
+// checkpoints are one shard per stage and slice, resumable on the same grid; validation accuracy
+// needs the last stage's full logits.
+//
+// The wrappers used here stay public for users who want the loop in their own hands.
 //
 // Collective: the constructor, fit(), validate() are called by every worker rank in the same
 // order. Blocking; each communication bounded by the group's timeout. Errors: InvalidArgument
@@ -50,12 +63,24 @@
 #include "train/checkpoint.h"
 #include "train/mixed_precision.h"
 #include "train/optim.h"
+#include "train/pipeline/pipeline.h"
+#include "train/process_grid.h"
 
 namespace shoal::train {
 
-enum class Strategy : uint8_t { kDdp, kZero1, kZero2, kZero3, kParameterServer };
+enum class Strategy : uint8_t {
+  kDdp,
+  kZero1,
+  kZero2,
+  kZero3,
+  kParameterServer,
+  kPipeline,
+  kTensor,
+  kHybrid
+};
 
-// "ddp", "zero1", "zero2", "zero3", "ps" (InvalidArgument listing them otherwise).
+// "ddp", "zero1", "zero2", "zero3", "ps", "pipeline", "tensor", "hybrid" (InvalidArgument
+// listing them otherwise).
 Strategy parseStrategy(std::string_view name);
 std::string_view toString(Strategy s);
 
@@ -71,10 +96,11 @@ struct TrainerOptions {
   Strategy strategy = Strategy::kDdp;
   OptimizerOptions optimizer;
   int64_t epochs = 1;
-  int64_t batch = 64;                         // samples per rank per micro-batch
+  // Samples per rank per micro-batch; under the grid strategies, per data replica per step.
+  int64_t batch = 64;
   int64_t accumulate = 1;                     // micro-batches per optimizer step
   double clipNorm = 0;                        // > 0: clip the gradients' global L2 norm to this
-  Precision precision = Precision::kFloat32;  // kFloat32 or kBFloat16 (autocast)
+  Precision precision = Precision::kFloat32;  // kFloat32 or kBFloat16 (autocast); kFloat16: grid
   uint64_t seed = 0;                          // data order and per-rank dropout streams
   // Learning rate: linear warm-up over warmupSteps, then cosine decay to zero at the last step
   // when cosineDecay (ps: the servers apply the same schedule).
@@ -93,6 +119,12 @@ struct TrainerOptions {
   ps::Mode psMode = ps::Mode::kSync;
   int staleness = 2;
   ps::ClientOptions psClient;
+  // The grid strategies: stages (pipeline: >= 2, tensor: 1) and tensor-parallel ranks (tensor:
+  // >= 2, pipeline: 1); the workers left over are data replicas. `pipeline` is the schedule,
+  // micro-batches (which must not exceed batch), split and activation checkpointing.
+  int pipelineStages = 1;
+  int tensorParallel = 1;
+  pipeline::PipelineOptions pipeline;
 };
 
 // Loss of a batch: the mean over its samples (libtorch's reduction).
@@ -135,6 +167,11 @@ class Callback {
 
 class DistributionStrategy;  // train/trainer/distribution_strategy.h
 
+// Builds the model for the grid the Trainer made (sizes 1 but for the grid strategies'
+// dimensions). Called once on every worker rank, with libtorch's seed set to options.seed so that
+// every rank builds the same initial weights.
+using ModelBuilder = std::function<torch::nn::Sequential(const ProcessGrid& grid)>;
+
 class Trainer {
  public:
   // ddp, zero1, zero2, ps: any module, run by `forward`.
@@ -142,6 +179,9 @@ class Trainer {
           LossFn loss, TrainerOptions options);
   // Every strategy, zero3 included (its units are the Sequential's children).
   Trainer(const TrainerContext& ctx, torch::nn::Sequential module, LossFn loss,
+          TrainerOptions options);
+  // Every strategy: the model built for the Trainer's grid (collective: the grid's splits).
+  Trainer(const TrainerContext& ctx, const ModelBuilder& build, LossFn loss,
           TrainerOptions options);
   ~Trainer();
   Trainer(const Trainer&) = delete;
@@ -158,12 +198,16 @@ class Trainer {
 
   // The workers' group (the world without parameter servers), and this rank in it.
   comm::Group& workers() { return *workers_; }
+  // The workers' grid: made for the grid strategies and the ModelBuilder constructor (null
+  // otherwise).
+  const ProcessGrid* grid() const { return grid_ ? &*grid_ : nullptr; }
   const Progress& progress() const { return at_; }
 
  private:
   void init(const TrainerContext& ctx);
-  // Made on first use (fit() knows the total steps, which the ps schedule needs).
-  void ensureStrategy(int64_t totalSteps);
+  // Made on first use (fit() knows the total steps, which the ps schedule needs; a pipeline
+  // plans with a micro-batch of `sample`).
+  void ensureStrategy(int64_t totalSteps, const torch::Tensor& sample);
   torch::Tensor forward(const torch::Tensor& input);
   double learningRate(int64_t step) const;
 
@@ -174,6 +218,7 @@ class Trainer {
   TrainerOptions options_;
   TrainerContext ctx_;
   std::shared_ptr<comm::Group> workers_;
+  std::optional<ProcessGrid> grid_;
   std::unique_ptr<DistributionStrategy> strategy_;
   std::vector<std::shared_ptr<Callback>> callbacks_;
   Progress at_;

@@ -40,6 +40,8 @@ class ColumnParallelLinearImpl : public torch::nn::Module, public ParallelLayer 
                            TensorGroup tg, ColumnOptions options = {});
   torch::Tensor forward(const torch::Tensor& x);
   std::vector<std::pair<std::string, torch::Tensor>> gatherFull() const override;
+  // Weight and bias: rows of each block.
+  bool sliced(std::string_view) const override { return true; }
 
   // This rank's slice of each block of the output features.
   Slice blockSlice() const { return slice_; }

@@ -7,6 +7,7 @@
 #include <torch/torch.h>
 
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -19,6 +20,10 @@ class ParallelLayer {
   // Each entry: the parameter's name in this module (as named_parameters(recurse=false) names
   // it) and the full tensor (detached).
   virtual std::vector<std::pair<std::string, torch::Tensor>> gatherFull() const = 0;
+  // Whether this module's parameter `name` (as named_parameters(recurse=false) names it) is a
+  // slice, different on each tensor rank, rather than whole and the same on every rank (a
+  // row-parallel layer's bias): what a norm over the full model counts once or per rank. Pure.
+  virtual bool sliced(std::string_view name) const = 0;
 };
 
 }  // namespace shoal::train::tensor

@@ -30,6 +30,8 @@ class RowParallelLinearImpl : public torch::nn::Module, public ParallelLayer {
                         TensorGroup tg, RowOptions options = {});
   torch::Tensor forward(const torch::Tensor& x);
   std::vector<std::pair<std::string, torch::Tensor>> gatherFull() const override;
+  // The bias is whole on every rank.
+  bool sliced(std::string_view name) const override { return name == "weight"; }
 
   torch::Tensor weight;  // [out, slice]
   torch::Tensor bias;    // [out] or undefined

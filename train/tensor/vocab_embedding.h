@@ -24,6 +24,7 @@ class VocabParallelEmbeddingImpl : public torch::nn::Module, public ParallelLaye
   VocabParallelEmbeddingImpl(const torch::Tensor& fullWeight, TensorGroup tg);
   torch::Tensor forward(const torch::Tensor& tokens);  // int64 [...] -> [..., dim]
   std::vector<std::pair<std::string, torch::Tensor>> gatherFull() const override;
+  bool sliced(std::string_view) const override { return true; }
 
   Slice vocabSlice() const { return slice_; }
   torch::Tensor weight;  // [slice, dim]

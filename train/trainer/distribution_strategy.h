@@ -1,11 +1,12 @@
-// Private to the Trainer (train/trainer.h): what differs between the data-parallel strategies,
-// behind one interface, one implementation per file (ddp_strategy.cpp, zero_strategy.cpp,
-// ps_strategy.cpp). The Trainer owns the loop; a strategy owns the wrapper, the optimizer and
-// the checkpoint format. Threading, blocking and errors: those of the wrapped class.
+// Private to the Trainer (train/trainer.h): what differs between the strategies, behind one
+// interface, one implementation per file (ddp_strategy.cpp, zero_strategy.cpp, ps_strategy.cpp,
+// hybrid_strategy.cpp). The Trainer owns the loop; a strategy owns the wrapper, the optimizer
+// and the checkpoint format. Threading, blocking and errors: those of the wrapped class.
 #pragma once
 
 #include <torch/torch.h>
 
+#include <array>
 #include <memory>
 #include <optional>
 #include <string>
@@ -35,6 +36,16 @@ class DistributionStrategy {
   virtual std::optional<int64_t> serverStep() const { return std::nullopt; }
   // After the last epoch of fit() (ps: the servers are told this worker is done).
   virtual void finish() {}
+
+  // The grid strategies (pipeline, tensor, hybrid) run a whole step's forward and backward
+  // themselves, on the global batch every worker is given (each replica takes its share), under
+  // their own precision. Returns the batch's mean loss, the same on every rank.
+  virtual bool ownsStep() const { return false; }
+  virtual double trainStep(const torch::Tensor& inputs, const torch::Tensor& targets);
+  // Their validation of a chunk every worker is given: this rank's {loss x samples, correct,
+  // samples}, non-zero only on the ranks that count its share (summed over the workers after).
+  virtual std::array<double, 3> evaluate(const torch::Tensor& inputs, const torch::Tensor& targets,
+                                         bool classes);
 };
 
 struct StrategyInputs {
@@ -43,11 +54,15 @@ struct StrategyInputs {
   std::shared_ptr<torch::nn::Module> module;
   std::optional<torch::nn::Sequential> sequential;
   const TrainerOptions& options;
-  int64_t totalSteps;  // 0 when unknown (no cosine decay)
+  const LossFn& loss;
+  int64_t totalSteps;          // 0 when unknown (no cosine decay)
+  const ProcessGrid* grid;     // the grid strategies' grid (null for the others)
+  torch::Tensor sampleInputs;  // a micro-batch of inputs: what a pipeline plans with
 };
 
 std::unique_ptr<DistributionStrategy> makeDdpStrategy(const StrategyInputs& in);
 std::unique_ptr<DistributionStrategy> makeZeroStrategy(const StrategyInputs& in);
 std::unique_ptr<DistributionStrategy> makePsStrategy(const StrategyInputs& in);
+std::unique_ptr<DistributionStrategy> makeHybridStrategy(const StrategyInputs& in);
 
 }  // namespace shoal::train
