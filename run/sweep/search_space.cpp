@@ -20,7 +20,6 @@ using Json = nlohmann::ordered_json;
 constexpr int kMaxParameters = 64;
 constexpr size_t kMaxChoices = 1024;
 constexpr int kMaxTrials = 1'000'000;
-constexpr double kMaxSeconds = 30 * 24 * 3600.0;
 
 [[noreturn]] void fail(std::string_view key, std::string_view what) {
   SHOAL_THROW(InvalidArgument, "sweep config: {}: {}", key, what);
@@ -229,7 +228,12 @@ SweepConfig parseSweepConfig(std::string_view input) {
     }
   }
   if (j.contains("trial_time_limit")) {
-    c.trialTimeLimit = seconds(j["trial_time_limit"], "trial_time_limit");
+    const double s = number(j["trial_time_limit"], "trial_time_limit");
+    if (s < 0 || s > kMaxSeconds) {
+      fail("trial_time_limit",
+           fmt::format("expected seconds in [0, {}] (0: no limit)", kMaxSeconds));
+    }
+    c.trialTimeLimit = s == 0 ? std::nullopt : std::optional<double>(s);
   }
   if (j.contains("time_limit")) c.timeLimit = seconds(j["time_limit"], "time_limit");
   if (j.contains("grace")) {
