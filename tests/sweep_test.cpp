@@ -94,10 +94,13 @@ TEST(SweepConfig, ATrialHasATimeLimitUnlessToldOtherwise) {
   EXPECT_EQ(*byDefault.trialTimeLimit, sw::kDefaultTrialTimeLimit);
   EXPECT_EQ(sw::kDefaultTrialTimeLimit, 3600);
   EXPECT_FALSE(byDefault.timeLimit.has_value());
+  EXPECT_TRUE(byDefault.tpe.multivariate);
   EXPECT_FALSE(sw::parseSweepConfig(withParams(lr, R"("trial_time_limit": 0, )"))
                    .trialTimeLimit.has_value());
   EXPECT_EQ(*sw::parseSweepConfig(withParams(lr, R"("trial_time_limit": 2.5, )")).trialTimeLimit,
             2.5);
+  EXPECT_FALSE(
+      sw::parseSweepConfig(withParams(lr, R"("tpe": {"multivariate": false}, )")).tpe.multivariate);
 }
 
 TEST(SweepConfig, PlaceholdersReplaceFlags) {
@@ -139,6 +142,8 @@ TEST(SweepConfig, ErrorsNameTheKey) {
       {withParams(lr, R"("trial_time_limit": -1, )"), "trial_time_limit: expected seconds"},
       {withParams(lr, R"("trial_time_limit": "1h", )"), "trial_time_limit: expected a number"},
       {withParams(lr, R"("trial_time_limit": 1e9, )"), "trial_time_limit: expected seconds"},
+      {withParams(lr, R"("tpe": {"multivariate": 1}, )"),
+       "tpe.multivariate: expected true or false"},
       {withParams(lr, R"("launcher": "direct", "ranks_per_trial": 2, )"), "launcher: direct"},
       {withParams(R"({"metrics": {"type": "uniform", "low": 0, "high": 1}})"),
        "parameters.metrics: the name is taken"},
@@ -227,6 +232,7 @@ double bestOnQuadratic(sw::Algorithm algorithm, uint64_t seed, int trials) {
       "kind": {"type": "choice", "values": ["a", "b", "c", "d"]}})",
                                                       R"("direction": "min", )"));
   c.algorithm = algorithm;
+  c.tpe.multivariate = false;  // this file's TPE (tpe_multivariate.h has its own tests)
   c.seed = seed;
   auto search = sw::makeSearchAlgorithm(c);
   std::vector<sw::Observation> history;

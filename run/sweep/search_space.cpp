@@ -276,7 +276,7 @@ SweepConfig parseSweepConfig(std::string_view input) {
   if (j.contains("tpe")) {
     const Json& t = j["tpe"];
     if (!t.is_object()) fail("tpe", "expected an object");
-    checkKeys(t, "tpe", {"startup_trials", "candidates", "gamma"});
+    checkKeys(t, "tpe", {"startup_trials", "candidates", "gamma", "multivariate"});
     if (t.contains("startup_trials")) {
       c.tpe.startupTrials =
           static_cast<int>(integer(t["startup_trials"], "tpe.startup_trials", 1, 100000));
@@ -287,6 +287,10 @@ SweepConfig parseSweepConfig(std::string_view input) {
     if (t.contains("gamma")) {
       c.tpe.gamma = number(t["gamma"], "tpe.gamma");
       if (!(c.tpe.gamma > 0 && c.tpe.gamma < 1)) fail("tpe.gamma", "expected a fraction in (0, 1)");
+    }
+    if (t.contains("multivariate")) {
+      if (!t["multivariate"].is_boolean()) fail("tpe.multivariate", "expected true or false");
+      c.tpe.multivariate = t["multivariate"].get<bool>();
     }
   }
   if (j.contains("env")) {

@@ -138,8 +138,9 @@ SweepResult runSweep(const SweepOptions& o) {
   }
 
   if (o.progress != nullptr) {
-    fmt::print(o.progress, "shoal sweep: {}, {} trials, {} at once, {}\n", toString(c.algorithm),
-               c.trials, c.parallel,
+    const bool tpe = c.algorithm == Algorithm::kTpe;
+    fmt::print(o.progress, "shoal sweep: {}{}, {} trials, {} at once, {}\n", toString(c.algorithm),
+               tpe && c.tpe.multivariate ? " (multivariate)" : "", c.trials, c.parallel,
                c.trialTimeLimit ? fmt::format("each stopped after {} s", *c.trialTimeLimit)
                                 : std::string("no limit per trial"));
   }
