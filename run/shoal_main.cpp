@@ -149,6 +149,9 @@ int main(int argc, char** argv) {
   sweep->add_option("--trials", sweepOptions.trials, "the trial budget (overrides the config)");
   sweep->add_option("--algorithm", sweepOptions.algorithm, "grid, random or tpe (overrides)");
   sweep->add_option("--seed", sweepOptions.seed, "the search's seed (overrides the config)");
+  sweep->add_option("--trial-time-limit", sweepOptions.trialTimeLimit,
+                    "seconds a trial may run before it is stopped as \"timeout\" (overrides "
+                    "the config's trial_time_limit, default 3600; 0: no limit; kept for --resume)");
   sweep->add_flag(
       "--resume", sweepOptions.resume,
       "continue the sweep in --dir, or `--resume DIR` (its own configuration unless CONFIG "

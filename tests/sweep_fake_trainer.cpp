@@ -8,6 +8,9 @@
 //                                                created FILE2 (they are waiting)
 //                      [--hang-below S]          after epoch 1, hang (until killed) when the
 //                                                final score would be below S
+//                      [--trial N --hang-trials LIST]
+//                                                trial N, when in the comma-separated LIST,
+//                                                reports epoch 1 and then hangs until killed
 //                      [--ignore-term 1]         ignore SIGTERM (only SIGKILL stops it)
 //
 // Its "score" at epoch e is 1 - (x - 0.3)^2 - (y + 0.2)^2 - 0.1 * (E - e) / E: every curve
@@ -25,7 +28,7 @@ int main(int argc, char** argv) {
   double x = 0, y = 0, failAbove = 1e300, hangBelow = -1e300;
   bool ignoreTerm = false;
   int epochs = 3, trial = 0, gateFrom = 1 << 30;
-  std::string metrics, gate, ready;
+  std::string metrics, gate, ready, hangTrials;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
     const char* value = argv[i + 1];
@@ -41,6 +44,8 @@ int main(int argc, char** argv) {
       failAbove = std::atof(value);
     } else if (flag == "--hang-below") {
       hangBelow = std::atof(value);
+    } else if (flag == "--hang-trials") {
+      hangTrials = std::string(",") + value + ",";
     } else if (flag == "--ignore-term") {
       ignoreTerm = std::atoi(value) != 0;
     } else if (flag == "--trial") {
@@ -72,11 +77,13 @@ int main(int argc, char** argv) {
   FILE* out = std::fopen(metrics.c_str(), "a");
   if (out == nullptr) return 4;
   const double final = 1 - (x - 0.3) * (x - 0.3) - (y + 0.2) * (y + 0.2);
+  const bool hangs =
+      final < hangBelow || hangTrials.find("," + std::to_string(trial) + ",") != std::string::npos;
   for (int e = 1; e <= epochs; ++e) {
     std::fprintf(out, "{\"epoch\": %d, \"score\": %.17g}\n", e,
                  final - 0.1 * (epochs - e) / epochs);
     std::fflush(out);
-    if (e == 1 && final < hangBelow) {
+    if (e == 1 && hangs) {
       for (;;) pause();  // a slow trial: stopped by ASHA or a time limit
     }
   }

@@ -367,3 +367,97 @@ TEST(SweepProcess, StopsTrialsByAshaTimeLimitAndSignal) {
   EXPECT_EQ(count(interrupted, "start"), 1);
   EXPECT_EQ(count(interrupted, "end"), 0);
 }
+
+TEST(SweepProcess, AHungTrialTimesOutAndTheSweepGoesOn) {
+  TempDir tmp;
+  const std::string dir = tmp.path + "/sweep";
+  // Through the launcher (the default), one trial at a time; trials 1 and 3 hang after their
+  // first epoch and ignore SIGTERM. The configuration names no trial limit: --trial-time-limit
+  // sets it, and sweep.json keeps it for the resume below.
+  const std::string config = writeConfig(tmp.path, fmt::format(R"({{
+    "command": ["{}", "--epochs", "2", "--trial", "{{trial}}", "--hang-trials", "1,3",
+                "--ignore-term", "1"],
+    "metric": "score", "trials": 3, "parallel": 1, "algorithm": "random", "seed": 3, "grace": 0.5,
+    "parameters": {{"x": {{"type": "uniform", "low": -1, "high": 1}}}}}})",
+                                                               SHOAL_SWEEP_TRAINER));
+  const auto start = std::chrono::steady_clock::now();
+  Proc first({SHOAL_BIN, "sweep", config, "--dir", dir, "--trial-time-limit", "2"},
+             tmp.path + "/first.log");
+  ASSERT_EQ(first.wait(std::chrono::seconds(90)), 0) << first.output();
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_LT(seconds, 60) << first.output();
+  EXPECT_NE(first.output().find("each stopped after 2 s"), std::string::npos) << first.output();
+
+  auto events = journal(dir);
+  std::map<int, Json> ends;
+  std::map<int, size_t> startAt, endAt;
+  for (size_t i = 0; i < events.size(); ++i) {
+    const int id = events[i]["trial"].get<int>();
+    if (events[i]["event"] == "end") {
+      ends[id] = events[i];
+      endAt[id] = i;
+    } else {
+      startAt[id] = i;
+    }
+  }
+  ASSERT_EQ(ends.size(), 3u) << first.output();
+  EXPECT_EQ(ends[0]["status"], "completed") << ends[0].dump();
+  EXPECT_EQ(ends[1]["status"], "timeout") << ends[1].dump();
+  EXPECT_EQ(ends[1]["reason"], "the trial time limit (2 s)") << ends[1].dump();
+  EXPECT_EQ(ends[1]["curve"].size(), 1u);  // it reported epoch 1, then hung
+  EXPECT_NE(ends[1]["exit_code"], 0);
+  EXPECT_GE(ends[1]["seconds"].get<double>(), 2.0);
+  EXPECT_EQ(ends[2]["status"], "completed") << ends[2].dump();
+  EXPECT_LT(endAt[1], startAt[2]);  // the sweep went on to the next trial after the timeout
+  // The table and results.csv say "timeout", not "failed" or "pruned".
+  EXPECT_NE(first.output().find("timeout"), std::string::npos) << first.output();
+  EXPECT_EQ(first.output().find("failed"), std::string::npos) << first.output();
+  std::string csv = readFile(dir + "/results.csv");
+  const std::string row1 = csv.substr(csv.find("\n1,") + 1, csv.find("\n2,") - csv.find("\n1,"));
+  EXPECT_NE(row1.find(",timeout,1,"), std::string::npos) << csv;  // status, epochs
+  EXPECT_NE(row1.find(",the trial time limit (2 s)\n"), std::string::npos) << csv;
+  EXPECT_EQ(Json::parse(readFile(dir + "/sweep.json"))["trial_time_limit"], 2.0);
+
+  // A resume with a larger budget and no flag: the timed-out trial is kept as it was (not run
+  // again), and trial 3, which hangs too, is stopped by the same 2 s limit (not the default
+  // hour, which would run past this wait).
+  Proc resumed({SHOAL_BIN, "sweep", "--resume", dir, "--trials", "4"}, tmp.path + "/second.log");
+  ASSERT_EQ(resumed.wait(std::chrono::seconds(90)), 0) << resumed.output();
+  EXPECT_NE(resumed.output().find("3 trials finished, 0 to run again"), std::string::npos)
+      << resumed.output();
+  events = journal(dir);
+  int startsOf1 = 0;
+  Json end3;
+  for (const Json& e : events) {
+    if (e["trial"] == 1 && e["event"] == "start") ++startsOf1;
+    if (e["trial"] == 3 && e["event"] == "end") end3 = e;
+  }
+  EXPECT_EQ(startsOf1, 1);
+  ASSERT_TRUE(end3.is_object()) << resumed.output();
+  EXPECT_EQ(end3["status"], "timeout") << end3.dump();
+  EXPECT_EQ(end3["reason"], "the trial time limit (2 s)") << end3.dump();
+  csv = readFile(dir + "/results.csv");
+  EXPECT_EQ(std::count(csv.begin(), csv.end(), '\n'), 5) << csv;
+  size_t timeouts = 0;
+  for (size_t at = csv.find(",timeout,"); at != std::string::npos;
+       at = csv.find(",timeout,", at + 1)) {
+    ++timeouts;
+  }
+  EXPECT_EQ(timeouts, 2u) << csv;
+
+  // --trial-time-limit 0 lifts the limit (kept too); a bad value is one line and exit 2.
+  const auto bad =
+      runShell(fmt::format("{} sweep --resume {} --trial-time-limit 5x", SHOAL_BIN, dir));
+  EXPECT_EQ(bad.code, 2) << bad.output;
+  EXPECT_NE(bad.output.find("--trial-time-limit"), std::string::npos) << bad.output;
+  EXPECT_EQ(std::count(bad.output.begin(), bad.output.end(), '\n'), 1) << bad.output;
+  const auto negative =
+      runShell(fmt::format("{} sweep --resume {} --trial-time-limit=-1", SHOAL_BIN, dir));
+  EXPECT_EQ(negative.code, 2) << negative.output;
+  const auto none =
+      runShell(fmt::format("{} sweep --resume {} --trial-time-limit 0", SHOAL_BIN, dir));
+  EXPECT_EQ(none.code, 0) << none.output;  // the configuration's 3 trials have run: none runs
+  EXPECT_NE(none.output.find("no limit per trial"), std::string::npos) << none.output;
+  EXPECT_EQ(Json::parse(readFile(dir + "/sweep.json"))["trial_time_limit"], 0.0);
+}

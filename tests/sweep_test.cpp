@@ -87,6 +87,22 @@ TEST(SweepConfig, ParsesEveryKind) {
   EXPECT_EQ(sw::formatParameter(c.parameters[3], 3), "true");
 }
 
+TEST(SweepConfig, ATrialHasATimeLimitUnlessToldOtherwise) {
+  const std::string lr = R"({"lr": {"type": "uniform", "low": 0, "high": 1}})";
+  const sw::SweepConfig byDefault = sw::parseSweepConfig(withParams(lr));
+  ASSERT_TRUE(byDefault.trialTimeLimit.has_value());
+  EXPECT_EQ(*byDefault.trialTimeLimit, sw::kDefaultTrialTimeLimit);
+  EXPECT_EQ(sw::kDefaultTrialTimeLimit, 3600);
+  EXPECT_FALSE(byDefault.timeLimit.has_value());
+  EXPECT_TRUE(byDefault.tpe.multivariate);
+  EXPECT_FALSE(sw::parseSweepConfig(withParams(lr, R"("trial_time_limit": 0, )"))
+                   .trialTimeLimit.has_value());
+  EXPECT_EQ(*sw::parseSweepConfig(withParams(lr, R"("trial_time_limit": 2.5, )")).trialTimeLimit,
+            2.5);
+  EXPECT_FALSE(
+      sw::parseSweepConfig(withParams(lr, R"("tpe": {"multivariate": false}, )")).tpe.multivariate);
+}
+
 TEST(SweepConfig, PlaceholdersReplaceFlags) {
   const sw::SweepConfig c = sw::parseSweepConfig(
       R"({"command": ["p", "--rate={lr}", "--log", "{metrics}"], "metric": "m",
@@ -124,6 +140,10 @@ TEST(SweepConfig, ErrorsNameTheKey) {
       {withParams(lr, R"("early_stopping": {"type": "asha"}, )"),
        "early_stopping.max_epochs: missing"},
       {withParams(lr, R"("trial_time_limit": -1, )"), "trial_time_limit: expected seconds"},
+      {withParams(lr, R"("trial_time_limit": "1h", )"), "trial_time_limit: expected a number"},
+      {withParams(lr, R"("trial_time_limit": 1e9, )"), "trial_time_limit: expected seconds"},
+      {withParams(lr, R"("tpe": {"multivariate": 1}, )"),
+       "tpe.multivariate: expected true or false"},
       {withParams(lr, R"("launcher": "direct", "ranks_per_trial": 2, )"), "launcher: direct"},
       {withParams(R"({"metrics": {"type": "uniform", "low": 0, "high": 1}})"),
        "parameters.metrics: the name is taken"},
@@ -212,6 +232,7 @@ double bestOnQuadratic(sw::Algorithm algorithm, uint64_t seed, int trials) {
       "kind": {"type": "choice", "values": ["a", "b", "c", "d"]}})",
                                                       R"("direction": "min", )"));
   c.algorithm = algorithm;
+  c.tpe.multivariate = false;  // this file's TPE (tpe_multivariate.h has its own tests)
   c.seed = seed;
   auto search = sw::makeSearchAlgorithm(c);
   std::vector<sw::Observation> history;
@@ -411,4 +432,47 @@ TEST(SweepJournal, ReadsBackFinishedAndInterruptedTrials) {
   EXPECT_FALSE(sw::sameSweep(a, b));
   sw::SweepRecord d{R"({"metric": "n", "trials": 3})", sw::Algorithm::kTpe, 1};
   EXPECT_FALSE(sw::sameSweep(a, d));
+  // A trial's time limit is budget too, in the configuration or set by the command line.
+  sw::SweepRecord e{R"({"metric": "m", "trial_time_limit": 5})", sw::Algorithm::kTpe, 1, 20.0};
+  EXPECT_TRUE(sw::sameSweep(a, e));
+
+  // sweep.json keeps the command line's limit (0 included: no limit), and reads it back.
+  for (const std::optional<double> limit :
+       {std::optional<double>(20.0), std::optional<double>(0.0), std::optional<double>()}) {
+    e.trialTimeLimit = limit;
+    sw::writeSweepRecord(dir.path, e);
+    const auto back = sw::readSweepRecord(dir.path);
+    ASSERT_TRUE(back.has_value());
+    EXPECT_EQ(back->trialTimeLimit, limit);
+    EXPECT_TRUE(sw::sameSweep(*back, e));
+  }
+  std::ofstream(dir.path + "/sweep.json")
+      << R"({"config": {}, "algorithm": "tpe", "seed": 1, "trial_time_limit": -3})";
+  EXPECT_THROW(sw::readSweepRecord(dir.path), InvalidArgument);
+}
+
+TEST(SweepJournal, KeepsTimedOutTrials) {
+  shoal::test::TempDir dir;
+  const sw::SweepConfig c = sw::parseSweepConfig(withParams(R"({
+      "x": {"type": "uniform", "low": 0, "high": 1}})"));
+  const std::string path = dir.path + "/trials.jsonl";
+  {
+    sw::SweepJournal j(path);
+    j.started(c, 0, {0.5});
+    sw::TrialRecord r;
+    r.id = 0;
+    r.params = {0.5};
+    r.status = sw::TrialStatus::kTimedOut;
+    r.metric = 0.4;
+    r.curve = {{1, 0.4}};
+    r.exitCode = 137;
+    r.reason = "the trial time limit (2 s)";
+    j.finished(c, r);
+  }
+  const sw::JournalContents got = sw::readJournal(path, c);
+  ASSERT_EQ(got.finished.size(), 1u);
+  EXPECT_EQ(got.finished[0].status, sw::TrialStatus::kTimedOut);
+  EXPECT_EQ(sw::toString(got.finished[0].status), "timeout");
+  EXPECT_EQ(got.finished[0].reason, "the trial time limit (2 s)");
+  EXPECT_TRUE(got.interrupted.empty());  // finished: a resume does not run it again
 }

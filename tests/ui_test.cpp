@@ -11,6 +11,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <regex>
+#include <set>
 
 #include "common/error.h"
 #include "run/run_directory.h"
@@ -216,6 +217,48 @@ TEST_F(UiApi, BadRunNamesAndParametersAreRefused) {
   EXPECT_TRUE(unknown.body.contains("error"));
 }
 
+TEST_F(UiApi, SeriesTakesAStepRange) {
+  // alpha: loss at steps 0..4 on ranks 0 and 1.
+  const Answer a = get(port, "/api/runs/alpha/series?metric=loss&from_step=1&to_step=3");
+  ASSERT_EQ(a.status, 200) << a.body;
+  std::multiset<int> steps;
+  for (const json& x : a.body["points"]) steps.insert(x["step"].get<int>());
+  EXPECT_EQ(steps, (std::multiset<int>{1, 1, 2, 2, 3, 3}));
+  EXPECT_EQ(get(port, "/api/runs/alpha/series?metric=loss&from_step=3").body["points"].size(), 4u);
+  EXPECT_EQ(get(port, "/api/runs/alpha/series?metric=loss&to_step=0").body["points"].size(), 2u);
+  EXPECT_EQ(get(port, "/api/runs/alpha/series?metric=loss&from_step=9").body["points"].size(), 0u);
+  // Pages of 3 rows with to_step=1: some pages hold fewer points (rows past step 1 are left
+  // out), last_id still moves on, and together they hold every point of steps 0 and 1.
+  int64_t after = 0;
+  std::multiset<int> paged;
+  for (int page = 0; page < 10; ++page) {
+    const Answer p = get(
+        port, fmt::format("/api/runs/alpha/series?metric=loss&to_step=1&limit=3&after={}", after));
+    ASSERT_EQ(p.status, 200) << p.body;
+    EXPECT_LE(p.body["points"].size(), 3u);
+    for (const json& x : p.body["points"]) paged.insert(x["step"].get<int>());
+    const int64_t last = p.body["last_id"];
+    if (!p.body["more"].get<bool>()) break;
+    EXPECT_GT(last, after);
+    after = last;
+  }
+  EXPECT_EQ(paged, (std::multiset<int>{0, 0, 1, 1}));
+  // Bad numbers: 400 with one line naming the parameter.
+  for (const auto& [query, word] : std::vector<std::pair<std::string, std::string>>{
+           {"from_step=abc", "from_step"},
+           {"to_step=1.5", "to_step"},
+           {"from_step=99999999999999999999", "from_step"},
+           {"to_step=", "to_step"},
+           {"from_step=5&to_step=2", "from_step=5 is after to_step=2"}}) {
+    const Answer bad = get(port, "/api/runs/alpha/series?metric=loss&" + query);
+    EXPECT_EQ(bad.status, 400) << query << ": " << bad.body;
+    ASSERT_TRUE(bad.body.contains("error")) << query;
+    const std::string e = bad.body["error"];
+    EXPECT_NE(e.find(word), std::string::npos) << query << ": " << e;
+    EXPECT_EQ(e.find('\n'), std::string::npos) << e;
+  }
+}
+
 TEST_F(UiApi, ServesTheSelfContainedPage) {
   const Answer a = get(port, "/");
   ASSERT_EQ(a.status, 200);
@@ -393,6 +436,94 @@ TEST(UiBrowser, ThePageShowsTheRunsAndALiveCurveAdvances) {
   fs::copy_file(png, "ui_dashboard.png", fs::copy_options::overwrite_existing, ec);
 
   // SIGTERM ends the server cleanly.
+  ::kill(ui.pid(), SIGTERM);
+  EXPECT_EQ(ui.wait(std::chrono::seconds(15)), 0) << ui.output();
+}
+
+// The data-* attributes of `run`'s timeline canvas in a dumped DOM (empty: no such canvas).
+std::map<std::string, std::string> timelineAttributes(const std::string& dom,
+                                                      const std::string& run) {
+  std::map<std::string, std::string> attrs;
+  const std::regex canvas("<canvas[^>]*class=\"timeline\"[^>]*>");
+  for (auto it = std::sregex_iterator(dom.begin(), dom.end(), canvas); it != std::sregex_iterator();
+       ++it) {
+    const std::string tag = it->str();
+    if (tag.find("data-run=\"" + run + "\"") == std::string::npos) continue;
+    const std::regex attr("data-([a-z-]+)=\"([^\"]*)\"");
+    for (auto a = std::sregex_iterator(tag.begin(), tag.end(), attr); a != std::sregex_iterator();
+         ++a) {
+      attrs[(*a)[1]] = (*a)[2];
+    }
+  }
+  return attrs;
+}
+
+TEST(UiBrowser, TheTimelineShowsTheChosenWindow) {
+  ASSERT_EQ(runShell("command -v chromium").code, 0) << "chromium is not installed";
+  TempDir tmp;
+  const std::string runs = tmp.path + "/runs";
+  const std::string dir = makeRun(runs, "long", "succeeded");
+  for (int r = 0; r < 2; ++r) {
+    track::Tracker t({.path = run::metricsPath(dir), .rank = r});
+    for (int step = 0; step < 40; ++step) {
+      t.log("loss", step, 1.0 / (1 + step));
+      t.log("step_time_s", step, 0.02 + 0.001 * (step % 5));
+      t.log("comm_wait_s", step, 0.005);
+    }
+    t.flush(std::chrono::seconds(30));
+  }
+  Proc ui({SHOAL_BIN, "ui", runs, "--port", "0"}, tmp.path + "/ui.out");
+  const std::string url = servingUrl(ui);
+  ASSERT_FALSE(url.empty()) << ui.output();
+  Chromium chromium(tmp.path + "/chromium");
+  const auto view = [&](const std::string& query) {
+    const std::string dom = chromium.load(url + query, "--dump-dom");
+    return std::make_pair(timelineAttributes(dom, "long"), dom);
+  };
+
+  // Steps 10..14, as the address names them.
+  auto [chosen, dom2] = view("?from_step=10&steps=5");
+  EXPECT_EQ(chosen["first-step"], "10") << dom2;
+  EXPECT_EQ(chosen["last-step"], "14");
+  EXPECT_EQ(chosen["steps"], "10");  // 5 steps x 2 ranks
+  EXPECT_EQ(chosen["from-step"], "10");
+  EXPECT_EQ(chosen["window"], "5");
+  EXPECT_NE(dom2.find("timeline of steps 10 to 14, drawn 10 to 14"), std::string::npos) << dom2;
+  EXPECT_EQ(dom2.find("data-error=\"1\""), std::string::npos) << dom2;
+
+  // A window reaching past the last step logged: what there is of it.
+  auto [tail, dom3] = view("?from_step=35&steps=10");
+  EXPECT_EQ(tail["first-step"], "35") << dom3;
+  EXPECT_EQ(tail["last-step"], "39");
+  EXPECT_EQ(tail["steps"], "10");
+  // Past everything: nothing drawn, and said so.
+  auto [beyond, dom4] = view("?from_step=100&steps=5");
+  EXPECT_EQ(beyond["steps"], "0") << dom4;
+  EXPECT_EQ(beyond["first-step"], "");
+  EXPECT_NE(dom4.find("none logged there"), std::string::npos) << dom4;
+
+  // Bad numbers: one line saying which, and meanwhile the default, the last 20 steps of each
+  // rank.
+  auto [bad, dom5] = view("?from_step=ten&steps=0");
+  EXPECT_NE(dom5.find("id=\"window-error\" data-error=\"1\""), std::string::npos) << dom5;
+  EXPECT_NE(dom5.find("from step: expected a whole number"), std::string::npos) << dom5;
+  EXPECT_NE(dom5.find("steps: expected a whole number from 1 to 2000"), std::string::npos) << dom5;
+  EXPECT_EQ(bad["first-step"], "20");
+  EXPECT_EQ(bad["last-step"], "39");
+  EXPECT_EQ(bad["steps"], "40");
+  EXPECT_EQ(bad["from-step"], "");
+  EXPECT_EQ(bad["window"], "20");
+  EXPECT_NE(dom5.find("timeline of the last 20 steps, drawn 20 to 39"), std::string::npos) << dom5;
+
+  const std::string png = tmp.path + "/timeline.png";
+  chromium.load(url + "?from_step=10&steps=5",
+                "--screenshot=" + png + " --window-size=1280,900 --hide-scrollbars");
+  ASSERT_TRUE(fs::exists(png));
+  EXPECT_GT(fs::file_size(png), 20u * 1024);
+  EXPECT_EQ(readFile(png).substr(0, 8), std::string("\x89PNG\r\n\x1a\n", 8));
+  std::error_code ec;
+  fs::copy_file(png, "ui_timeline_window.png", fs::copy_options::overwrite_existing, ec);
+
   ::kill(ui.pid(), SIGTERM);
   EXPECT_EQ(ui.wait(std::chrono::seconds(15)), 0) << ui.output();
 }

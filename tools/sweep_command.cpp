@@ -74,6 +74,15 @@ std::pair<sw::SweepConfig, sw::SweepRecord> loadConfig(const SweepCommandOptions
   if (!o.parallel.empty()) {
     config.parallel = static_cast<int>(parseInteger("--parallel", o.parallel, 1, 1024));
   }
+  if (!o.trialTimeLimit.empty()) {
+    record.trialTimeLimit = parseNumber("--trial-time-limit", o.trialTimeLimit, 0, sw::kMaxSeconds);
+  } else if (existing && existing->trialTimeLimit && !o.force && sw::sameSweep(*existing, record)) {
+    record.trialTimeLimit = existing->trialTimeLimit;  // the same sweep again: keep its limit
+  }
+  if (record.trialTimeLimit) {
+    config.trialTimeLimit =
+        *record.trialTimeLimit == 0 ? std::nullopt : std::optional<double>(*record.trialTimeLimit);
+  }
   return {config, record};
 }
 

@@ -22,7 +22,9 @@ struct SweepCommandOptions {
   bool resume = false;  // DIR must hold a sweep already
   bool force = false;   // run CONFIG in a DIR holding another sweep
   // Overrides of the configuration's values, as typed (checked like every number flag).
-  std::string parallel, trials, algorithm, seed;
+  // trialTimeLimit (seconds, 0: none) is kept in DIR/sweep.json: a resume without the flag
+  // bounds its trials the same way.
+  std::string parallel, trials, algorithm, seed, trialTimeLimit;
 };
 
 int runSweepCommand(const SweepCommandOptions& options);

@@ -36,6 +36,8 @@ th { background: #eee; }
   padding: 0 5px; font-weight: bold; }
 .brow.straggler .label { color: #c22; font-weight: bold; }
 #status { color: #666; font-size: 12px; margin-left: 12px; }
+#window-error { color: #c22; font-size: 12px; margin-left: 8px; }
+canvas.timeline { cursor: crosshair; }
 </style>
 </head>
 <body>
@@ -47,8 +49,13 @@ th { background: #eee; }
 </table>
 <h2>Curves</h2>
 <label>metric <select id="metric"></select></label>
-<label style="margin-left: 16px">timeline window (steps) <input id="window" type="number"
- min="1" max="500" value="20" style="width: 60px"></label>
+<span id="window-controls" style="margin-left: 16px">timeline:
+<label>from step <input id="from-step" type="text" inputmode="numeric" placeholder="latest"
+ style="width: 80px"></label>
+<label>steps <input id="window" type="text" inputmode="numeric" value="20"
+ style="width: 60px"></label>
+<button id="window-reset" type="button">reset</button>
+<span id="window-error"></span></span>
 <div><canvas id="overlay" width="960" height="200" data-points="0"></canvas>
 <div id="overlay-legend" class="legend"></div></div>
 <div id="compare"></div>
@@ -286,6 +293,7 @@ function panelFor(run) {
   t.width = 460;
   t.height = 120;
   t.dataset.run = run;
+  watchTimeline(t);
   p.appendChild(t);
   compare.appendChild(p);
   return p;
@@ -356,10 +364,71 @@ function renderBreakdown(div, run) {
   }
 }
 
-// The last N steps of each rank on one wall-clock axis: each step ends when step_time_s was
+// The timeline's window: the last `steps` steps of each rank (from === null), or the steps
+// from..from+steps-1. Set by the two inputs, by dragging across a timeline, or by the page's
+// address (?from_step=S&steps=N, kept there so a view can be shared); reset goes back to the
+// last 20 steps.
+const kDefaultWindow = 20, kMaxWindow = 2000;
+
+// Whole numbers only, in [min, max]; null for an empty text; an Error naming the field otherwise.
+function parseWhole(text, name, min, max) {
+  text = String(text === null || text === undefined ? '' : text).trim();
+  if (text === '') return null;
+  if (!/^[0-9]+$/.test(text) || +text < min || +text > max) {
+    throw new Error(name + ': expected a whole number from ' + min + ' to ' + max + ', got "' +
+                    text.slice(0, 20) + '"');
+  }
+  return +text;
+}
+
+// The window the inputs ask for; a bad input is reported in one line and left out.
+function timelineWindow() {
+  const err = [];
+  let from = null, steps = kDefaultWindow;
+  try {
+    from = parseWhole(document.getElementById('from-step').value, 'from step', 0,
+                      Number.MAX_SAFE_INTEGER);
+  } catch (e) { err.push(e.message); }
+  try {
+    const n = parseWhole(document.getElementById('window').value, 'steps', 1, kMaxWindow);
+    if (n !== null) steps = n;
+  } catch (e) { err.push(e.message); }
+  const box = document.getElementById('window-error');
+  box.textContent = err.join('; ');
+  box.dataset.error = err.length ? '1' : '';
+  return {from: from, steps: steps};
+}
+
+// The window into the page's address (the token, if any, stays).
+function rememberWindow() {
+  const q = new URLSearchParams(location.search);
+  const w = timelineWindow();
+  if (w.from === null) q.delete('from_step'); else q.set('from_step', String(w.from));
+  if (w.steps === kDefaultWindow && w.from === null) q.delete('steps');
+  else q.set('steps', String(w.steps));
+  const s = q.toString();
+  history.replaceState(null, '', location.pathname + (s ? '?' + s : ''));
+}
+
+function setWindow(from, steps) {
+  document.getElementById('from-step').value = from === null ? '' : String(from);
+  document.getElementById('window').value = String(steps);
+  rememberWindow();
+  renderPanels();
+}
+
+// A drag across a timeline under way: {canvas, x0, x1} in canvas pixels.
+let drag = null;
+
+function canvasX(canvas, event) {
+  const box = canvas.getBoundingClientRect();
+  return (event.clientX - box.left) * canvas.width / Math.max(1, box.width);
+}
+
+// Each rank's steps of the window on one wall-clock axis: each step ends when step_time_s was
 // logged and lasted that long; its communication wait is its last part.
 function renderTimeline(canvas, title, run) {
-  const n = Math.max(1, Math.min(500, parseInt(document.getElementById('window').value) || 20));
+  const w = timelineWindow();
   const steps = seriesOf(run, 'step_time_s').byRank;
   const comms = seriesOf(run, 'comm_wait_s').byRank;
   const ranks = [...steps.keys()].sort((a, b) => a - b);
@@ -369,24 +438,36 @@ function renderTimeline(canvas, title, run) {
   const H = canvas.height;
   ctx.fillStyle = '#fff';
   ctx.fillRect(0, 0, W, H);
-  let t0 = Infinity, t1 = -Infinity, shown = 0;
+  let t0 = Infinity, t1 = -Infinity, shown = 0, first = Infinity, last = -Infinity;
   const bars = [];
   for (const r of ranks) {
     const commAt = new Map((comms.get(r) || []).map(p => [p[0], p[1]]));
-    for (const [step, dur, wall] of steps.get(r).slice(-n)) {
+    const pts = w.from === null ? steps.get(r).slice(-w.steps)
+        : steps.get(r).filter(p => p[0] >= w.from && p[0] < w.from + w.steps);
+    for (const [step, dur, wall] of pts) {
       if (dur === null) continue;
       const end = wall / 1e9, start = end - dur;
       const comm = Math.min(dur, commAt.get(step) || 0);
-      bars.push({r: ranks.indexOf(r), start: start, end: end, comm: comm});
+      bars.push({r: ranks.indexOf(r), step: step, start: start, end: end, comm: comm});
       t0 = Math.min(t0, start);
       t1 = Math.max(t1, end);
+      first = Math.min(first, step);
+      last = Math.max(last, step);
       ++shown;
     }
   }
   canvas.dataset.steps = String(shown);
-  title.textContent = 'timeline of the last ' + n + ' steps' +
-      (t1 > t0 ? ' (' + ((t1 - t0) * 1e3).toFixed(0) + ' ms)' : '');
+  canvas.dataset.firstStep = shown ? String(first) : '';
+  canvas.dataset.lastStep = shown ? String(last) : '';
+  canvas.dataset.fromStep = w.from === null ? '' : String(w.from);
+  canvas.dataset.window = String(w.steps);
+  const span = t1 > t0 ? ' (' + ((t1 - t0) * 1e3).toFixed(0) + ' ms)' : '';
+  title.textContent = (w.from === null ? 'timeline of the last ' + w.steps + ' steps'
+      : 'timeline of steps ' + w.from + ' to ' + (w.from + w.steps - 1)) +
+      (shown ? ', drawn ' + first + ' to ' + last : ', none logged there') + span;
   const px = t => L + (t - t0) / Math.max(1e-9, t1 - t0) * (W - L - 10);
+  // For a drag: pixels back to time, and the steps drawn.
+  canvas._view = {bars: bars, t0: t0, t1: t1, L: L, W: W};
   ctx.font = '11px sans-serif';
   ranks.forEach((r, i) => { ctx.fillStyle = '#555'; ctx.fillText('rank ' + r, 2, 14 + 18 * i); });
   for (const b of bars) {
@@ -396,7 +477,41 @@ function renderTimeline(canvas, title, run) {
     ctx.fillStyle = '#f0a030';
     ctx.fillRect(px(b.end - b.comm), y, Math.max(0, px(b.end) - px(b.end - b.comm)), 14);
   }
+  if (drag && drag.canvas === canvas) {
+    ctx.fillStyle = 'rgba(40, 40, 40, 0.2)';
+    ctx.fillRect(Math.min(drag.x0, drag.x1), 0, Math.abs(drag.x1 - drag.x0), H);
+  }
 }
+
+// Dragging across a timeline zooms to the steps under the dragged span (of any rank).
+function zoomTo(canvas, xa, xb) {
+  const v = canvas._view;
+  if (!v || !v.bars.length || v.t1 <= v.t0) return;
+  const time = x => v.t0 + (x - v.L) / (v.W - v.L - 10) * (v.t1 - v.t0);
+  const ta = time(Math.min(xa, xb)), tb = time(Math.max(xa, xb));
+  const hit = v.bars.filter(b => b.end >= ta && b.start <= tb).map(b => b.step);
+  if (!hit.length) return;
+  const lo = Math.min(...hit), hi = Math.max(...hit);
+  setWindow(lo, Math.min(kMaxWindow, hi - lo + 1));
+}
+
+function watchTimeline(canvas) {
+  canvas.addEventListener('mousedown', e => {
+    drag = {canvas: canvas, x0: canvasX(canvas, e), x1: canvasX(canvas, e)};
+    e.preventDefault();
+  });
+  canvas.addEventListener('mousemove', e => {
+    if (!drag || drag.canvas !== canvas) return;
+    drag.x1 = canvasX(canvas, e);
+    renderTimeline(canvas, canvas.parentNode.querySelector('.timeline-title'), canvas.dataset.run);
+  });
+}
+window.addEventListener('mouseup', () => {
+  if (!drag) return;
+  const d = drag;
+  drag = null;
+  if (Math.abs(d.x1 - d.x0) >= 3) zoomTo(d.canvas, d.x0, d.x1); else renderPanels();
+});
 
 function renderPanels() {
   const compare = document.getElementById('compare');
@@ -483,7 +598,21 @@ document.getElementById('metric').addEventListener('change', e => {
   state.metric = e.target.value;
   tick(false);
 });
-document.getElementById('window').addEventListener('change', () => renderPanels());
+for (const id of ['from-step', 'window']) {
+  document.getElementById(id).addEventListener('change', () => {
+    rememberWindow();
+    renderPanels();
+  });
+}
+document.getElementById('window-reset').addEventListener('click',
+                                                         () => setWindow(null, kDefaultWindow));
+{
+  // The window the address names (a shared view); checked like typed input.
+  const q = new URLSearchParams(location.search);
+  if (q.has('from_step')) document.getElementById('from-step').value = q.get('from_step');
+  if (q.has('steps')) document.getElementById('window').value = q.get('steps');
+  timelineWindow();
+}
 tick(true);
 </script>
 </body>

@@ -16,7 +16,17 @@
 //                                    label when its compute is above 1.3x the median rank's
 //                                    (tools/run_summary.h, Note [Stragglers]); its last
 //                                    compute_ratio when the run logs one
-//     canvas.timeline[data-run][data-steps]  the last #window steps of each rank on a time axis
+//     canvas.timeline[data-run][data-steps]  each rank's steps of the timeline window on a
+//                                    time axis; data-steps counts the bars drawn,
+//       [data-first-step][data-last-step]  the first and last step drawn (empty: none),
+//       [data-from-step][data-window]      the window asked for (from-step empty: the last
+//                                    #window steps)
+//   #from-step, #window              the window: steps from..from+window-1, or (from-step
+//                                    empty) the last #window steps; the page's address
+//                                    carries them (?from_step=S&steps=N) both ways
+//   #window-reset                    back to the last 20 steps
+//   #window-error[data-error]        one line naming a bad input ("1" while there is one)
+// Dragging across a timeline sets the window to the steps under the dragged span.
 // The page polls /api/runs/NAME/series?after=LAST_ID every second, so curves advance while a
 // job runs. A ?token=T in the page's address is sent with every API call (Authorization).
 #pragma once

@@ -205,9 +205,23 @@ struct UiServer::Impl {
     if (!openMetric(req, res, dir, metric)) return;
     track::SeriesQuery q;
     size_t limit = kMaxSeriesPoints;
+    int64_t toStep = INT64_MAX;
     try {
       if (req.has_param("after")) {
         q.afterId = parseInteger("after", req.get_param_value("after"), 0, INT64_MAX);
+      }
+      if (req.has_param("from_step")) {
+        q.fromStep =
+            parseInteger("from_step", req.get_param_value("from_step"), INT64_MIN, INT64_MAX);
+      }
+      if (req.has_param("to_step")) {
+        toStep = parseInteger("to_step", req.get_param_value("to_step"), INT64_MIN, INT64_MAX);
+      }
+      if (q.fromStep > toStep) {
+        answerError(res, 400,
+                    "from_step=" + std::to_string(q.fromStep) +
+                        " is after to_step=" + std::to_string(toStep));
+        return;
       }
       if (req.has_param("rank")) {
         q.rank = static_cast<int>(parseInteger("rank", req.get_param_value("rank"), 0, 1 << 20));
@@ -228,7 +242,11 @@ struct UiServer::Impl {
     const bool more = rows.size() > limit;
     if (more) rows.resize(limit);
     json points = json::array();
-    for (const auto& row : rows) points.push_back(rowJson(row));
+    // to_step filters the page after the query: last_id still moves past what was filtered out,
+    // so polling goes on from there.
+    for (const auto& row : rows) {
+      if (row.step <= toStep) points.push_back(rowJson(row));
+    }
     answer(res, 200,
            json{{"run", dir.filename().string()},
                 {"metric", metric},

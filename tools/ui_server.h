@@ -5,10 +5,13 @@
 // cpp-httplib):
 //   GET /                                      the dashboard page (tools/ui_page.h), self-contained
 //   GET /api/runs                              every run's record and metric names
-//   GET /api/runs/NAME/series?metric=M&after=ID[&rank=R][&limit=N]
+//   GET /api/runs/NAME/series?metric=M&after=ID[&rank=R][&limit=N][&from_step=A][&to_step=B]
 //                                              M's points with row id > ID (oldest first, at most
 //                                              N, default and cap kMaxSeriesPoints); "more" says
-//                                              whether more are waiting, "last_id" where to go on
+//                                              whether more are waiting, "last_id" where to go on;
+//                                              only steps A..B (inclusive) when given (a page
+//                                              may then hold fewer than N points, even none,
+//                                              with "more" still true)
 //   GET /api/runs/NAME/latest?metric=M         each rank's newest point of M
 // Every answer is JSON; an error is {"error": "one line"} with 400 (bad parameter), 401 (no or
 // wrong token), 403 (foreign Host header), 404 (no such run or route) or 500 (unreadable file).

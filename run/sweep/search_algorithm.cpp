@@ -2,6 +2,7 @@
 
 #include "run/sweep/grid_search.h"
 #include "run/sweep/random_search.h"
+#include "run/sweep/tpe_multivariate.h"
 #include "run/sweep/tpe_search.h"
 
 namespace shoal::run::sweep {
@@ -13,6 +14,7 @@ std::unique_ptr<SearchAlgorithm> makeSearchAlgorithm(const SweepConfig& config) 
     case Algorithm::kRandom:
       return std::make_unique<RandomSearch>(config);
     case Algorithm::kTpe:
+      if (config.tpe.multivariate) return std::make_unique<MultivariateTpeSearch>(config);
       return std::make_unique<TpeSearch>(config);
   }
   return nullptr;

@@ -20,7 +20,6 @@ using Json = nlohmann::ordered_json;
 constexpr int kMaxParameters = 64;
 constexpr size_t kMaxChoices = 1024;
 constexpr int kMaxTrials = 1'000'000;
-constexpr double kMaxSeconds = 30 * 24 * 3600.0;
 
 [[noreturn]] void fail(std::string_view key, std::string_view what) {
   SHOAL_THROW(InvalidArgument, "sweep config: {}: {}", key, what);
@@ -229,7 +228,12 @@ SweepConfig parseSweepConfig(std::string_view input) {
     }
   }
   if (j.contains("trial_time_limit")) {
-    c.trialTimeLimit = seconds(j["trial_time_limit"], "trial_time_limit");
+    const double s = number(j["trial_time_limit"], "trial_time_limit");
+    if (s < 0 || s > kMaxSeconds) {
+      fail("trial_time_limit",
+           fmt::format("expected seconds in [0, {}] (0: no limit)", kMaxSeconds));
+    }
+    c.trialTimeLimit = s == 0 ? std::nullopt : std::optional<double>(s);
   }
   if (j.contains("time_limit")) c.timeLimit = seconds(j["time_limit"], "time_limit");
   if (j.contains("grace")) {
@@ -272,7 +276,7 @@ SweepConfig parseSweepConfig(std::string_view input) {
   if (j.contains("tpe")) {
     const Json& t = j["tpe"];
     if (!t.is_object()) fail("tpe", "expected an object");
-    checkKeys(t, "tpe", {"startup_trials", "candidates", "gamma"});
+    checkKeys(t, "tpe", {"startup_trials", "candidates", "gamma", "multivariate"});
     if (t.contains("startup_trials")) {
       c.tpe.startupTrials =
           static_cast<int>(integer(t["startup_trials"], "tpe.startup_trials", 1, 100000));
@@ -283,6 +287,10 @@ SweepConfig parseSweepConfig(std::string_view input) {
     if (t.contains("gamma")) {
       c.tpe.gamma = number(t["gamma"], "tpe.gamma");
       if (!(c.tpe.gamma > 0 && c.tpe.gamma < 1)) fail("tpe.gamma", "expected a fraction in (0, 1)");
+    }
+    if (t.contains("multivariate")) {
+      if (!t["multivariate"].is_boolean()) fail("tpe.multivariate", "expected true or false");
+      c.tpe.multivariate = t["multivariate"].get<bool>();
     }
   }
   if (j.contains("env")) {

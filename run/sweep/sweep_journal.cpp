@@ -206,9 +206,10 @@ JournalContents readJournal(const std::string& path, const SweepConfig& config) 
 }
 
 void writeSweepRecord(const std::string& dir, const SweepRecord& r) {
-  const Json j = {{"config", Json::parse(r.configJson)},
-                  {"algorithm", toString(r.algorithm)},
-                  {"seed", r.seed}};
+  Json j = {{"config", Json::parse(r.configJson)},
+            {"algorithm", toString(r.algorithm)},
+            {"seed", r.seed}};
+  if (r.trialTimeLimit) j["trial_time_limit"] = *r.trialTimeLimit;
   writeFileAtomically(dir + "/sweep.json", j.dump(2) + "\n");
 }
 
@@ -228,6 +229,14 @@ std::optional<SweepRecord> readSweepRecord(const std::string& dir) {
   r.configJson = j["config"].dump();
   r.algorithm = parseAlgorithm(j["algorithm"].get<std::string>());
   r.seed = j["seed"].get<uint64_t>();
+  if (j.contains("trial_time_limit")) {
+    const Json& t = j["trial_time_limit"];
+    if (!t.is_number() || !(t.get<double>() >= 0 && t.get<double>() <= kMaxSeconds)) {
+      SHOAL_THROW(InvalidArgument, "{}: trial_time_limit is not seconds in [0, {}]", path,
+                  kMaxSeconds);
+    }
+    r.trialTimeLimit = t.get<double>();
+  }
   return r;
 }
 
@@ -237,7 +246,9 @@ bool sameSweep(const SweepRecord& a, const SweepRecord& b) {
   const auto meaning = [](const std::string& text) {
     nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
     if (j.is_object()) {
-      for (const char* key : {"trials", "parallel", "time_limit"}) j.erase(key);
+      for (const char* key : {"trials", "parallel", "time_limit", "trial_time_limit"}) {
+        j.erase(key);
+      }
     }
     return j;
   };

@@ -81,13 +81,17 @@ struct SweepRecord {
   std::string configJson;  // the configuration as given (JSON text)
   Algorithm algorithm = Algorithm::kTpe;
   uint64_t seed = 0;
+  // --trial-time-limit when it was given (0: none), kept so a resumed sweep bounds its trials
+  // as the first run did; nullopt: the configuration's limit.
+  std::optional<double> trialTimeLimit;
 };
 void writeSweepRecord(const std::string& dir, const SweepRecord& record);
 // nullopt when DIR/sweep.json does not exist; InvalidArgument when it is not a sweep record.
 std::optional<SweepRecord> readSweepRecord(const std::string& dir);
 // True when both records describe the same sweep: the same configuration as JSON values (any
-// spacing or key order; "trials", "parallel" and "time_limit" may differ: the budget can grow on
-// a resume), the same algorithm and seed.
+// spacing or key order; "trials", "parallel", "time_limit" and "trial_time_limit" may differ, as
+// may the records' trialTimeLimit: the budget can change on a resume), the same algorithm and
+// seed.
 bool sameSweep(const SweepRecord& a, const SweepRecord& b);
 
 }  // namespace shoal::run::sweep

@@ -88,7 +88,10 @@ Fd prepareDirectory(const SweepOptions& o) {
                 "--force to run this configuration there",
                 o.dir, o.dir);
   }
-  if (!existing || o.force) writeSweepRecord(o.dir, o.record);
+  // Rewritten when the limit the command line set changed, so a later resume keeps the new one.
+  if (!existing || o.force || existing->trialTimeLimit != o.record.trialTimeLimit) {
+    writeSweepRecord(o.dir, o.record);
+  }
   return lock;
 }
 
@@ -132,6 +135,14 @@ SweepResult runSweep(const SweepOptions& o) {
   if (o.progress != nullptr && (!finished.empty() || !reruns.empty())) {
     fmt::print(o.progress, "shoal sweep: resuming {}: {} trials finished, {} to run again\n", o.dir,
                finished.size(), reruns.size());
+  }
+
+  if (o.progress != nullptr) {
+    const bool tpe = c.algorithm == Algorithm::kTpe;
+    fmt::print(o.progress, "shoal sweep: {}{}, {} trials, {} at once, {}\n", toString(c.algorithm),
+               tpe && c.tpe.multivariate ? " (multivariate)" : "", c.trials, c.parallel,
+               c.trialTimeLimit ? fmt::format("each stopped after {} s", *c.trialTimeLimit)
+                                : std::string("no limit per trial"));
   }
 
   std::vector<std::string> env = o.env;

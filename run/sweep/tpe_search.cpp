@@ -35,6 +35,12 @@ bool ranksBefore(Direction d, const Observation& a, const Observation& b) {
   return isBetter(d, a.value, b.value);
 }
 
+// A parameter's value in the samplers' coordinates: the internal one (search_space.h) for a
+// number, the index for a choice.
+double samplerCoordinate(const Parameter& p, double value) {
+  return p.kind == ParamKind::kChoice ? value : toInternal(p, value);
+}
+
 }  // namespace
 
 ParzenEstimator::ParzenEstimator(const std::vector<double>& points, double low, double high)
@@ -84,19 +90,27 @@ double ParzenEstimator::logDensity(double x) const {
   return top + std::log(sum) - std::log(static_cast<double>(mus_.size()));
 }
 
+TpeSplit splitHistory(const SweepConfig& config, const std::vector<Observation>& history) {
+  std::vector<const Observation*> ranked;
+  for (const Observation& o : history) ranked.push_back(&o);
+  std::stable_sort(ranked.begin(), ranked.end(), [&](const Observation* a, const Observation* b) {
+    return ranksBefore(config.direction, *a, *b);
+  });
+  const size_t nGood = std::clamp<size_t>(
+      static_cast<size_t>(std::ceil(config.tpe.gamma * static_cast<double>(ranked.size()))), 1,
+      std::min(kMaxGood, ranked.size()));
+  TpeSplit split;
+  split.good.assign(ranked.begin(), ranked.begin() + static_cast<std::ptrdiff_t>(nGood));
+  split.bad.assign(ranked.begin() + static_cast<std::ptrdiff_t>(nGood), ranked.end());
+  return split;
+}
+
 std::optional<Assignment> TpeSearch::suggest(int trial, const std::vector<Observation>& history) {
   SweepRandom random(config_.seed, static_cast<uint64_t>(trial), /*purpose=*/2);
   if (history.size() < static_cast<size_t>(config_.tpe.startupTrials)) {
     return sampleUniform(config_, random);
   }
-  std::vector<const Observation*> ranked;
-  for (const Observation& o : history) ranked.push_back(&o);
-  std::stable_sort(ranked.begin(), ranked.end(), [&](const Observation* a, const Observation* b) {
-    return ranksBefore(config_.direction, *a, *b);
-  });
-  const size_t nGood = std::clamp<size_t>(
-      static_cast<size_t>(std::ceil(config_.tpe.gamma * static_cast<double>(ranked.size()))), 1,
-      std::min(kMaxGood, ranked.size()));
+  const TpeSplit split = splitHistory(config_, history);
 
   // The densities factorise over parameters, so the best of the candidates is chosen for each
   // parameter on its own (as Hyperopt and Optuna's independent sampler do): a joint choice
@@ -105,11 +119,8 @@ std::optional<Assignment> TpeSearch::suggest(int trial, const std::vector<Observ
   for (size_t j = 0; j < config_.parameters.size(); ++j) {
     const Parameter& p = config_.parameters[j];
     std::vector<double> good, bad;
-    for (size_t r = 0; r < ranked.size(); ++r) {
-      const double x =
-          p.kind == ParamKind::kChoice ? ranked[r]->params[j] : toInternal(p, ranked[r]->params[j]);
-      (r < nGood ? good : bad).push_back(x);
-    }
+    for (const Observation* o : split.good) good.push_back(samplerCoordinate(p, o->params[j]));
+    for (const Observation* o : split.bad) bad.push_back(samplerCoordinate(p, o->params[j]));
     double bestValue = 0, bestScore = -std::numeric_limits<double>::infinity();
     if (p.kind == ParamKind::kChoice) {
       const std::vector<double> l = categoryWeights(good, p.choices.size());

@@ -17,12 +17,21 @@
 //      log l(x) - log g(x): the expected improvement's maximiser under TPE's model, which
 //      factorises over parameters (so each is chosen on its own, as in Hyperopt).
 // Deterministic: the generator is seeded from (seed, trial number) alone.
+//
+// Steps 1 and 2 are shared with the multivariate variant (tpe_multivariate.h), which replaces
+// steps 3 and 4 by one joint density over all parameters.
 #pragma once
 
 #include "run/sweep/search_algorithm.h"
 #include "run/sweep/sweep_random.h"
 
 namespace shoal::run::sweep {
+
+// Step 2: the history ranked best first and cut into the good and the bad trials.
+struct TpeSplit {
+  std::vector<const Observation*> good, bad;
+};
+TpeSplit splitHistory(const SweepConfig& config, const std::vector<Observation>& history);
 
 // A one-dimensional Parzen estimator over [low, high]: a mixture of truncated Gaussians.
 class ParzenEstimator {
