@@ -12,6 +12,7 @@
 
 #include "common/error.h"
 #include "train/pipeline/partition.h"
+#include "train/pipeline/split_advice.h"
 
 namespace shoal::test {
 namespace {
@@ -235,6 +236,42 @@ TEST(Partition, InterleavedChunksAreMorePieces) {
   ASSERT_EQ(plan.stages(), 8);
   for (int s = 0; s < plan.stages(); ++s) EXPECT_EQ(plan.end(s) - plan.begin(s), 2) << s;
   EXPECT_DOUBLE_EQ(plan.imbalance(), 1.0);
+}
+
+// The advice after training: stage 1 measured twice its profile, so half its layers move.
+TEST(SplitAdvice, MovesLayersOffTheStageThatMeasuredSlow) {
+  // 8 layers profiled at 1 ms each, cut 4 + 4; stage 1 measured 8 ms against stage 0's 4.
+  const std::vector<double> profiled(8, 1.0);
+  const auto a = train::pipeline::adviseSplit(profiled, {0, 4, 8}, {4.0, 8.0});
+  EXPECT_TRUE(a.better());
+  // Rescaled: stage 0's layers cost 1, stage 1's 2; the best cut is 5 + 3 (5 and 6 ms).
+  EXPECT_EQ(a.suggested, (Boundaries{0, 5, 8}));
+  EXPECT_DOUBLE_EQ(a.suggestedSlowestMs, 6.0);
+  EXPECT_DOUBLE_EQ(a.currentSlowestMs, 8.0);
+  EXPECT_NE(a.describe().find("boundaries = {5}"), std::string::npos) << a.describe();
+  // Profiled costs weigh the stage's time: stage 1's last layer keeps 7 of its 9 ms, so only
+  // its last layer stays there (spread evenly, the cut would be 4 + 2).
+  const auto weighted = train::pipeline::adviseSplit({1, 1, 1, 1, 1, 7}, {0, 3, 6}, {3.0, 9.0});
+  EXPECT_EQ(weighted.suggested, (Boundaries{0, 5, 6}));
+  EXPECT_DOUBLE_EQ(weighted.suggestedSlowestMs, 7.0);
+  // Balanced measurements: nothing to gain, the split stays.
+  const auto even = train::pipeline::adviseSplit(profiled, {0, 4, 8}, {5.0, 5.1});
+  EXPECT_FALSE(even.better());
+  EXPECT_EQ(even.suggested, (Boundaries{0, 4, 8}));
+  EXPECT_NE(even.describe().find("as good as any"), std::string::npos) << even.describe();
+  // Not profiled (split by parameters or by hand): each stage's time spread evenly.
+  const auto flat =
+      train::pipeline::adviseSplit(std::vector<double>(6, 0.0), {0, 3, 6}, {3.0, 9.0});
+  EXPECT_EQ(flat.suggested, (Boundaries{0, 4, 6}));  // 3 + 3 = 6 ms and 6 ms
+  // Sizes that do not fit: one line.
+  expectOneLineError(invalidArgumentOf([] {
+                       train::pipeline::adviseSplit({1, 1}, {0, 1, 2}, {1.0});
+                     }),
+                     "1 measurements for a split of 3 boundaries");
+  expectOneLineError(invalidArgumentOf([] {
+                       train::pipeline::adviseSplit({1, 1}, {0, 2}, {-1.0});
+                     }),
+                     "finite and >= 0");
 }
 
 }  // namespace

@@ -71,10 +71,12 @@ TEST(Trainer, AccumulationClippingAndBf16) {
   TempDir dir;
   const std::string trace = dir.path + "/job.json";
   expectLearns(train("-n 2 --trace " + trace,
-                     "--strategy ddp --epochs 2 --accumulate 2 --clip 1 --lr 2e-3"));
+                     "--strategy ddp --epochs 2 --accumulate 2 --clip 1 --lr 2e-3 "
+                     "--checkpoint-dir " + dir.path + "/ckpt"));
   const std::string json = readFile(trace);
   for (const char* span : {"\"forward\"", "\"backward (accumulate)\"", "\"backward\"",
-                           "\"optimizer step\"", "\"validate\"", "\"data\""}) {
+                           "\"optimizer step\"", "\"validate\"", "\"data\"",
+                           "\"ddp bucket\"", "\"waited_for_launch_us\"", "\"checkpoint write\""}) {
     EXPECT_NE(json.find(span), std::string::npos) << span;
   }
   EXPECT_NE(json.find("\"pid\":1"), std::string::npos);  // rank 1's spans are there too

@@ -12,6 +12,7 @@
 #include "comm/collectives.h"
 #include "common/error.h"
 #include "common/sealed_file.h"
+#include "common/trace.h"
 #include "train/archive_bounds.h"
 
 namespace shoal::train {
@@ -55,6 +56,7 @@ std::string Checkpointer::save(comm::Group& group, torch::nn::Module& model,
   std::string error;
   if (group.rank() == 0) {
     try {
+      TraceScope span(group.options().trace, "checkpoint write", "checkpoint");
       torch::serialize::OutputArchive archive;
       for (auto& p : model.named_parameters(true)) archive.write("param/" + p.key(), p.value());
       for (auto& b : model.named_buffers(true)) archive.write("buffer/" + b.key(), b.value(), true);
@@ -66,7 +68,9 @@ std::string Checkpointer::save(comm::Group& group, torch::nn::Module& model,
       archive.write("rng", all);
       std::ostringstream payload;
       archive.save_to(payload);
-      series_.write(progress.step, payload.str());
+      const std::string bytes = payload.str();
+      series_.write(progress.step, bytes);
+      span.arg("step", progress.step).arg("bytes", bytes.size());
     } catch (const std::exception& e) {
       ok = 0;
       error = e.what();

@@ -10,6 +10,7 @@
 #include "comm/collectives.h"
 #include "common/error.h"
 #include "common/sealed_file.h"
+#include "common/trace.h"
 #include "train/reshard_checkpoint.h"
 #include "train/shard_format.h"
 
@@ -254,10 +255,12 @@ std::string saveShards(comm::Group& group, const std::string& dir, int64_t step,
   const std::string path = folder + "/" + rankFileName(rank, world);
   std::string failure;
   try {
+    TraceScope span(group.options().trace, "checkpoint write", "checkpoint");
     std::error_code ec;
     fs::create_directories(folder, ec);  // visible already on a shared filesystem
     const std::string payload = encodeRankFile(mine, infos);
     writeSealedFile(path, payload);
+    span.arg("step", step).arg("bytes", payload.size());
     written.ok = 1;
     written.size = kSealedHead + payload.size() + kSealedTail;
     std::memcpy(written.sha, sha256(payload.data(), payload.size()).data(), SHA256_DIGEST_LENGTH);

@@ -10,6 +10,7 @@
 
 #include "comm/collectives.h"
 #include "common/error.h"
+#include "common/trace.h"
 #include "train/autograd_hooks.h"
 
 namespace shoal::train::ddp {
@@ -126,6 +127,7 @@ void Reducer::resetIteration() {
     b.pending = b.params.size();
     b.started = false;
     b.work.reset();
+    b.readyNs = b.launchedNs = 0;
   }
   nextToStart_ = 0;
   hookFailure_ = nullptr;
@@ -181,7 +183,10 @@ void Reducer::afterAccumulate(size_t i) {
 void Reducer::markReady(size_t i) {
   ready_[i] = 1;
   if (!rebuilt_) readyOrder_.push_back(i);
-  if (--buckets_[bucketOf_[i]].pending == 0 && options_.overlap) startReadyBuckets();
+  Bucket& b = buckets_[bucketOf_[i]];
+  if (--b.pending > 0) return;
+  if (const auto& sink = group_->options().trace) b.readyNs = sink->now();
+  if (options_.overlap) startReadyBuckets();
 }
 
 void Reducer::startReadyBuckets() {
@@ -189,8 +194,29 @@ void Reducer::startReadyBuckets() {
   while (nextToStart_ < buckets_.size() && buckets_[nextToStart_].pending == 0) {
     Bucket& b = buckets_[nextToStart_++];
     b.started = true;
+    if (const auto& sink = group_->options().trace) b.launchedNs = sink->now();
     b.work = hook_->start(*group_, b);
   }
+}
+
+void Reducer::traceBucket(const Bucket& b) const {
+  const auto& sink = group_->options().trace;
+  if (!sink) return;
+  TraceSpan span;
+  span.name = "ddp bucket";
+  span.category = "ddp";
+  span.thread = TraceSink::currentThread();
+  // Buckets are on the wire while backward goes on: a track of their own.
+  span.asyncId = sink->nextAsyncId();
+  span.beginNs = b.readyNs > 0 ? b.readyNs : b.launchedNs;
+  span.endNs = sink->now();
+  span.add("bucket", b.index);
+  span.add("bytes", b.buffer.numel() * b.buffer.element_size());
+  span.add("parameters", b.params.size());
+  // Ready before launched: an earlier bucket was not (they launch in order on every rank).
+  span.add("waited_for_launch_us", (b.launchedNs - span.beginNs) / 1000);
+  span.add("in_flight_us", (span.endNs - b.launchedNs) / 1000);
+  sink->record(std::move(span));
 }
 
 void Reducer::finish() {
@@ -210,12 +236,14 @@ void Reducer::finish() {
       // Contributes what it holds: noSync accumulation, or zero.
       pointGradAtView(i);
       ready_[i] = 1;
-      --buckets_[bucketOf_[i]].pending;
+      Bucket& b = buckets_[bucketOf_[i]];
+      if (--b.pending == 0 && group_->options().trace) b.readyNs = group_->options().trace->now();
     }
     startReadyBuckets();
     for (auto& b : buckets_) {
       if (b.work) b.work->wait();
       hook_->finish(*group_, b);
+      traceBucket(b);
     }
     if (!rebuilt_) rebuildFromReadyOrder();
   } catch (...) {

@@ -95,6 +95,10 @@ class Reducer {
     size_t pending = 0;  // parameters still without their gradient this iteration
     std::shared_ptr<comm::Work> work;
     bool started = false;
+    // The timeline (SHOAL_TRACE): when its last gradient arrived and when it was launched, on
+    // the group's trace sink's clock; 0 when not tracing.
+    int64_t readyNs = 0;
+    int64_t launchedNs = 0;
   };
 
   void buildBuckets(const std::vector<size_t>& order);
@@ -103,6 +107,8 @@ class Reducer {
   void afterAccumulate(size_t param);
   void markReady(size_t param);
   void startReadyBuckets();
+  // The bucket's span, ready -> done, with how long it waited to be launched (in order).
+  void traceBucket(const Bucket& b) const;
   void rebuildFromReadyOrder();
   // Waits for every started bucket (ignoring errors) and returns the first one's error.
   std::exception_ptr drain() noexcept;

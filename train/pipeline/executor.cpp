@@ -5,6 +5,7 @@
 #include <chrono>
 
 #include "common/error.h"
+#include "common/trace.h"
 
 namespace shoal::train::pipeline {
 
@@ -129,6 +130,8 @@ void Executor::runList(const std::vector<Action>& list, int64_t step,
     const Action& a = list[i];
     const int64_t t0 = nowUs();
     try {
+      TraceScope span(hooks_.trace, hooks_.trace ? describe(a) : std::string(), "pipeline");
+      span.arg("step", step);
       runAction(a, step, inputs, targets, scales, i == lastBackward, lossSum);
     } catch (...) {
       transfers_.abandon();

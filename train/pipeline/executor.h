@@ -23,6 +23,7 @@
 #include <memory>
 #include <vector>
 
+#include "common/trace.h"
 #include "train/pipeline/schedule.h"
 #include "train/pipeline/transfer.h"
 
@@ -52,6 +53,9 @@ struct ExecutorHooks {
   // With data parallelism: called with true before the rank's last Backward of the step and
   // with false at the step's start (gradient synchronization on / off). Null: no DP.
   std::function<void(bool)> setSync;
+  // The job's timeline (common/trace.h): each action of a step as a span, category "pipeline".
+  // Null: not tracing.
+  std::shared_ptr<TraceSink> trace;
 };
 
 class Executor {

@@ -119,6 +119,7 @@ Pipeline::Pipeline(torch::nn::Sequential model, const Grid& grid,
   stage_ = std::make_shared<StageImpl>(chunks);
 
   ExecutorHooks hooks;
+  hooks.trace = grid_.world->options().trace;
   if (options_.checkpointActivations) {
     hooks.forward = [](torch::nn::Sequential& chunk, const torch::Tensor& x) {
       return checkpoint([&chunk](const torch::Tensor& in) { return chunk->forward(in); }, x);
