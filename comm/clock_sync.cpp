@@ -36,7 +36,7 @@ ClockOffset measureClockOffset(Group& g, const ClockSyncOptions& options) {
         send(g, answer, 3, DataType::kInt64, peer, options.call);
       }
     }
-    return {};
+    return {.atNs = now()};
   }
   int64_t bestTrip = std::numeric_limits<int64_t>::max();
   ClockOffset best;
@@ -58,6 +58,7 @@ ClockOffset measureClockOffset(Group& g, const ClockSyncOptions& options) {
     if (trip < 0 || trip >= bestTrip) continue;
     bestTrip = trip;
     best.offsetNs = ((t1 - t0) + (t2 - t3)) / 2;
+    best.atNs = t0 + (t3 - t0) / 2;
     // Rounded up: the bound must not claim more precision than the trip allows.
     best.errorNs = (trip + 1) / 2;
   }

@@ -10,7 +10,7 @@
 // and since the answer cannot arrive before it was sent nor the ping before it left, the true
 // offset lies within o ± d/2 whatever the asymmetry of the two paths. The round with the
 // smallest d wins (the one least delayed by scheduling or queueing); its d/2 is the error bound.
-// Messages: 2 x rounds point-to-point messages of 8 and 16 bytes per peer.
+// Messages: 2 x rounds point-to-point messages of 8 and 24 bytes per peer.
 #pragma once
 
 #include <cstdint>
@@ -23,6 +23,9 @@ namespace shoal::comm {
 struct ClockOffset {
   int64_t offsetNs = 0;  // add to this rank's clock to read rank 0's
   int64_t errorNs = 0;   // the true offset is within offsetNs ± errorNs
+  // When it held, on this rank's clock: halfway through the round that was kept. Clocks drift
+  // apart, so an offset is only as good as its age (run/trace_session.h measures again).
+  int64_t atNs = 0;
 };
 
 struct ClockSyncOptions {
@@ -34,7 +37,7 @@ struct ClockSyncOptions {
 };
 
 // Collective over `g`: every rank calls it; returns this rank's offset against g's rank 0
-// ({0, 0} on rank 0). Blocking; its messages are point-to-point (tag 0) and so must not be
+// ({0, 0, now} on rank 0). Blocking; its messages are point-to-point (tag 0) and so must not be
 // interleaved with other point-to-point traffic of the caller on `g` (collectives of other
 // threads are fine). Throws what send / recv throw (TimeoutError, PeerError, MismatchError),
 // InvalidArgument for rounds out of range, ProtocolError for an answer that does not match its

@@ -18,6 +18,12 @@ TraceArg* nextArg(TraceSpan& span, const char* key) {
   return &a;
 }
 
+int64_t steadyNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
 }  // namespace
 
 void TraceSpan::addInt(const char* key, int64_t value) {
@@ -42,18 +48,23 @@ void TraceSpan::add(const char* key, std::string_view value) {
 }
 
 TraceSink::TraceSink(TraceSinkOptions options)
-    : capacity_(options.capacity), clockSkewNs_(options.clockSkewNs) {
+    : capacity_(options.capacity),
+      clockSkewNs_(options.clockSkewNs),
+      clockDrift_(options.clockDrift),
+      createdNs_(steadyNs()) {
   if (capacity_ < 1 || capacity_ > kMaxTraceEvents) {
     SHOAL_THROW(InvalidArgument, "trace capacity {}: expected 1 to {} spans", capacity_,
                 kMaxTraceEvents);
   }
+  if (!(clockDrift_ > -0.5 && clockDrift_ < 0.5)) {
+    SHOAL_THROW(InvalidArgument, "trace clock drift {}: expected -0.5 to 0.5", clockDrift_);
+  }
 }
 
 int64_t TraceSink::now() const {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-             .count() +
-         clockSkewNs_;
+  const int64_t t = steadyNs();
+  if (clockDrift_ == 0) return t + clockSkewNs_;
+  return t + clockSkewNs_ + static_cast<int64_t>(static_cast<double>(t - createdNs_) * clockDrift_);
 }
 
 uint64_t TraceSink::currentThread() {

@@ -14,9 +14,10 @@
 // one short mutex to move the span into its slot; the span is built outside the lock. Names and
 // text arguments of comm's spans are short enough to live inside std::string (no allocation).
 //
-// Clock: now() is CLOCK_MONOTONIC (std::chrono::steady_clock) plus TraceSinkOptions::clockSkewNs,
-// which is zero except where a test emulates hosts whose clocks disagree. Whoever measures this
-// sink's offset against another rank (comm/clock_sync.h) must read the same clock (now()).
+// Clock: now() is CLOCK_MONOTONIC (std::chrono::steady_clock) plus TraceSinkOptions::clockSkewNs
+// and clockDrift, which are zero except where a test emulates hosts whose clocks disagree and
+// drift apart. Whoever measures this sink's offset against another rank (comm/clock_sync.h) must
+// read the same clock (now()).
 #pragma once
 
 #include <array>
@@ -74,6 +75,9 @@ struct TraceSpan {
 struct TraceSinkOptions {
   size_t capacity = kDefaultTraceEvents;  // spans kept, in [1, kMaxTraceEvents]
   int64_t clockSkewNs = 0;                // added to every now(): tests emulating other hosts
+  // Tests emulating a clock that runs at another rate: now() gains clockDrift nanoseconds per
+  // nanosecond since the sink was made (1e-4 is 100 ppm fast; in (-0.5, 0.5)).
+  double clockDrift = 0;
 };
 
 class TraceSink {
@@ -107,6 +111,8 @@ class TraceSink {
  private:
   const size_t capacity_;
   const int64_t clockSkewNs_;
+  const double clockDrift_;
+  const int64_t createdNs_;  // the steady clock when made: where the drift starts from
   std::atomic<uint64_t> nextAsyncId_{1};
   mutable std::mutex mutex_;
   // Grows to capacity_, then wraps. A deque, not a vector: growing never moves or frees a block.
@@ -115,7 +121,7 @@ class TraceSink {
   // returned to the kernel and faulted in again on every operation: 4 KiB all-reduces ran 3.5x
   // slower with a vector here (bench/results/observability.md).
   std::deque<TraceSpan> ring_;
-  size_t next_ = 0;              // the slot the next span goes to, once full
+  size_t next_ = 0;  // the slot the next span goes to, once full
   uint64_t recorded_ = 0;
   uint64_t dropped_ = 0;
 };

@@ -79,6 +79,10 @@ std::string rankTraceJson(const std::vector<TraceSpan>& spans, const RankTraceIn
     events.push_back(std::move(e));
     events.push_back(std::move(end));
   }
+  json samples = json::array();
+  for (const ClockSample& c : info.clockSamples) {
+    samples.push_back({{"at_ns", c.atNs}, {"offset_ns", c.offsetNs}, {"error_ns", c.errorNs}});
+  }
   json doc = {{"traceEvents", std::move(events)},
               {"displayTimeUnit", "ns"},
               {"otherData",
@@ -90,7 +94,8 @@ std::string rankTraceJson(const std::vector<TraceSpan>& spans, const RankTraceIn
                 {"clock_measured", info.clockMeasured},
                 {"recorded", recorded},
                 {"dropped", dropped},
-                {"capacity", capacity}}}};
+                {"capacity", capacity},
+                {"clock_sync", std::move(samples)}}}};
   return doc.dump(-1, ' ', false, json::error_handler_t::replace) + "\n";
 }
 

@@ -2,11 +2,13 @@
 
 #include <algorithm>
 #include <mutex>
+#include <optional>
 
 #include "common/error.h"
 #include "common/log.h"
 #include "ps/payload_codec.h"
 #include "ps/protocol.h"
+#include "ps/trace_spans.h"
 
 namespace shoal::ps {
 
@@ -23,9 +25,10 @@ namespace {
 constexpr auto kReplyMargin = std::chrono::seconds(15);
 
 // A Work that finishes once every part did, with the first error; onSuccess runs before it
-// finishes when none failed.
+// finishes when none failed, then onFinish (if any) with the outcome, before any waiter wakes.
 std::shared_ptr<comm::Work> allOf(const std::vector<std::shared_ptr<comm::Work>>& parts,
-                                  std::function<void()> onSuccess) {
+                                  std::function<void()> onSuccess,
+                                  std::function<void(std::exception_ptr)> onFinish = nullptr) {
   auto all = std::make_shared<comm::Work>();
   struct State {
     std::mutex mu;
@@ -34,12 +37,19 @@ std::shared_ptr<comm::Work> allOf(const std::vector<std::shared_ptr<comm::Work>>
   };
   auto state = std::make_shared<State>();
   state->left = parts.size();
-  auto finishAll = [all, onSuccess](std::exception_ptr error) {
+  auto finishAll = [all, onSuccess, onFinish](std::exception_ptr error) {
     if (!error && onSuccess) {
       try {
         onSuccess();
       } catch (...) {
         error = std::current_exception();
+      }
+    }
+    if (onFinish) {
+      try {
+        onFinish(error);
+      } catch (...) {
+        // Only a trace span is made there: losing it must not fail the call.
       }
     }
     all->finish(error);
@@ -391,6 +401,8 @@ std::shared_ptr<comm::Work> Client::pushPull(const float* grads, float* values, 
 std::shared_ptr<comm::Work> Client::whole(int kind, const float* payload, float* into,
                                           int64_t step) {
   SHOAL_CHECK(step >= 0, "worker {}: step {}", worker_, step);
+  std::optional<TraceSpan> span = beginCallSpan(
+      world_.options().trace.get(), static_cast<RequestKind>(kind), worker_, step, nullptr);
   std::vector<std::shared_ptr<Exchange>> xs;
   std::vector<std::shared_ptr<comm::Work>> works;
   for (int s = 0; s < numServers_; ++s) {
@@ -405,7 +417,7 @@ std::shared_ptr<comm::Work> Client::whole(int kind, const float* payload, float*
     works.push_back(submit(s, x));
     xs.push_back(std::move(x));
   }
-  return allExchanges(kind, std::move(xs), std::move(works), into != nullptr);
+  return allExchanges(kind, std::move(xs), std::move(works), into != nullptr, std::move(span));
 }
 
 std::shared_ptr<comm::Work> Client::submit(int shard, std::shared_ptr<Exchange> x) {
@@ -440,11 +452,17 @@ void Client::setPull(Exchange& x, size_t count, float* into) {
 std::shared_ptr<comm::Work> Client::allExchanges(int kind,
                                                  std::vector<std::shared_ptr<Exchange>> xs,
                                                  std::vector<std::shared_ptr<comm::Work>> works,
-                                                 bool leads) {
+                                                 bool leads, std::optional<TraceSpan> span) {
   const auto k = static_cast<RequestKind>(kind);
   const bool pushes = k == RequestKind::kPush || k == RequestKind::kPushPull;
   const bool pulls = k == RequestKind::kPull || k == RequestKind::kPushPull;
-  return allOf(works, [xs = std::move(xs), stats = stats_, pushes, pulls, leads] {
+  std::function<void(std::exception_ptr)> onFinish;
+  if (span) {
+    // Recorded before the Work finishes: a waiter finds the span in the sink.
+    onFinish = [sink = world_.options().trace, span = std::move(*span), xs,
+                k](std::exception_ptr error) { endCallSpan(*sink, span, k, xs, error); };
+  }
+  auto count = [xs = std::move(xs), stats = stats_, pushes, pulls, leads] {
     int64_t lead = 0;
     Traffic t;
     for (const auto& x : xs) {
@@ -460,7 +478,8 @@ std::shared_ptr<comm::Work> Client::allExchanges(int kind,
     total.pulls += pulls ? 1 : 0;
     total.pushedBytes += t.pushedBytes;
     total.pulledBytes += t.pulledBytes;
-  });
+  };
+  return allOf(works, std::move(count), std::move(onFinish));
 }
 
 std::shared_ptr<comm::Work> Client::pushKey(const std::string& key, const void* data,
@@ -479,6 +498,8 @@ std::shared_ptr<comm::Work> Client::keyed(int kind, const std::string& key, cons
                                           const std::vector<int64_t>& shape, int64_t step) {
   const int k = partition_.find(key);
   if (k < 0) SHOAL_THROW(InvalidArgument, "worker {}: no parameter-server key '{}'", worker_, key);
+  std::optional<TraceSpan> span = beginCallSpan(
+      world_.options().trace.get(), static_cast<RequestKind>(kind), worker_, step, &key);
   const KeySpec& spec = partition_.keys()[k];
   auto pieces = partition_.piecesOf(k);
   const bool matches = dtype == spec.dtype && shape == spec.shape;
@@ -507,7 +528,7 @@ std::shared_ptr<comm::Work> Client::keyed(int kind, const std::string& key, cons
     works.push_back(submit(p.server, x));
     xs.push_back(std::move(x));
   }
-  return allExchanges(kind, std::move(xs), std::move(works), false);
+  return allExchanges(kind, std::move(xs), std::move(works), false, std::move(span));
 }
 
 void Client::finish() {

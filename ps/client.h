@@ -15,11 +15,16 @@
 // Compression (ClientOptions): pushes may travel compressed and pulls in fp16 (ps/payload_codec.h);
 // the servers decode and then apply as for raw float32. traffic() counts the payload bytes.
 //
+// Tracing: with the world's trace sink (GroupOptions::trace, SHOAL_TRACE), each push, pull and
+// push-pull records a span of category "ps" with its step, key, bytes, version and lead
+// (ps/trace_spans.h); without one, each call pays a branch.
+//
 // Threading: one thread issues calls at a time; Work callbacks run on internal threads.
 #pragma once
 
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -126,10 +131,11 @@ class Client {
   void setPull(Exchange& x, size_t count, float* into);
   // Runs exchange `x` on shard s's server, or its replicas (Note [Replicated shards]).
   std::shared_ptr<comm::Work> submit(int shard, std::shared_ptr<Exchange> x);
-  // Finishes once every exchange did; counts the traffic (and the leads of a whole pull).
+  // Finishes once every exchange did; counts the traffic (and the leads of a whole pull), and
+  // records `span` (ps/trace_spans.h) if there is one.
   std::shared_ptr<comm::Work> allExchanges(int kind, std::vector<std::shared_ptr<Exchange>> xs,
                                            std::vector<std::shared_ptr<comm::Work>> works,
-                                           bool leads);
+                                           bool leads, std::optional<TraceSpan> span);
 
   comm::Group& world_;
   int worker_;

@@ -8,6 +8,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string_view>
 #include <thread>
@@ -22,6 +23,7 @@
 #include "ps/protocol.h"
 #include "ps/shard.h"
 #include "ps/shard_access.h"
+#include "ps/trace_spans.h"
 
 namespace shoal::ps {
 
@@ -82,6 +84,8 @@ struct Scratch {
   std::vector<uint8_t> packed;
   std::vector<float> decoded;
   std::vector<uint16_t> half;
+  // The span of an update applied as it arrives (ps/trace_spans.h), from its first byte on.
+  std::optional<TraceSpan> apply;
 };
 
 // The receive-apply kernel (transport::PieceHandler; context: the worker's Scratch): a piece
@@ -106,6 +110,7 @@ class Server {
         workers_(workers),
         opt_(o),
         backup_(backup),
+        sink_(world.options().trace.get()),
         name_(backup
                   ? fmt::format("parameter server {} (backup of shard {})", (id + 1) % servers, id)
                   : fmt::format("parameter server {}", id)),
@@ -170,6 +175,7 @@ class Server {
       SHOAL_THROW(ProtocolError, "worker {} sent request magic {:#x}", w, rq.magic);
     }
     setBusy(w, true);
+    sc.apply.reset();
     // However the request ends, a pull's hold on the values ends with it (a push's hold ends
     // only once its update is complete: Note [Shard access] in ps/shard_access.h).
     struct EndRead {
@@ -300,6 +306,7 @@ class Server {
             shard_->beginIncoming(w, t.first, t.last, static_cast<int64_t>(rq.step), sc.incoming);
             sc.shard = shard_.get();
             sc.writing = true;
+            sc.apply = beginApplySpan(sink_);
             if (kind == RequestKind::kPushPull) maybeStream(w, rq, t, sc);
             return nullptr;
           }
@@ -400,12 +407,15 @@ class Server {
       shard_->endIncoming(sc.incoming);
       endWrite(sc);
       ++report_.appliedOnArrival;
+      traceApply(sc.apply, w, rq, t, /*fromSlots=*/false);
     } else if (shard_->completesAnyStep(w, t.first, t.last)) {
       // From the slot, completing pieces other workers were waiting on (a push that completes
       // only some of its pieces: keyed pushes mixed with whole ones).
       beginWrite(lock);
+      std::optional<TraceSpan> span = beginApplySpan(sink_);
       shard_->arrive(w, t.first, t.last);
       endWrite(sc);
+      traceApply(span, w, rq, t, /*fromSlots=*/true);
     } else {
       shard_->arrive(w, t.first, t.last);  // waits in its slot for the others
     }
@@ -413,6 +423,23 @@ class Server {
     ++report_.pushes;
     cv_.notify_all();
     maybeCheckpoint(lock);
+  }
+
+  // Records an update's span (ps/trace_spans.h), if begun; before the pusher's clock moves on.
+  void traceApply(std::optional<TraceSpan>& span, int w, const Request& rq, const Target& t,
+                  bool fromSlots) {
+    if (!span) return;
+    AppliedUpdate u;
+    u.worker = w;
+    u.step = rq.step;
+    if (rq.key != kAllKeys) u.key = &partition_->keys()[static_cast<size_t>(rq.key)].name;
+    u.elements = t.count;
+    u.version = minVersion(t);
+    u.contributions = config_.mode == Mode::kSync ? workers_ : 1;
+    u.lead = static_cast<int64_t>(rq.step) - static_cast<int64_t>(minClock());
+    u.fromSlots = fromSlots;
+    endApplySpan(*sink_, std::move(*span), u);
+    span.reset();
   }
 
   void pull(std::unique_lock<std::mutex>& lock, int w, const Request& rq, uint64_t step,
@@ -599,6 +626,7 @@ class Server {
         std::lock_guard<std::mutex> lock(mu_);
         endWrite(sc);
       }
+      sc.apply.reset();  // nothing was applied
       throw;
     }
     if (sc.writing) {
@@ -964,6 +992,7 @@ class Server {
   const int id_, servers_, workers_;
   const ServerOptions opt_;
   const bool backup_;
+  TraceSink* const sink_;   // the world's (ps/trace_spans.h); null: not tracing
   const std::string name_;  // in messages
   std::unique_ptr<SealedSeries> series_;
 

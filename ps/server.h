@@ -10,6 +10,8 @@
 // that is merely wrong (shape, dtype, key, step) is refused to that worker only.
 // Timeouts: waiting for other workers (a synchronous step, the staleness bound) is bounded by
 // the world group's timeout; waiting for a worker's next request by ServerOptions::idleTimeout.
+// Tracing: with the world's trace sink (SHOAL_TRACE), each update applied to the shard records an
+// "apply" span (ps/trace_spans.h).
 // Threading: one thread per worker. A raw push is applied to the shard as it arrives, straight
 // from the transport's receive ring (a compressed one is received whole, checked and decoded to
 // float32 first: ps/payload_codec.h), and raw pull replies are sent straight from the shard's

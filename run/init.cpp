@@ -232,10 +232,11 @@ World run::initWith(const MpiBridge* mpi) {
   setLogLevel(env.logLevel);
   World w = joinWorld(env, mpi);
   // SHOAL_TRACE: the world's options carry the sink (GroupOptions::from); the session measures
-  // the clock offset now, once the world exists, and writes this rank's file when it goes. Not
-  // in elastic jobs: a worker admitted later would wait for peers that measured long ago.
+  // the clock offset now, once the world exists, again at each resync() and at the end, and
+  // writes this rank's file when it goes. Not in elastic jobs: a worker admitted later would
+  // wait for peers that measured long ago.
   if (env.traceDir) {
-    w.trace = std::make_shared<run::TraceSession>(*w.group, *env.traceDir, !w.elastic);
+    w.trace = std::make_shared<run::TraceSession>(w.group, *env.traceDir, !w.elastic);
   }
   return w;
 }

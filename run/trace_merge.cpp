@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
 
 #include "common/error.h"
@@ -91,6 +92,7 @@ struct RankMeta {
   uint64_t recorded = 0;
   uint64_t dropped = 0;
   uint64_t capacity = 0;
+  std::vector<ClockSample> samples;  // "clock_sync"; empty in files without it
 };
 
 template <typename T>
@@ -111,7 +113,32 @@ T field(const std::string& path, const json& o, const char* key) {
   return it->get<T>();
 }
 
-RankMeta metaOf(const std::string& path, const json& doc) {
+// otherData.clock_sync (optional: files written before it have none).
+std::vector<ClockSample> samplesOf(const std::string& path, const json& other, size_t maxSamples) {
+  std::vector<ClockSample> out;
+  const auto it = other.find("clock_sync");
+  if (it == other.end()) return out;
+  if (!it->is_array()) SHOAL_THROW(InvalidArgument, "trace {}: clock_sync is not an array", path);
+  if (it->size() > maxSamples) {
+    SHOAL_THROW(InvalidArgument, "trace {}: {} clock measurements, more than the limit of {}", path,
+                it->size(), maxSamples);
+  }
+  for (size_t i = 0; i < it->size(); ++i) {
+    const json& c = (*it)[i];
+    auto number = [&](const char* key) {
+      const auto v = c.is_object() ? c.find(key) : c.end();
+      if (!c.is_object() || v == c.end() || !v->is_number_integer()) {
+        SHOAL_THROW(InvalidArgument, "trace {}: clock_sync[{}].{} is missing or not an integer",
+                    path, i, key);
+      }
+      return v->get<int64_t>();
+    };
+    out.push_back({number("at_ns"), number("offset_ns"), number("error_ns")});
+  }
+  return out;
+}
+
+RankMeta metaOf(const std::string& path, const json& doc, const TraceMergeOptions& options) {
   if (!doc.is_object()) SHOAL_THROW(InvalidArgument, "trace {}: not a JSON object", path);
   const auto other = doc.find("otherData");
   if (other == doc.end() || !other->is_object()) {
@@ -136,6 +163,7 @@ RankMeta metaOf(const std::string& path, const json& doc) {
   m.recorded = field<uint64_t>(path, *other, "recorded");
   m.dropped = field<uint64_t>(path, *other, "dropped");
   m.capacity = field<uint64_t>(path, *other, "capacity");
+  m.samples = samplesOf(path, *other, options.maxClockSamples);
   const auto events = doc.find("traceEvents");
   if (events == doc.end() || !events->is_array()) {
     SHOAL_THROW(InvalidArgument, "trace {}: no traceEvents array", path);
@@ -160,6 +188,65 @@ void checkEvent(const std::string& path, const json& e, size_t index, int rank) 
     SHOAL_THROW(InvalidArgument, "trace {}: event {} has a bad timestamp", path, index);
   }
 }
+
+// Note [Aligning a rank's times]: a rank file's times are its sink's clock shifted by the
+// offset measured at start-up (clock_offset_ns). Where the file lists its measurements
+// (clock_sync), each time is taken back to the sink's clock and shifted instead by the offset
+// interpolated between the measurements around it (common/clock_map.h): a complete event's end
+// as well as its begin, so its duration follows the drift too. The rank's error is the largest
+// bound among the measurements some time was mapped with. A file without measurements is
+// copied as it is, with its one offset's bound.
+class Aligner {
+ public:
+  Aligner(const std::string& path, const RankMeta& m)
+      : path_(path), base_(m.offsetNs), fallback_(m.errorNs) {
+    try {
+      map_.emplace(m.samples);
+    } catch (const InvalidArgument& e) {
+      SHOAL_THROW(InvalidArgument, "trace {}: {}", path, e.what());
+    }
+  }
+
+  // The event with its times on rank 0's clock (a copy only where it changes).
+  const json& align(const json& e, json& scratch) {
+    if (map_->samples().empty()) return e;
+    const auto ts = e.find("ts");
+    if (ts == e.end()) return e;
+    scratch = e;
+    const double begin = ts->get<double>() * 1e3 - static_cast<double>(base_);
+    const double mapped = toReference(begin);
+    scratch["ts"] = mapped / 1e3;
+    const auto dur = e.find("dur");
+    if (dur != e.end() && dur->is_number() && std::isfinite(dur->get<double>())) {
+      const double end = toReference(begin + dur->get<double>() * 1e3);
+      scratch["dur"] = std::max(0.0, end - mapped) / 1e3;
+    }
+    return scratch;
+  }
+
+  // The largest error bound among the measurements used (none used: the start-up one's).
+  int64_t errorNs() const { return used_ ? error_ : fallback_; }
+
+ private:
+  double toReference(double localNs) {
+    int64_t error = 0;
+    const double mapped = localNs + map_->offsetAt(localNs, &error);
+    // Finite inputs can still add up to infinity in a crafted file.
+    if (!std::isfinite(mapped)) {
+      SHOAL_THROW(InvalidArgument, "trace {}: a time out of range once aligned", path_);
+    }
+    error_ = std::max(error_, error);
+    used_ = true;
+    return mapped;
+  }
+
+  std::string path_;
+  int64_t base_;
+  int64_t fallback_;
+  std::optional<ClockMap> map_;
+  bool used_ = false;
+  int64_t error_ = 0;
+};
 
 class Output {
  public:
@@ -215,13 +302,14 @@ TraceMergeSummary mergeTraces(const std::vector<std::string>& rankFiles, const s
   // One file's document at a time: its events go out before the next file is read.
   for (const std::string& path : rankFiles) {
     const json doc = parseBounded(path, readBounded(path, options.maxFileBytes));
-    RankMeta meta = metaOf(path, doc);
+    RankMeta meta = metaOf(path, doc, options);
     if (auto it = ranks.find(meta.rank); it != ranks.end()) {
       SHOAL_THROW(InvalidArgument, "trace {}: rank {} also has {}", path, meta.rank,
                   it->second.second);
     }
     const json& events = doc["traceEvents"];
     for (size_t i = 0; i < events.size(); ++i) checkEvent(path, events[i], i, meta.rank);
+    Aligner aligner(path, meta);
     put({{"name", "process_name"},
          {"ph", "M"},
          {"pid", meta.rank},
@@ -230,8 +318,10 @@ TraceMergeSummary mergeTraces(const std::vector<std::string>& rankFiles, const s
          {"ph", "M"},
          {"pid", meta.rank},
          {"args", {{"sort_index", meta.rank}}}});
-    for (const json& e : events) put(e);
+    json scratch;
+    for (const json& e : events) put(aligner.align(e, scratch));
     summary.events += events.size();
+    meta.errorNs = aligner.errorNs();
     summary.alignmentErrorNs = std::max(summary.alignmentErrorNs, meta.errorNs);
     summary.dropped += meta.dropped;
     ranks.emplace(meta.rank, std::make_pair(std::move(meta), path));
@@ -248,11 +338,18 @@ TraceMergeSummary mergeTraces(const std::vector<std::string>& rankFiles, const s
     const RankMeta& m = it->second.first;
     rankList.push_back(r);
     if (!m.measured) summary.unmeasuredRanks.push_back(r);
+    // Wrapping, not overflowing, on a crafted file's extremes.
+    const int64_t drift =
+        m.samples.empty() ? 0
+                          : static_cast<int64_t>(static_cast<uint64_t>(m.samples.back().offsetNs) -
+                                                 static_cast<uint64_t>(m.samples.front().offsetNs));
     perRank.push_back({{"rank", r},
                        {"host", m.host},
                        {"clock_offset_ns", m.offsetNs},
                        {"clock_error_ns", m.errorNs},
                        {"clock_measured", m.measured},
+                       {"clock_measurements", m.samples.size()},
+                       {"clock_drift_ns", drift},
                        {"recorded", m.recorded},
                        {"dropped", m.dropped},
                        {"capacity", m.capacity}});
@@ -267,8 +364,8 @@ TraceMergeSummary mergeTraces(const std::vector<std::string>& rankFiles, const s
       {"alignment_error_us", static_cast<double>(summary.alignmentErrorNs) / 1e3},
       {"dropped", summary.dropped},
       {"clock",
-       "times are rank 0's steady clock: each rank's shifted by its measured offset, "
-       "within alignment_error_ns"},
+       "times are rank 0's steady clock: each rank's shifted by its offset, interpolated "
+       "between the offsets measured around it, within alignment_error_ns"},
       {"per_rank", perRank}};
   out.put("\n],\"displayTimeUnit\":\"ns\",\"otherData\":");
   out.put(other.dump(-1, ' ', false, json::error_handler_t::replace));

@@ -102,6 +102,38 @@ TEST_F(MergeInput, MalformedFilesAreRefused) {
   expectRefused({write("g.json", doc.dump())}, "g.json", "format version 99");
 }
 
+TEST_F(MergeInput, MalformedClockMeasurementsAreRefused) {
+  auto withSync = [&](const json& sync) {
+    json doc = json::parse(text_);
+    doc["otherData"]["clock_sync"] = sync;
+    return doc.dump();
+  };
+  const json one = {{"at_ns", 10}, {"offset_ns", 5}, {"error_ns", 3}};
+  expectRefused({write("a.json", withSync(7))}, "a.json", "clock_sync is not an array");
+  expectRefused({write("b.json", withSync(json::array({1})))}, "b.json", "clock_sync[0].at_ns");
+  json noError = one;
+  noError.erase("error_ns");
+  expectRefused({write("c.json", withSync(json::array({one, noError})))}, "c.json",
+                "clock_sync[1].error_ns");
+  json later = one, earlier = one;
+  earlier["at_ns"] = 9;
+  expectRefused({write("d.json", withSync(json::array({later, earlier})))}, "d.json",
+                "measurement 1 was taken before measurement 0");
+  json negative = one;
+  negative["error_ns"] = -1;
+  expectRefused({write("e.json", withSync(json::array({negative})))}, "e.json",
+                "negative error bound");
+  json fraction = one;
+  fraction["offset_ns"] = 0.5;
+  expectRefused({write("f.json", withSync(json::array({fraction})))}, "f.json",
+                "clock_sync[0].offset_ns");
+  expectRefused({write("g.json", withSync(json::array({one})))}, "g.json",
+                "1 clock measurements, more than the limit of 0", {.maxClockSamples = 0});
+  json huge = json::parse(withSync(json::array({one})));
+  huge["traceEvents"][0]["ts"] = 1e306;  // finite, but not once in nanoseconds
+  expectRefused({write("h.json", huge.dump())}, "h.json", "out of range once aligned");
+}
+
 TEST_F(MergeInput, TwoFilesOfOneRankAreRefused) {
   const auto copy = write("copy.json", text_);
   expectRefused({good_, copy}, copy, "rank 0 also has");
