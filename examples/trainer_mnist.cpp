@@ -158,6 +158,17 @@ int trainMain(const Flags& f) {
     if (!report->metrics) SHOAL_THROW(InvalidArgument, "--metrics {}: cannot be opened", f.metrics);
   }
   trainer.addCallback(report);
+  // A traced job re-measures the clocks after each epoch, so the timeline stays aligned however
+  // long it runs (README "Timeline"). Not with parameter servers, which do not take part.
+  if (w.trace && w.numServers == 0) {
+    struct Resync : train::Callback {
+      std::shared_ptr<run::TraceSession> trace;
+      void onEpoch(const train::EpochMetrics&) override { trace->resync(); }
+    };
+    auto resync = std::make_shared<Resync>();
+    resync->trace = w.trace;
+    trainer.addCallback(resync);
+  }
   if (report->lead) {
     fmt::print(
         "trainer_mnist: strategy {} on {} workers{}, {} samples, batch {} x {} accumulated{}\n",

@@ -35,6 +35,8 @@ TEST(PipelinePlan, RecordsWhatCrossesEachBoundaryAndSurvivesTheWire) {
   EXPECT_EQ(back.table, plan.table);
   ASSERT_EQ(back.crossing.size(), plan.crossing.size());
   EXPECT_EQ(back.crossing[1].sampleShape, plan.crossing[1].sampleShape);
+  EXPECT_EQ(back.layerMs, plan.layerMs);  // 8 zeros: split by parameters, not profiled
+  EXPECT_EQ(back.layerMs.size(), 8u);
 }
 
 TEST(PipelinePlan, MalformedBytesAreAProtocolError) {
@@ -42,17 +44,23 @@ TEST(PipelinePlan, MalformedBytesAreAProtocolError) {
   const std::string good = encode(makePlan(net, torch::zeros({2, 1, 28, 28}), byParameters(2)));
   EXPECT_THROW(decode(good, 3, 8), ProtocolError);  // another stage count
   EXPECT_THROW(decode(good, 2, 9), ProtocolError);  // another layer count
+  const std::string costs = "8 0 0 0 0 0 0 0 0\n";  // one per layer
   const std::vector<std::string> bad = {
       "",
-      "parameters\n3 0 4",                             // truncated
-      "parameters\n3 0 9 8\n0 1 32\n",                 // boundaries not increasing
-      "parameters\n3 1 4 8\n0 1 32\n",                 // not starting at 0
-      "parameters\n3 0 4 8\n99 1 32\n",                // unknown type
-      "parameters\n3 0 4 8\n0 9 1 1 1 1 1 1 1 1 1\n",  // too many dimensions
-      "parameters\n3 0 4 8\n0 1 -5\n",                 // negative dimension
-      "parameters\n3 0 4 8\n0 1 99999999999999\n",     // absurd dimension
-      "parameters\n18446744073709551615 0 4 8\n",      // absurd count
+      "parameters\n3 0 4",                                          // truncated
+      "parameters\n3 0 9 8\n" + costs + "0 1 32\n",                 // boundaries not increasing
+      "parameters\n3 1 4 8\n" + costs + "0 1 32\n",                 // not starting at 0
+      "parameters\n3 0 4 8\n" + costs + "99 1 32\n",                // unknown type
+      "parameters\n3 0 4 8\n" + costs + "0 9 1 1 1 1 1 1 1 1 1\n",  // too many dimensions
+      "parameters\n3 0 4 8\n" + costs + "0 1 -5\n",                 // negative dimension
+      "parameters\n3 0 4 8\n" + costs + "0 1 99999999999999\n",     // absurd dimension
+      "parameters\n18446744073709551615 0 4 8\n",                   // absurd count
+      "parameters\n3 0 4 8\n7 0 0 0 0 0 0 0\n0 1 32\n",             // a cost short
+      "parameters\n3 0 4 8\n8 0 0 0 -1 0 0 0 0\n0 1 32\n",          // a negative cost
+      "parameters\n3 0 4 8\n8 0 0 0 nan 0 0 0 0\n0 1 32\n",         // not a number
   };
+  // The costs line itself is what the malformed cases lack: with it, the same bytes decode.
+  EXPECT_NO_THROW(decode("parameters\n3 0 4 8\n" + costs + "0 1 32\n", 2, 8));
   for (const auto& b : bad) EXPECT_THROW(decode(b, 2, 8), ProtocolError) << b;
 }
 

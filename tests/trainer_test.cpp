@@ -72,11 +72,12 @@ TEST(Trainer, AccumulationClippingAndBf16) {
   const std::string trace = dir.path + "/job.json";
   expectLearns(train("-n 2 --trace " + trace,
                      "--strategy ddp --epochs 2 --accumulate 2 --clip 1 --lr 2e-3 "
-                     "--checkpoint-dir " + dir.path + "/ckpt"));
+                     "--checkpoint-dir " +
+                         dir.path + "/ckpt"));
   const std::string json = readFile(trace);
   for (const char* span : {"\"forward\"", "\"backward (accumulate)\"", "\"backward\"",
-                           "\"optimizer step\"", "\"validate\"", "\"data\"",
-                           "\"ddp bucket\"", "\"waited_for_launch_us\"", "\"checkpoint write\""}) {
+                           "\"optimizer step\"", "\"validate\"", "\"data\"", "\"ddp bucket\"",
+                           "\"waited_for_launch_us\"", "\"checkpoint write\""}) {
     EXPECT_NE(json.find(span), std::string::npos) << span;
   }
   EXPECT_NE(json.find("\"pid\":1"), std::string::npos);  // rank 1's spans are there too
@@ -149,7 +150,17 @@ TEST(Trainer, GridStrategiesClipMixedPrecisionAndResume) {
   // Clipping by the whole model's norm over slices and stages; fp16 with loss scaling; bf16.
   expectLearns(train("-n 4", "--strategy hybrid --stages 2 --tensor 2 --epochs 2 --clip 1"));
   expectLearns(train("-n 2", "--strategy tensor --tensor 2 --epochs 2 --precision fp16"));
-  expectLearns(train("-n 2", "--strategy pipeline --stages 2 --epochs 2 --precision bf16"));
+  // Traced: the pipeline's actions are on the timeline; at the end, the split advice.
+  TempDir traced;
+  const auto bf16 = train("-n 2 --trace " + traced.path + "/job.json",
+                          "--strategy pipeline --stages 2 --epochs 2 --precision bf16");
+  expectLearns(bf16);
+  EXPECT_NE(bf16.output.find("pipeline stages measured"), std::string::npos) << bf16.output;
+  const std::string json = readFile(traced.path + "/job.json");
+  for (const char* span :
+       {"\"forward(mb 0, chunk 0)\"", "\"backward(mb 3, chunk 0)\"", "\"forward and backward\""}) {
+    EXPECT_NE(json.find(span), std::string::npos) << span;
+  }
   // A pipeline's stage shards, resumed at the next epoch.
   TempDir dir;
   const std::string flags = "--strategy pipeline --stages 2 --checkpoint-dir " + dir.path + "/c";

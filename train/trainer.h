@@ -156,8 +156,10 @@ struct StepInfo {
   double lr = 0;
 };
 
-// Called on every worker rank, on the training thread. Must not communicate on the trainer's
-// groups (the ranks are mid-step).
+// Called on every worker rank, on the training thread. onStep must not communicate on the
+// trainer's groups (the ranks are mid-step); onEpoch runs at the same point on every worker
+// (after the epoch's sums and checkpoint), so it may run a collective that every worker runs
+// there, such as re-measuring the timeline's clocks (run/trace_session.h, resync).
 class Callback {
  public:
   virtual ~Callback() = default;

@@ -188,6 +188,8 @@ torch::Tensor Pipeline::step(const torch::Tensor& inputs, const torch::Tensor& t
   }
   stats_ = executor_->stats();
   stats_.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  computeSeconds_ += stats_.computeSeconds;
+  ++stepsMeasured_;
   if (options_.broadcastLoss || hasLastStage()) return torch::tensor(loss, torch::kFloat64);
   return torch::Tensor();
 }
@@ -195,6 +197,17 @@ torch::Tensor Pipeline::step(const torch::Tensor& inputs, const torch::Tensor& t
 }  // namespace shoal::train::pipeline
 
 namespace shoal::train::pipeline {
+
+SplitAdvice Pipeline::splitAdvice() {
+  SHOAL_CHECK(stepsMeasured_ > 0, "pipeline split advice: no step measured yet");
+  SHOAL_CHECK(schedule_.chunks == 1,
+              "pipeline split advice: {} chunks per rank (interleaved) are not supported",
+              schedule_.chunks);
+  const double mine = 1e3 * computeSeconds_ / static_cast<double>(stepsMeasured_);
+  std::vector<double> perStage(static_cast<size_t>(grid_.stages));
+  comm::allgather(*grid_.pipe, &mine, perStage.data(), 1, DataType::kFloat64);
+  return adviseSplit(plan_.layerMs, plan_.boundaries, perStage);
+}
 
 torch::Tensor Pipeline::predict(const torch::Tensor& inputs) {
   std::vector<torch::Tensor> in;

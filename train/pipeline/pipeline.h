@@ -46,6 +46,7 @@
 #include "train/pipeline/grid.h"
 #include "train/pipeline/plan.h"
 #include "train/pipeline/schedule.h"
+#include "train/pipeline/split_advice.h"
 #include "train/pipeline/transfer.h"
 
 namespace shoal::train::pipeline {
@@ -108,6 +109,12 @@ class Pipeline {
   // step's start to the end of its last synchronization (the loss broadcast with
   // broadcastLoss): the same span on every rank, so idleFraction() is the bubble of the step.
   const StepStats& lastStats() const { return stats_; }
+
+  // Each stage's compute time per step, measured over every step() so far, and a better split
+  // if the times call for one (train/pipeline/split_advice.h). Collective over the pipeline
+  // group (one all-gather); blocking, bounded by its timeout. InvalidArgument before the first
+  // step, or with more than one chunk per rank (interleaved).
+  SplitAdvice splitAdvice();
   const std::vector<TraceEvent>& lastTrace() const { return executor_->trace(); }
 
  private:
@@ -122,6 +129,8 @@ class Pipeline {
   std::optional<DistributedDataParallel::NoSyncGuard> noSync_;
   int64_t step_ = 0;
   StepStats stats_;
+  double computeSeconds_ = 0;  // summed over the steps measured
+  int64_t stepsMeasured_ = 0;
 };
 
 }  // namespace shoal::train::pipeline

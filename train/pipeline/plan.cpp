@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
 #include <sstream>
 
 #include "common/error.h"
@@ -95,6 +96,7 @@ Plan makePlan(torch::nn::Sequential& model, const torch::Tensor& sample,
   Plan plan;
   plan.method = methodName(request.split);
   plan.boundaries = cut.boundaries;
+  for (const auto& layer : cut.layers) plan.layerMs.push_back(layer.ms);
   for (int s = 0; s + 1 < request.virtualStages; ++s) {
     const auto& [shape, dtype] = outputs[static_cast<size_t>(plan.boundaries[s + 1] - 1)];
     SHOAL_CHECK(!shape.empty(),
@@ -114,6 +116,9 @@ std::string encode(const Plan& plan) {
   std::ostringstream out;
   out << plan.method << '\n' << plan.boundaries.size();
   for (int b : plan.boundaries) out << ' ' << b;
+  out << '\n' << plan.layerMs.size();
+  out.precision(17);
+  for (double ms : plan.layerMs) out << ' ' << ms;
   out << '\n';
   for (const auto& c : plan.crossing) {
     out << wireType(c.dtype) << ' ' << c.sampleShape.size();
@@ -142,6 +147,12 @@ Plan decode(const std::string& bytes, int virtualStages, int layers) {
     plan.boundaries.push_back(b);
   }
   if (plan.boundaries.front() != 0 || plan.boundaries.back() != layers) bad("boundary range");
+  if (!(in >> n) || n != static_cast<size_t>(layers)) bad("layer costs");
+  for (size_t i = 0; i < n; ++i) {
+    double ms = 0;
+    if (!(in >> ms) || !std::isfinite(ms) || ms < 0) bad("layer cost");
+    plan.layerMs.push_back(ms);
+  }
   for (int s = 0; s + 1 < virtualStages; ++s) {
     int64_t type = 0;
     size_t dims = 0;

@@ -23,6 +23,7 @@ struct Plan {
   std::vector<int> boundaries;         // virtual stage s = layers [b[s], b[s+1]); size V+1
   std::vector<BoundarySpec> crossing;  // what crosses boundary s; size V-1
   std::string table;                   // the description printed at start-up
+  std::vector<double> layerMs;         // each layer's profiled cost (0s unless split by time)
   int virtualStages() const { return static_cast<int>(boundaries.size()) - 1; }
 };
 

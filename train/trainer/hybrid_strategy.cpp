@@ -3,6 +3,8 @@
 // layers sliced, replicated over the rest. Each rank's optimizer steps its own part; clipping
 // takes the whole model's norm (train/grid_grad_norm.h); checkpoints are one shard per stage and
 // slice (train/sharded_checkpoint.h), resumable on the same grid.
+#include <iostream>
+
 #include "common/error.h"
 #include "train/grid_grad_norm.h"
 #include "train/hybrid_parallel.h"
@@ -18,7 +20,8 @@ class HybridStrategy final : public DistributionStrategy {
       : grid_(*in.grid),
         loss_(in.loss),
         optimizerOptions_(in.options.optimizer),
-        keep_(in.options.keep) {
+        keep_(in.options.keep),
+        advise_(in.options.pipeline.printPlan && in.options.pipeline.chunks == 1) {
     SHOAL_CHECK(in.sequential, "strategy {} needs the model as a torch::nn::Sequential",
                 toString(in.options.strategy));
     HybridOptions o;
@@ -34,6 +37,14 @@ class HybridStrategy final : public DistributionStrategy {
   }
 
   bool ownsStep() const override { return true; }
+
+  // The measured stage times and a better split, if any, on world rank 0 (with the plan).
+  void finish() override {
+    auto* pipe = model_->pipeline();
+    if (!pipe || !advise_) return;
+    const pipeline::SplitAdvice advice = pipe->splitAdvice();
+    if (grid_.world->rank() == 0) std::cout << advice.describe() << std::flush;
+  }
 
   double trainStep(const torch::Tensor& inputs, const torch::Tensor& targets) override {
     return model_->step(inputs, targets);
@@ -105,6 +116,7 @@ class HybridStrategy final : public DistributionStrategy {
   LossFn loss_;
   OptimizerOptions optimizerOptions_;
   int keep_;
+  bool advise_;
   torch::nn::Sequential sequential_{nullptr};
   Precision precision_ = Precision::kFloat32;
   int64_t microBatches_ = 1;
