@@ -50,6 +50,20 @@ void expectLearns(const ShellRun& r) {
   EXPECT_GT(e[1].accuracy, 50.0) << r.output;
 }
 
+// One epoch on 2 ranks with `flags`, then resumed for two with `resumeLaunch`: only epoch 2
+// runs, and it learns.
+void expectResumesAtTheNextEpoch(const std::string& flags, const std::string& resumeLaunch) {
+  const auto first = train("-n 2", flags + " --epochs 1");
+  ASSERT_EQ(first.code, 0) << first.output;
+  ASSERT_EQ(epochs(first.output).size(), 1u) << first.output;
+  const auto second = train(resumeLaunch, flags + " --epochs 2 --resume");
+  ASSERT_EQ(second.code, 0) << second.output;
+  const auto e = epochs(second.output);
+  ASSERT_EQ(e.size(), 1u) << second.output;
+  EXPECT_EQ(e[0].epoch, 2);
+  EXPECT_GT(e[0].accuracy, 50.0) << second.output;
+}
+
 TEST(Trainer, DdpAndZeroStagesLearnTheSameFromTheSameSeed) {
   std::vector<std::vector<Epoch>> runs;
   for (const char* strategy : {"ddp", "zero1", "zero2", "zero3"}) {
@@ -92,16 +106,8 @@ TEST(Trainer, ParameterServerModes) {
 TEST(Trainer, ResumesFromItsCheckpointAtTheNextEpoch) {
   TempDir dir;
   const std::string flags = "--strategy zero1 --checkpoint-dir " + dir.path + "/ckpt";
-  const auto first = train("-n 2", flags + " --epochs 1");
-  ASSERT_EQ(first.code, 0) << first.output;
-  ASSERT_EQ(epochs(first.output).size(), 1u) << first.output;
-  // Resumed at another world size (the checkpoints are sharded and reshard): only epoch 2 runs.
-  const auto second = train("-n 3", flags + " --epochs 2 --resume");
-  ASSERT_EQ(second.code, 0) << second.output;
-  const auto e = epochs(second.output);
-  ASSERT_EQ(e.size(), 1u) << second.output;
-  EXPECT_EQ(e[0].epoch, 2);
-  EXPECT_GT(e[0].accuracy, 50.0) << second.output;
+  // Resumed at another world size (the checkpoints are sharded and reshard).
+  expectResumesAtTheNextEpoch(flags, "-n 3");
 }
 
 // Rank 0's train losses, one per epoch.
@@ -164,15 +170,7 @@ TEST(Trainer, GridStrategiesClipMixedPrecisionAndResume) {
   // A pipeline's stage shards, resumed at the next epoch.
   TempDir dir;
   const std::string flags = "--strategy pipeline --stages 2 --checkpoint-dir " + dir.path + "/c";
-  const auto first = train("-n 2", flags + " --epochs 1");
-  ASSERT_EQ(first.code, 0) << first.output;
-  ASSERT_EQ(epochs(first.output).size(), 1u) << first.output;
-  const auto second = train("-n 2", flags + " --epochs 2 --resume");
-  ASSERT_EQ(second.code, 0) << second.output;
-  const auto e = epochs(second.output);
-  ASSERT_EQ(e.size(), 1u) << second.output;
-  EXPECT_EQ(e[0].epoch, 2);
-  EXPECT_GT(e[0].accuracy, 50.0) << second.output;
+  expectResumesAtTheNextEpoch(flags, "-n 2");
   // Another split is refused, naming both.
   const auto other = train("-n 2",
                            "--strategy tensor --tensor 2 --epochs 2 --resume "
