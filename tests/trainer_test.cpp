@@ -164,7 +164,7 @@ TEST(Trainer, GridStrategiesClipMixedPrecisionAndResume) {
   EXPECT_NE(bf16.output.find("pipeline stages measured"), std::string::npos) << bf16.output;
   const std::string json = readFile(traced.path + "/job.json");
   for (const char* span :
-       {"\"forward(mb 0, chunk 0)\"", "\"backward(mb 3, chunk 0)\"", "\"forward and backward\""}) {
+       {"\"Forward(mb 0, chunk 0)\"", "\"Backward(mb 3, chunk 0)\"", "\"forward and backward\""}) {
     EXPECT_NE(json.find(span), std::string::npos) << span;
   }
   // A pipeline's stage shards, resumed at the next epoch.
