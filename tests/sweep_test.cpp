@@ -16,6 +16,7 @@
 #include "run/sweep/tpe_search.h"
 #include "run/sweep/trial_metrics.h"
 #include "tests/process_util.h"
+#include "tests/sweep_search_util.h"
 
 namespace sw = shoal::run::sweep;
 using shoal::InvalidArgument;
@@ -234,23 +235,16 @@ double bestOnQuadratic(sw::Algorithm algorithm, uint64_t seed, int trials) {
   c.algorithm = algorithm;
   c.tpe.multivariate = false;  // this file's TPE (tpe_multivariate.h has its own tests)
   c.seed = seed;
-  auto search = sw::makeSearchAlgorithm(c);
-  std::vector<sw::Observation> history;
-  double best = INFINITY;
-  for (int k = 0; k < trials; ++k) {
-    const sw::Assignment a = *search->suggest(k, history);
-    const double ly = std::log10(a[1]);
-    const double f = (a[0] - 1.7) * (a[0] - 1.7) + (ly + 1.2) * (ly + 1.2) + (a[2] == 2 ? 0 : 1);
-    history.push_back({a, f, 1, true});
-    best = std::min(best, f);
-  }
-  return best;
+  return shoal::test::bestOf(
+      c,
+      [](const sw::Assignment& a) {
+        const double ly = std::log10(a[1]);
+        return (a[0] - 1.7) * (a[0] - 1.7) + (ly + 1.2) * (ly + 1.2) + (a[2] == 2 ? 0 : 1);
+      },
+      trials);
 }
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
+using shoal::test::median;
 
 }  // namespace
 

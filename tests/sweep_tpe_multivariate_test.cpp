@@ -12,6 +12,7 @@
 #include "run/sweep/search_space.h"
 #include "run/sweep/tpe_multivariate.h"
 #include "run/sweep/tpe_search.h"
+#include "tests/sweep_search_util.h"
 
 namespace sw = shoal::run::sweep;
 
@@ -27,28 +28,9 @@ sw::SweepConfig configOf(const std::string& params, bool multivariate, uint64_t 
   return c;
 }
 
-using Objective = std::function<double(const sw::Assignment&)>;
-
-// The best value found in `trials` sequential trials, and every suggestion made.
-double bestOf(const sw::SweepConfig& c, const Objective& f, int trials,
-              std::vector<sw::Assignment>* suggested = nullptr) {
-  auto search = sw::makeSearchAlgorithm(c);
-  std::vector<sw::Observation> history;
-  double best = INFINITY;
-  for (int k = 0; k < trials; ++k) {
-    const sw::Assignment a = *search->suggest(k, history);
-    if (suggested != nullptr) suggested->push_back(a);
-    const double v = f(a);
-    history.push_back({a, v, 1, true});
-    best = std::min(best, v);
-  }
-  return best;
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
+using Objective = shoal::test::SweepObjective;
+using shoal::test::bestOf;
+using shoal::test::median;
 
 // Four parameters of every kind: a real, a log-scaled real, a log-scaled int and a choice.
 const std::string kMixed = R"({
