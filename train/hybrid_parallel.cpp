@@ -82,19 +82,43 @@ bool HybridParallel::optimizerStep(torch::optim::Optimizer& optimizer) {
 }
 
 double HybridParallel::evaluate(const torch::Tensor& inputs, const torch::Tensor& targets) {
+  auto sums = evaluateShare(inputs, targets, /*classes=*/false);
+  comm::allreduce(*grid_.world, sums.data(), sums.size(), DataType::kFloat64, ReduceOp::kSum);
+  return sums[0] / sums[2];
+}
+
+std::array<double, 3> HybridParallel::evaluateShare(const torch::Tensor& inputs,
+                                                    const torch::Tensor& targets, bool classes) {
+  const int64_t n = inputs.size(0);
+  const int64_t begin = n * grid_.dataRank / grid_.dataSize;
+  const int64_t rows = n * (grid_.dataRank + 1) / grid_.dataSize - begin;
+  if (rows == 0) return {0, 0, 0};  // on every stage of this replica alike
+  torch::Tensor x = inputs.narrow(0, begin, rows), y = targets.narrow(0, begin, rows);
   torch::NoGradGuard noGrad;
   AutocastGuard autocast(precision_);
-  torch::Tensor x = share(inputs), y = share(targets);
-  // {loss, 1} on every rank that has the model's output (the last stage's tensor-parallel
-  // ranks, which agree, of every replica): the mean over them is the global batch's.
-  double sums[2] = {0, 0};
-  torch::Tensor out = pipeline_ ? pipeline_->predict(x) : model_->forward(x);
-  if (out.defined()) {
-    sums[0] = loss_(out, y).item<double>();
-    sums[1] = 1;
+  torch::Tensor out;
+  if (pipeline_) {
+    // The pipeline cuts the batch into its micro-batches: a short share is padded with copies of
+    // its last row.
+    const int64_t micro = pipeline_->schedule().microBatches;
+    if (rows < micro) {
+      std::vector<int64_t> tail = x.sizes().vec();
+      tail[0] = micro - rows;
+      x = torch::cat({x, x.narrow(0, rows - 1, 1).expand(tail)});
+    }
+    out = pipeline_->predict(x);
+    if (out.defined()) out = out.narrow(0, 0, rows);
+  } else {
+    out = model_->forward(x);
   }
-  comm::allreduce(*grid_.world, sums, 2, DataType::kFloat64, ReduceOp::kSum);
-  return sums[0] / sums[1];
+  if (!out.defined()) return {0, 0, 0};  // not the last stage
+  // Every tensor rank of the last stage computes the loss (it may be collective over them: a
+  // vocabulary-parallel loss); tensor rank 0 counts it.
+  const double loss = loss_(out, y).item<double>();
+  if (grid_.tensorRank != 0) return {0, 0, 0};
+  const double correct =
+      classes ? static_cast<double>(out.argmax(1).eq(y).sum().item<int64_t>()) : 0;
+  return {loss * static_cast<double>(rows), correct, static_cast<double>(rows)};
 }
 
 std::unique_ptr<ShardedCheckpointer> HybridParallel::checkpointer(const std::string& dir,

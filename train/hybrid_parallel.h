@@ -21,6 +21,7 @@
 
 #include <torch/torch.h>
 
+#include <array>
 #include <memory>
 #include <vector>
 
@@ -69,6 +70,14 @@ class HybridParallel {
 
   // The global batch's mean loss, forward only (no graph, no gradients), on every rank.
   double evaluate(const torch::Tensor& inputs, const torch::Tensor& targets);
+  // This rank's part of evaluating a batch every rank is given: its replica's near-equal share
+  // (a replica may get none; a share shorter than the pipeline's micro-batches is padded, the
+  // padding's outputs dropped), forward only. {loss x samples, correct, samples} on tensor rank 0
+  // of the last stage, zeros elsewhere: summed over the world, the batch's loss and accuracy
+  // (correct: argmax over dim 1 equals the target; only with `classes`, whole logits). Collective
+  // over this replica's pipeline and tensor groups.
+  std::array<double, 3> evaluateShare(const torch::Tensor& inputs, const torch::Tensor& targets,
+                                      bool classes);
 
   // This rank's parameters (its slices of its stage's layers), for its optimizer.
   std::vector<torch::Tensor> parameters() const;

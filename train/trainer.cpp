@@ -14,14 +14,16 @@ namespace shoal::train {
 
 namespace {
 
-constexpr std::pair<std::string_view, Strategy> kStrategies[] = {{"ddp", Strategy::kDdp},
-                                                                 {"zero1", Strategy::kZero1},
-                                                                 {"zero2", Strategy::kZero2},
-                                                                 {"zero3", Strategy::kZero3},
-                                                                 {"ps", Strategy::kParameterServer},
-                                                                 {"pipeline", Strategy::kPipeline},
-                                                                 {"tensor", Strategy::kTensor},
-                                                                 {"hybrid", Strategy::kHybrid}};
+constexpr std::pair<std::string_view, Strategy> kStrategies[] = {
+    {"ddp", Strategy::kDdp},
+    {"zero1", Strategy::kZero1},
+    {"zero2", Strategy::kZero2},
+    {"zero3", Strategy::kZero3},
+    {"ps", Strategy::kParameterServer},
+    {"pipeline", Strategy::kPipeline},
+    {"tensor", Strategy::kTensor},
+    {"hybrid", Strategy::kHybrid},
+};
 
 bool isZero(Strategy s) {
   return s == Strategy::kZero1 || s == Strategy::kZero2 || s == Strategy::kZero3;
@@ -268,7 +270,7 @@ std::vector<EpochMetrics> Trainer::fit(const TensorDataset& train,
   // Dropout differs per replica: its own stream, from the seed and the step reached. A stage's
   // tensor-parallel ranks share it, so their copies of a whole activation stay the same.
   const int stream =
-      grid_ && global ? grid_->dataRank * grid_->pipelineSize + grid_->pipelineRank : g.rank();
+      global ? grid_->dataRank * grid_->pipelineSize + grid_->pipelineRank : g.rank();
   torch::manual_seed(options_.seed * 7919 + static_cast<uint64_t>(stream) * 104729 +
                      static_cast<uint64_t>(at_.step) + 1);
 

@@ -183,10 +183,13 @@ void Reducer::afterAccumulate(size_t i) {
 void Reducer::markReady(size_t i) {
   ready_[i] = 1;
   if (!rebuilt_) readyOrder_.push_back(i);
-  Bucket& b = buckets_[bucketOf_[i]];
-  if (--b.pending > 0) return;
+  if (settle(buckets_[bucketOf_[i]]) && options_.overlap) startReadyBuckets();
+}
+
+bool Reducer::settle(Bucket& b) {
+  if (--b.pending > 0) return false;
   if (const auto& sink = group_->options().trace) b.readyNs = sink->now();
-  if (options_.overlap) startReadyBuckets();
+  return true;
 }
 
 void Reducer::startReadyBuckets() {
@@ -236,8 +239,7 @@ void Reducer::finish() {
       // Contributes what it holds: noSync accumulation, or zero.
       pointGradAtView(i);
       ready_[i] = 1;
-      Bucket& b = buckets_[bucketOf_[i]];
-      if (--b.pending == 0 && group_->options().trace) b.readyNs = group_->options().trace->now();
+      settle(buckets_[bucketOf_[i]]);
     }
     startReadyBuckets();
     for (auto& b : buckets_) {

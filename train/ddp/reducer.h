@@ -107,6 +107,9 @@ class Reducer {
   void afterAccumulate(size_t param);
   void markReady(size_t param);
   void startReadyBuckets();
+  // One more of the bucket's parameters has its gradient; true when it was the last (the
+  // bucket's ready time is noted for the timeline).
+  bool settle(Bucket& b);
   // The bucket's span, ready -> done, with how long it waited to be launched (in order).
   void traceBucket(const Bucket& b) const;
   void rebuildFromReadyOrder();
