@@ -4,8 +4,6 @@
 #include <condition_variable>
 #include <cstdio>
 #include <cstring>
-#include <filesystem>
-#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -23,6 +21,7 @@
 #include "ps/protocol.h"
 #include "ps/shard.h"
 #include "ps/shard_access.h"
+#include "ps/shard_restore.h"
 #include "ps/trace_spans.h"
 
 namespace shoal::ps {
@@ -48,9 +47,6 @@ namespace {
 using transport::Transfer;
 
 constexpr size_t kMaxHello = 16 << 20;
-// Note [Resharding checkpoints] in Server.
-constexpr std::string_view kServersTag = "#servers ";
-constexpr int64_t kMaxServers = 1 << 16;
 // A refused request's payload is read and dropped up to this size; a larger one is not a
 // mistake but a broken stream (ProtocolError).
 constexpr size_t kMaxDrain = 1ull << 30;
@@ -121,7 +117,7 @@ class Server {
     SHOAL_CHECK(servers >= 1 && id >= 0 && id < servers, "server {} of {}", id, servers);
     SHOAL_CHECK(workers >= 1, "parameter server {}: {} workers", id, workers);
     if (!opt_.checkpointDir.empty() && !backup_) {
-      series_ = std::make_unique<SealedSeries>(fmt::format("{}/server-{}", opt_.checkpointDir, id),
+      series_ = std::make_unique<SealedSeries>(shardCheckpointFolder(opt_.checkpointDir, id),
                                                "shard-", ".bin", opt_.keep);
     }
   }
@@ -740,8 +736,8 @@ class Server {
     // for the next step are not saved (they are pushed again).
     std::vector<uint64_t> clocks(static_cast<size_t>(workers_), round);
     // Note [Resharding checkpoints]: the writer and its job's server count, before the keys.
-    const std::string header = fmt::format("{}\n{}{} {}\n{}", configText_, kServersTag, id_,
-                                           servers_, partition_->keysText());
+    const std::string header =
+        shardCheckpointHeader(configText_, id_, servers_, partition_->keysText());
     try {
       report_.lastCheckpoint =
           series_->write(static_cast<int64_t>(round), shard_->snapshot(header, round, clocks));
@@ -753,219 +749,25 @@ class Server {
     lastCheckpoint_ = round;
   }
 
-  // Note [Resharding checkpoints]: server s writes its shard of step T to
-  // <checkpointDir>/server-<s>/shard-<T>.bin; the header records "#servers s N" (after the
-  // settings line, before the keys), the writer and the server count of its job. On --resume:
-  //  1. Server 0's newest checkpoint says how many servers wrote the checkpoints to resume from
-  //     (N). A file without the line (written before it existed) counts the server-<s> folders
-  //     holding checkpoints from server-0 on, at least this job's count if every server has one.
-  //  2. The step is the newest one every one of those N servers has: running servers s < N vote
-  //     with their own folder; folders of old servers this job does not run (s >= this job's
-  //     count) are listed by every server (resharding needs a folder every server can read).
-  //     Folders of servers s >= N are stale, left by an older job with more servers: ignored,
-  //     never removed (the next resume reads N from server 0 again).
-  //  3. Same count: each server restores its own file, as before. Another count: each server
-  //     builds its shard under this job's partition and, for every old server whose range of
-  //     the flat space overlaps its own, restores that file into a shard of the old partition
-  //     (Partition(keys, N)) and copies the shared elements (Shard::copyOverlap): values,
-  //     optimizer state, versions. The worker clocks are the step's (every checkpoint saves the
-  //     clocks as its step, so every worker resumes there, in every mode).
-  // Each file read is checked: its seal, its size against the partition before anything is
-  // sized from it, its "#servers" line against the folder and N, its settings and keys against
-  // the other files. A failure throws InvalidArgument naming the file and the server that wrote
-  // it on the servers that read it; the job fails as on any other server error.
+  // Note [Resharding checkpoints] in ps/shard_restore.cpp. A failure throws InvalidArgument on
+  // the servers that read the file; the job fails as on any other server error.
   void restore() {
     auto group = world_.connect("ps-servers", id_, servers_);
-    const auto own = series_->list();
-    // {newest own step, the server count server 0's newest records (0: not recorded; -1:
-    // unreadable), the server-<s> folders with checkpoints (server 0 only)}
-    int64_t vote[3] = {own.empty() ? -1 : own.back().first, 0, 0};
-    std::string newestPayload, error;
-    if (id_ == 0 && !own.empty()) {
-      try {
-        newestPayload = readSealedFile(own.back().second);
-        vote[1] = parseHeader(newestPayload, own.back().second).servers;
-        while (vote[2] < kMaxServers && newestOf(static_cast<int>(vote[2])) >= 0) ++vote[2];
-      } catch (const std::exception& e) {
-        error = e.what();
-        vote[1] = -1;
-      }
-    }
-    std::vector<int64_t> all(3 * static_cast<size_t>(servers_));
-    comm::allgather(*group, vote, all.data(), 3, DataType::kInt64);
-    if (all[1] < 0) {
-      if (id_ == 0) SHOAL_THROW(InvalidArgument, "parameter server 0: cannot resume: {}", error);
-      SHOAL_THROW(InvalidArgument,
-                  "parameter server {}: cannot resume: server 0 cannot read its newest checkpoint",
-                  id_);
-    }
-    auto noCheckpoint = [&](int64_t without, int64_t with, int64_t step) {
-      SHOAL_THROW(InvalidArgument,
-                  "parameter server {}: cannot resume: server {} has no checkpoint in {} while "
-                  "server {} has step {}",
-                  id_, without, opt_.checkpointDir, with, step);
-    };
-    if (all[0] < 0) {
-      for (int s = 1; s < servers_; ++s) {
-        if (all[3 * s] >= 0) noCheckpoint(0, s, all[3 * s]);
-      }
-      return;  // a fresh job
-    }
-    int old = static_cast<int>(all[1]);
-    if (old == 0) {
-      bool everyone = true;
-      for (int s = 0; s < servers_; ++s) everyone = everyone && all[3 * s] >= 0;
-      old = static_cast<int>(everyone ? std::max<int64_t>(all[2], servers_) : all[2]);
-    }
-    std::vector<int64_t> steps(static_cast<size_t>(old));
-    for (int o = 0; o < old; ++o) steps[o] = o < servers_ ? all[3 * o] : newestOf(o);
-    const auto [lo, hi] = std::minmax_element(steps.begin(), steps.end());
-    if (*lo < 0) noCheckpoint(lo - steps.begin(), hi - steps.begin(), *hi);
-    const int64_t step = *lo;
-
-    // Old server o's file of `step`, its seal and "#servers" line checked.
-    std::string reference;  // the settings and keys of the first file read
-    auto readOld = [&](int o) {
-      const std::string path = pathOf(o, step);
-      std::string payload;
-      try {
-        if (o == 0 && id_ == 0 && step == own.back().first) {
-          payload = std::move(newestPayload);
-        } else {
-          payload = readSealedFile(path);
-        }
-      } catch (const InvalidArgument& e) {
-        SHOAL_THROW(InvalidArgument,
-                    "parameter server {}: the checkpoint of step {} written by server {} of {} "
-                    "cannot be restored: {}",
-                    id_, step, o, old, e.what());
-      }
-      const Header h = parseHeader(payload, path);
-      if (h.servers != 0 && (h.servers != old || h.server != o)) {
-        SHOAL_THROW(InvalidArgument,
-                    "parameter server {}: {} was written by server {} of {}, but the checkpoint "
-                    "of step {} is that of {} servers",
-                    id_, path, h.server, h.servers, step, old);
-      }
-      if (reference.empty()) {
-        reference = h.configText + "\n" + h.keysText;
-      } else if (reference != h.configText + "\n" + h.keysText) {
-        SHOAL_THROW(InvalidArgument,
-                    "parameter server {}: {} (server {}) holds other settings or keys than the "
-                    "other servers' checkpoints of step {}",
-                    id_, path, o, step);
-      }
-      return std::make_pair(path, std::move(payload));
-    };
-    auto configure = [&](const std::string& payload, const std::string& path) {
-      const Header h = parseHeader(payload, path);
-      configText_ = h.configText;
-      config_ = TrainingConfig::parse(configText_);
-      partition_ = std::make_unique<Partition>(Partition::parseKeys(h.keysText), servers_);
-    };
-
-    uint64_t round = 0;
-    std::string from;
-    if (old == servers_) {
-      auto [path, payload] = readOld(id_);
-      configure(payload, path);
-      Shard::checkSnapshotFits(*partition_, id_, config_, payload.size(), path);
-      shard_ = std::make_unique<Shard>(*partition_, id_, workers_, config_);
-      shard_->restore(payload, round, clocks_, path);
-      from = path;
-    } else {
-      // The settings and keys come from the old server most likely to overlap this one.
-      const int guess = static_cast<int>(std::min<int64_t>(old - 1, int64_t{id_} * old / servers_));
-      std::map<int, std::pair<std::string, std::string>> read;
-      read.emplace(guess, readOld(guess));
-      configure(read[guess].second, read[guess].first);
-      const Partition before(partition_->keys(), old);
-      shard_ = std::make_unique<Shard>(*partition_, id_, workers_, config_);
-      round = static_cast<uint64_t>(step);
-      clocks_.assign(static_cast<size_t>(workers_), round);
-      size_t copied = 0;
-      for (int o = 0; o < old; ++o) {
-        if (std::max(before.begin(o), partition_->begin(id_)) >=
-            std::min(before.end(o), partition_->end(id_))) {
-          continue;
-        }
-        if (!read.count(o)) read.emplace(o, readOld(o));
-        const auto [path, payload] = std::move(read[o]);
-        read.erase(o);
-        Shard::checkSnapshotFits(before, o, config_, payload.size(), path);
-        Shard part(before, o, workers_, config_);
-        uint64_t r = 0;
-        part.restore(payload, r, clocks_, path);
-        if (r != round) {
-          SHOAL_THROW(InvalidArgument, "parameter server {}: {} (server {}) holds step {}, not {}",
-                      id_, path, o, r, round);
-        }
-        copied += shard_->copyOverlap(part);
-      }
-      SHOAL_CHECK(copied == shard_->elements(), "parameter server {}: {} of {} elements restored",
-                  id_, copied, shard_->elements());
-      from = fmt::format("the checkpoints of {} servers in {}, resharded", old, opt_.checkpointDir);
-    }
-    resumeStep_ = round;
-    lastCheckpoint_ = round;
-    report_.resumedFrom = round;
+    auto r = restoreShard(*group, workers_, opt_.checkpointDir, opt_.keep);
+    if (!r) return;  // a fresh job
+    configText_ = std::move(r->configText);
+    config_ = r->config;
+    partition_ = std::move(r->partition);
+    shard_ = std::move(r->shard);
+    clocks_ = std::move(r->clocks);
+    resumeStep_ = lastCheckpoint_ = report_.resumedFrom = r->round;
     report_.partition = partition_->describe();
     configured_ = initialized_ = restored_ = true;
     if (!opt_.quiet) {
-      fmt::print("parameter server {} of {}: resumed from {} (step {})\n", id_, servers_, from,
-                 round);
+      fmt::print("parameter server {} of {}: resumed from {} (step {})\n", id_, servers_, r->from,
+                 r->round);
       std::fflush(stdout);
     }
-  }
-
-  // The header of a snapshot: settings, then "#servers s N" (absent in older files), then keys.
-  struct Header {
-    std::string configText;
-    int server = -1, servers = 0;  // 0: not recorded
-    std::string keysText;
-  };
-  static Header parseHeader(const std::string& payload, const std::string& path) {
-    const std::string header = Shard::snapshotHeader(payload, path);
-    Header h;
-    const auto nl = header.find('\n');
-    if (nl == std::string::npos) {
-      SHOAL_THROW(InvalidArgument, "{} is corrupt: its header holds no keys", path);
-    }
-    h.configText = header.substr(0, nl);
-    std::string_view rest = std::string_view(header).substr(nl + 1);
-    if (rest.starts_with(kServersTag)) {
-      const auto end = rest.find('\n');
-      const std::string line(rest.substr(0, end));
-      long long s = -1, n = 0;
-      char extra = 0;
-      if (end == std::string_view::npos ||
-          std::sscanf(line.c_str() + kServersTag.size(), "%lld %lld%c", &s, &n, &extra) != 2 ||
-          n < 1 || n > kMaxServers || s < 0 || s >= n) {
-        SHOAL_THROW(InvalidArgument, "{} is corrupt: its header line '{}' is malformed", path,
-                    line);
-      }
-      h.server = static_cast<int>(s);
-      h.servers = static_cast<int>(n);
-      rest = rest.substr(end + 1);
-    }
-    h.keysText = std::string(rest);
-    return h;
-  }
-  std::string folderOf(int server) const {
-    return fmt::format("{}/server-{}", opt_.checkpointDir, server);
-  }
-  // The newest step in server s's folder, or -1 (the files are not read).
-  int64_t newestOf(int server) const {
-    if (server == id_) {
-      const auto files = series_->list();
-      return files.empty() ? -1 : files.back().first;
-    }
-    if (!std::filesystem::is_directory(folderOf(server))) return -1;
-    const auto files = SealedSeries(folderOf(server), "shard-", ".bin", opt_.keep).list();
-    return files.empty() ? -1 : files.back().first;
-  }
-  std::string pathOf(int server, int64_t step) const {
-    return SealedSeries(folderOf(server), "shard-", ".bin", opt_.keep).pathFor(step);
   }
 
   // ---- failure

@@ -40,7 +40,7 @@ struct ServerOptions {
   // The job may run another number of servers than the one that wrote the checkpoints: the
   // shards are then rebuilt for the new partition from the old servers' files, which every
   // server must be able to read (a shared checkpointDir); folders of servers the writing job
-  // did not run are ignored (Note [Resharding checkpoints] in ps/server.cpp). Exact in
+  // did not run are ignored (Note [Resharding checkpoints] in ps/shard_restore.cpp). Exact in
   // synchronous mode. A missing or corrupt file throws InvalidArgument naming it and the server
   // that wrote it, on every server that needs it; the same number of workers is required.
   bool resume = false;
