@@ -9,6 +9,7 @@
 #include "common/log.h"
 #include "common/socket.h"
 #include "run/init_backend.h"
+#include "run/join_file.h"
 #include "store/etcd_store.h"
 #include "store/memory_store.h"
 #include "store/tcp_store.h"
@@ -21,6 +22,16 @@ namespace {
 using run::Launcher;
 
 // Plain init() (no MPI linked): what to do instead.
+// A worker started by hand (shoal join, run/join_file.h): the next id of the job's counter,
+// above every id the launcher gives out.
+int outsideMemberId(store::Store& store) {
+  const int64_t n = store.add("elastic/outside-members", 1);
+  if (n < 1 || n > (int64_t{1} << 30)) {
+    SHOAL_THROW(ProtocolError, "elastic membership: the store's member counter says {}", n);
+  }
+  return run::kFirstOutsideMember + static_cast<int>(n - 1);
+}
+
 constexpr const char* kLinkMpi = "link Shoal::mpi and call shoal::initWithMpi() (run/init_mpi.h)";
 
 // The address other hosts reach this rank at: on one host, loopback; across hosts, the
@@ -212,8 +223,8 @@ World joinWorld(const EnvConfig& env, const run::MpiBridge* mpi) {
       SHOAL_THROW(InvalidArgument, "SHOAL_ELASTIC={}: {} workers started, above the maximum",
                   *r.elastic, r.size);
     }
-    comm::ElasticContext ctx{store, std::make_shared<comm::Membership>(store, r.memberId, mo),
-                             options};
+    const int member = r.memberId >= 0 ? r.memberId : outsideMemberId(*store);
+    comm::ElasticContext ctx{store, std::make_shared<comm::Membership>(store, member, mo), options};
     const comm::View view = ctx.membership->next(-1);
     w.group = comm::groupForView(ctx, view);
     w.rank = w.group->rank();

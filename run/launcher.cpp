@@ -19,6 +19,7 @@
 #include "common/socket.h"
 #include "run/host_discovery.h"
 #include "run/job_flight.h"
+#include "run/join_file.h"
 #include "run/output_forwarder.h"
 #include "run/process_util.h"
 #include "run/run_directory.h"
@@ -133,6 +134,10 @@ class Job {
     // find every thread blocking it, or it goes to that thread instead of the signalfd.
     blockSignals();
     startStore();
+    if (!o_.joinFile.empty()) {
+      writeJoinFile(o_.joinFile, jobVariables());
+      joinFileWritten_ = true;
+    }
     for (size_t r = 0; r < places_.size(); ++r) start(static_cast<int>(r), static_cast<int>(r));
     if (o_.verbose) {
       say("{} rank{} started; store at {}", places_.size(), places_.size() == 1 ? "" : "s",
@@ -151,6 +156,8 @@ class Job {
       }
     }
     if (signalsBlocked_) ::sigprocmask(SIG_SETMASK, &oldMask_, nullptr);
+    // The job is over: a worker started with the file now would wait for a job that is gone.
+    if (joinFileWritten_) ::unlink(o_.joinFile.c_str());
   }
 
  private:
@@ -201,6 +208,10 @@ class Job {
                     *o_.elastic, workers_, range->minSize, range->maxSize);
       }
       maxWorkers_ = range->maxSize;
+    }
+    if (!o_.joinFile.empty() && !range) {
+      SHOAL_THROW(InvalidArgument,
+                  "--join-file needs --elastic MIN:MAX (only an elastic job admits new workers)");
     }
     bool anyLocal = false;
     for (auto& p : places_) anyLocal |= p.local;
@@ -302,13 +313,15 @@ class Job {
     }
     bool remote = false;
     for (auto& p : places_) remote |= !p.local;
+    // A join file with an address other hosts reach this one at: workers may join from there.
+    const bool joinElsewhere = !o_.joinFile.empty() && !o_.storeAddress.empty();
     try {
       secret_ = transport::generateSecret();  // ranks get it as SHOAL_SECRET (ssh: on stdin)
       store::TcpStoreServerOptions so;
       so.secret = secret_;
       so.encrypt = o_.encrypt;
-      store_ =
-          std::make_unique<store::TcpStoreServer>(remote ? "0.0.0.0" : "127.0.0.1", o_.port, so);
+      store_ = std::make_unique<store::TcpStoreServer>(
+          remote || joinElsewhere ? "0.0.0.0" : "127.0.0.1", o_.port, so);
     } catch (const SystemError& e) {
       SHOAL_THROW(InvalidArgument, "--port {}: the port is busy or cannot be bound ({})", o_.port,
                   e.what());
@@ -347,6 +360,33 @@ class Job {
     signalFd_ = Fd(::signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK));
     if (!signalFd_.valid()) throwSystemError("signalfd", errno);
     ::signal(SIGPIPE, SIG_IGN);  // a rank's pipe closing must not kill the launcher
+  }
+
+  // The launcher's member ids stay below kFirstOutsideMember: those belong to workers started
+  // by hand (run/join_file.h).
+  int newMember() {
+    SHOAL_CHECK(nextMember_ < kFirstOutsideMember, "elastic member ids exhausted");
+    return nextMember_++;
+  }
+
+  // What a worker started by hand needs to join the job (run/join_file.h): the variables every
+  // worker gets but those of its slot, with the secret (the launcher's own workers get it apart
+  // from the others: on stdin through ssh) and the store's SHOAL_ENCRYPT.
+  Variables jobVariables() const {
+    Variables v = {
+        {"SHOAL_WORLD_SIZE", std::to_string(initialRanks_)},
+        {"SHOAL_NUM_HOSTS", std::to_string(numHosts_)},
+        {"SHOAL_STORE_ADDR", storeAddr_},
+        {"SHOAL_SECRET", secret_},
+        {"SHOAL_ELASTIC", o_.elastic.value_or("")},
+    };
+    if (o_.encrypt != EncryptMode::kAuto) {
+      v.emplace_back("SHOAL_ENCRYPT", std::string(toString(o_.encrypt)));
+    }
+    if (o_.opTimeoutSeconds)
+      v.emplace_back("SHOAL_TIMEOUT", fmt::format("{}", *o_.opTimeoutSeconds));
+    for (auto& kv : o_.env) v.push_back(kv);
+    return v;
   }
 
   std::vector<std::pair<std::string, std::string>> rankVariables(int r, int member) const {
@@ -686,7 +726,7 @@ class Job {
       const std::string what = describeRank(f->status, f->where.local);
       const int slot = restarts_ < o_.maxRestarts ? slotForRestart(*f) : -1;
       if (slot >= 0) {
-        const int member = nextMember_++;
+        const int member = newMember();
         ++restarts_;
         say("rank {} (member {}) {}; restarting it as member {}{} (restart {} of {})", f->rank,
             f->member, what, member,
@@ -757,7 +797,7 @@ class Job {
     for (; alive < maxWorkers_; ++alive) {
       auto p = slots_.freeSlot(false);
       if (!p) break;
-      const int r = addPlace(*p), member = nextMember_++;
+      const int r = addPlace(*p), member = newMember();
       say("rank {} (member {}) starts on {} to join the running job", r, member, p->host);
       start(r, member);
     }
@@ -868,7 +908,8 @@ class Job {
   std::vector<Rank*> elasticFailures_;  // stable: ranks_ is a deque that only grows
   size_t reported_ = 0;
   int restarts_ = 0;
-  int initialRanks_ = 0;    // started at launch: SHOAL_WORLD_SIZE, membership's first view
+  int initialRanks_ = 0;          // started at launch: SHOAL_WORLD_SIZE, membership's first view
+  bool joinFileWritten_ = false;  // --join-file: written by this job, so removed by it
   int nextMember_ = 0;      // elastic member ids: 0..initialRanks_-1 at launch, then one per start
   int maxWorkers_ = 0;      // elastic jobs: MAX
   bool finishing_ = false;  // a worker exited 0: no new workers

@@ -70,6 +70,11 @@ struct LaunchOptions {
   // the others go on without it.
   std::string hostDiscoveryScript;
   double discoveryIntervalSeconds = 1;
+  // Elastic jobs: write the job's join file here once the store is up (run/join_file.h: owner
+  // only, it holds the secret), removed when the job ends; `shoal join FILE -- prog` then starts
+  // a worker by hand that joins the running job. With storeAddress, the store listens on every
+  // interface, so that workers may join from other hosts.
+  std::string joinFile;
   // The job's timeline (README "Timeline"): every rank gets SHOAL_TRACE=<tracePath>.ranks (made
   // absolute, created, emptied of old rank files before each attempt), and when the job ends,
   // failed or not, the rank files there are merged into `tracePath` (run/trace_merge.h) and a

@@ -129,7 +129,12 @@ Rendezvous detectRendezvous(const EnvLookup& env) {
   assignRole(env, r);
   Reader in{env, "elastic jobs"};
   r.elastic = in.get("SHOAL_ELASTIC");
-  r.memberId = in.getInt("SHOAL_ELASTIC_MEMBER", 0).value_or(r.rank);
+  // "auto": a worker started by hand (shoal join) takes its id from the store (run/join_file.h).
+  if (env("SHOAL_ELASTIC_MEMBER") == std::optional<std::string>("auto")) {
+    r.memberId = -1;
+  } else {
+    r.memberId = in.getInt("SHOAL_ELASTIC_MEMBER", 0).value_or(r.rank);
+  }
   if (auto wait = in.get("SHOAL_ELASTIC_WAIT")) {
     r.elasticWaitSeconds = parseNumber("SHOAL_ELASTIC_WAIT", *wait, 0.001, 1e6);
   }

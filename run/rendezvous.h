@@ -59,7 +59,8 @@ struct Rendezvous {
   int restartCount = 0;
   // Elastic jobs (shoal run --elastic): SHOAL_ELASTIC = "MIN:MAX" (run/membership.h), and this
   // worker's member id, SHOAL_ELASTIC_MEMBER (default: its rank; a worker started later gets a
-  // new id and joins the running job).
+  // new id and joins the running job; -1 for "auto": shoal::init() takes one from the store,
+  // run/join_file.h).
   std::optional<std::string> elastic;
   int memberId = 0;
   // SHOAL_ELASTIC_WAIT: seconds the workers wait below the minimum (or to be admitted) before

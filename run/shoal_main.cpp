@@ -1,4 +1,5 @@
-// The `shoal` command: `shoal run`, the launcher (run/launcher.h), `shoal flight DIR`, who
+// The `shoal` command: `shoal run`, the launcher (run/launcher.h), `shoal join FILE -- prog`, a
+// worker started by hand joining a running elastic job (run/join_file.h), `shoal flight DIR`, who
 // was where in a job's flight recorders (run/flight_report.h), `shoal ui [RUNS_DIR]`, the
 // dashboard over the runs' metrics (tools/ui_server.h), `shoal report RUN_DIR`, a static
 // report of one run (tools/report.h), `shoal tensorboard RUN_DIR`, its metrics as TensorBoard
@@ -12,6 +13,7 @@
 #include "common/env.h"
 #include "common/error.h"
 #include "run/flight_report.h"
+#include "run/join_file.h"
 #include "run/launcher.h"
 #include "store/etcd_store.h"
 #include "tools/report.h"
@@ -104,9 +106,16 @@ int main(int argc, char** argv) {
                   "4096; 0: none)");
   run->add_option("--discovery-interval", discoveryInterval,
                   "seconds between runs of the host discovery program (default 1)");
+  run->add_option("--join-file", o.joinFile,
+                  "with --elastic: write FILE (owner-only: it holds the job's secret) while the "
+                  "job runs; `shoal join FILE -- prog` starts a worker by hand that joins it");
   run->add_option("-x,--env", vars, "NAME=VALUE, or NAME to pass this variable on (repeatable)");
   run->add_flag(
       "-q,--quiet", [&](int64_t) { o.verbose = false; }, "no progress lines");
+  auto* join = app.add_subcommand(
+      "join", "start a worker by hand that joins a running elastic job: shoal join FILE -- prog");
+  std::string joinFile;
+  join->add_option("FILE", joinFile, "the job's join file (shoal run --join-file)")->required();
   auto* flight = app.add_subcommand(
       "flight", "who was where: the first desynchronised operation in a job's flight recorders");
   std::string flightDir, flightRanks;
@@ -175,12 +184,11 @@ int main(int argc, char** argv) {
   const std::string command0 = argc >= 2 ? argv[1] : "";
   if (argc >= 2 && argv[1][0] != '-' && command0 != "run" && command0 != "flight" &&
       command0 != "ui" && command0 != "report" && command0 != "tensorboard" &&
-      command0 != "sweep") {
-    fmt::print(
-        stderr,
-        "shoal: error: unknown command '{}' (the commands: run, flight, ui, report, tensorboard, "
-        "sweep; see shoal --help)\n",
-        argv[1]);
+      command0 != "sweep" && command0 != "join") {
+    fmt::print(stderr,
+               "shoal: error: unknown command '{}' (the commands: run, join, flight, ui, report, "
+               "tensorboard, sweep; see shoal --help)\n",
+               argv[1]);
     return 2;
   }
   try {
@@ -206,6 +214,14 @@ int main(int argc, char** argv) {
     }
   }
   if (*sweep) return tools::runSweepCommand(sweepOptions);
+  if (*join) {
+    try {
+      run::execJoiner(joinFile, command);  // returns only by throwing
+    } catch (const std::exception& e) {
+      fmt::print(stderr, "shoal join: error: {}\n", e.what());
+      return 2;
+    }
+  }
   if (*report) {
     try {
       const tools::ReportResult r = tools::writeReport(reportRun, reportOut);

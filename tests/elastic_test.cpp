@@ -228,6 +228,43 @@ TEST(ElasticDiscovery, ASlotThatLeavesHasItsWorkerStoppedAndTheOthersGoOn) {
   EXPECT_EQ(lrLines(r.output), (std::vector<double>{lr, lr})) << r.output;
 }
 
+// A worker started by hand (`shoal join`, run/join_file.h) joins a running job of 2 at a step
+// boundary, gets the running state from a peer and trains on to the end with it; the launcher
+// does not count it, and its join file is gone after the job.
+TEST(ElasticJoin, AWorkerStartedByHandJoinsTheRunningJob) {
+  TempDir dir;
+  const std::string file = dir.path + "/job.join";
+  const std::string worker =
+      fmt::format("{} --samples 600 --batch 8 --steps 20 --until-world 3", ELASTIC_WORKER_BIN);
+  const Proc::Env env = {{"OPENBLAS_NUM_THREADS", "1"}, {"OMP_NUM_THREADS", "1"}};
+  Proc running({"/bin/sh", "-c",
+                fmt::format("exec {} run --timeout 30 --elastic 2:3 -n 2 --join-file {} -- {} "
+                            "--progress-every 1",
+                            SHOAL_BIN, file, worker)},
+               dir.path + "/job.out", env);
+  // The job trains (and waits at each step for a third worker) once rank 0 made a step.
+  ASSERT_TRUE(running.waitForOutput("STEP 1", std::chrono::seconds(120))) << running.output();
+  Proc joiner({"/bin/sh", "-c", fmt::format("exec {} join {} -- {}", SHOAL_BIN, file, worker)},
+              dir.path + "/joiner.out", env);
+  ASSERT_EQ(joiner.wait(std::chrono::seconds(240)), 0) << joiner.output() << running.output();
+  ASSERT_EQ(running.wait(std::chrono::seconds(240)), 0) << running.output();
+  auto done = doneLines(running.output());
+  auto joined = doneLines(joiner.output());
+  ASSERT_EQ(done.size(), 2u) << running.output();
+  ASSERT_EQ(joined.size(), 1u) << joiner.output();
+  done.push_back(joined[0]);
+  for (const auto& d : done) {
+    EXPECT_EQ(d.world, 3);
+    EXPECT_EQ(d.step, done[0].step);
+    EXPECT_EQ(d.digest, done[0].digest) << "the joiner did not get the running state";
+  }
+  // Its id is the first the store gives out to workers started by hand; it joined with no state.
+  EXPECT_EQ(joined[0].member, 1 << 20);
+  EXPECT_EQ(joined[0].resumed, -1);
+  EXPECT_NE(running.output().find("2 workers finished"), std::string::npos) << running.output();
+  EXPECT_FALSE(std::filesystem::exists(file));
+}
+
 TEST(ElasticLauncher, BadOptionsAreOneLineErrors) {
   struct Case {
     std::string options, message;

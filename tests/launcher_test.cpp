@@ -312,14 +312,90 @@ INSTANTIATE_TEST_SUITE_P(
                        "shoal run: error: --ranks='2x': expected an integer from 1 to"),
         std::make_pair(std::vector<std::string>{"-n", "2", "--port", "70000", "--",
                                                 "/usr/bin/touch", "MARK"},
-                       "shoal run: error: --port='70000': expected an integer from 0 to 65535")));
+                       "shoal run: error: --port='70000': expected an integer from 0 to 65535"),
+        std::make_pair(std::vector<std::string>{"-n", "2", "--join-file", "MARK.join", "--",
+                                                "/usr/bin/touch", "MARK"},
+                       "shoal run: error: --join-file needs --elastic MIN:MAX")));
+
+// --join-file (run/join_file.h): written owner-only before the workers start, holding what they
+// got (the secret and the store among it), and removed when the job ends.
+TEST(JoinFile, IsWrittenOwnerOnlyWhileTheJobRunsAndRemovedAfter) {
+  TempDir dir;
+  const std::string file = dir.path + "/job.join";
+  auto r = shoalRun(
+      {"--elastic", "1:2", "-n", "1", "--timeout", "7", "--join-file", file, "--", "/bin/sh", "-c",
+       fmt::format("stat -c 'mode=%a' {0}; "
+                   "grep -qx \"SHOAL_SECRET=$SHOAL_SECRET\" {0} && echo secret-ok; "
+                   "grep -qx \"SHOAL_STORE_ADDR=$SHOAL_STORE_ADDR\" {0} && echo "
+                   "store-ok; grep -x -e SHOAL_ELASTIC=1:2 -e SHOAL_WORLD_SIZE=1 "
+                   "-e SHOAL_TIMEOUT=7 {0}",
+                   file)},
+      dir);
+  ASSERT_EQ(r.code, 0) << r.output;
+  for (const char* line : {"[0] mode=600", "[0] secret-ok", "[0] store-ok", "[0] SHOAL_ELASTIC=1:2",
+                           "[0] SHOAL_WORLD_SIZE=1", "[0] SHOAL_TIMEOUT=7"}) {
+    EXPECT_NE(r.output.find(line), std::string::npos) << line << "\n" << r.output;
+  }
+  EXPECT_FALSE(std::filesystem::exists(file)) << "the join file outlived the job";
+}
+
+// `shoal join FILE -- prog`: the program runs in the file's environment as a worker past the
+// launch's slots, with a member id the store will hand out; a bad file or command is one line.
+TEST(JoinFile, TheJoinerGetsTheJobsEnvironmentAndBadFilesAreOneLineErrors) {
+  TempDir dir;
+  auto write = [&](const std::string& name, const std::string& text, int mode) {
+    const std::string path = dir.path + "/" + name;
+    std::ofstream(path) << text;
+    std::filesystem::permissions(path, static_cast<std::filesystem::perms>(mode));
+    return path;
+  };
+  auto join = [&](const std::vector<std::string>& args) {
+    std::vector<std::string> argv{SHOAL_BIN, "join"};
+    argv.insert(argv.end(), args.begin(), args.end());
+    Proc p(argv, dir.path + "/join.out");
+    const int code = p.wait(30s);
+    return std::make_pair(code, p.output());
+  };
+  const std::string header = "# shoal join file 1\n";
+  const std::string good = write("good",
+                                 header +
+                                     "SHOAL_STORE_ADDR=127.0.0.1:1\nSHOAL_SECRET=abc\n"
+                                     "SHOAL_ELASTIC=2:4\nSHOAL_WORLD_SIZE=3\nX_Y=a=b\n",
+                                 0600);
+  auto [code, out] = join({good, "--", "/bin/sh", "-c",
+                           "echo $SHOAL_RANK $SHOAL_LOCAL_RANK/$SHOAL_LOCAL_WORLD_SIZE "
+                           "$SHOAL_ROLE $SHOAL_ELASTIC_MEMBER $SHOAL_SECRET $SHOAL_ELASTIC $X_Y"});
+  EXPECT_EQ(code, 0) << out;
+  EXPECT_EQ(out, "3 0/1 worker auto abc 2:4 a=b\n");
+
+  const std::vector<std::pair<std::vector<std::string>, std::string>> bad = {
+      {{dir.path + "/none", "--", "/bin/true"}, "No such file or directory (is the job running?"},
+      {{write("open", header, 0644), "--", "/bin/true"}, "readable by others (mode 644)"},
+      {{write("other", "NAME=value\n", 0600), "--", "/bin/true"}, "not a Shoal join file"},
+      {{write("short", header + "SHOAL_SECRET=abc\n", 0600), "--", "/bin/true"},
+       "no SHOAL_STORE_ADDR"},
+      {{write("line", header + "SHOAL_SECRET abc\n", 0600), "--", "/bin/true"},
+       "line 2 is not NAME=VALUE"},
+      {{write("big", header + "A=" + std::string(70000, 'x') + "\n", 0600), "--", "/bin/true"},
+       "more than a join file's 65536"},
+      {{good}, "no program given (shoal join FILE -- prog args)"},
+      {{good, "--", "/no/such/program"}, "/no/such/program: cannot be started"},
+  };
+  for (const auto& [args, expected] : bad) {
+    auto [c, o] = join(args);
+    EXPECT_EQ(c, 2) << o;
+    EXPECT_NE(o.find("shoal join: error: "), std::string::npos) << o;
+    EXPECT_NE(o.find(expected), std::string::npos) << expected << "\n" << o;
+    EXPECT_EQ(std::count(o.begin(), o.end(), '\n'), 1) << o;
+  }
+}
 
 TEST(Launcher, AnUnknownCommandIsNamed) {
   TempDir dir;
   Proc p({SHOAL_BIN, "rnu", "-n", "2"}, dir.path + "/out");
   EXPECT_EQ(p.wait(30s), 2) << p.output();
   EXPECT_EQ(p.output(),
-            "shoal: error: unknown command 'rnu' (the commands: run, flight, ui, report, "
+            "shoal: error: unknown command 'rnu' (the commands: run, join, flight, ui, report, "
             "tensorboard, sweep; see shoal --help)\n");
 }
 
