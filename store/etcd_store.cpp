@@ -7,8 +7,11 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <thread>
+#include <tuple>
 
 #include "common/error.h"
 
@@ -63,8 +66,8 @@ int64_t jsonInt(const json& j, const char* field) {
   return std::stoll(v.get<std::string>());
 }
 
-// The body of an HTTP/1.1 reply read to the end of the connection: chunked or not.
-std::string httpBody(const std::string& reply, const std::string& what) {
+// The status and body of an HTTP/1.1 reply read to the end of the connection: chunked or not.
+std::pair<int, std::string> httpReply(const std::string& reply, const std::string& what) {
   const auto end = reply.find("\r\n\r\n");
   if (reply.compare(0, 9, "HTTP/1.1 ") != 0 || end == std::string::npos) {
     SHOAL_THROW(StoreError, "{}: not an HTTP reply", what);
@@ -87,10 +90,22 @@ std::string httpBody(const std::string& reply, const std::string& what) {
     }
     body = std::move(plain);
   }
-  if (status != 200) {
-    SHOAL_THROW(StoreError, "{}: HTTP {}: {}", what, status, body.substr(0, 200));
+  return {status, std::move(body)};
+}
+
+// etcd's error text in a reply body ({"error": ..., "code": ...}), else the body's start.
+std::string etcdError(const std::string& body) {
+  const auto j = json::parse(body, nullptr, false);
+  if (!j.is_discarded() && j.is_object()) {
+    if (j.contains("message") && j["message"].is_string()) return j["message"];
+    if (j.contains("error") && j["error"].is_string()) return j["error"];
   }
-  return body;
+  return body.substr(0, 200);
+}
+
+// Refusals that a new token may cure: the token expired or was revoked.
+bool tokenRefused(int status, const std::string& body) {
+  return status == 401 || body.find("invalid auth token") != std::string::npos;
 }
 
 }  // namespace
@@ -114,11 +129,51 @@ EtcdAddress EtcdAddress::parse(const std::string& url) {
   return a;
 }
 
-EtcdStore::EtcdStore(EtcdAddress address, Duration requestTimeout)
-    : address_(std::move(address)), requestTimeout_(requestTimeout) {}
+EtcdCredentials EtcdCredentials::fromEnvironment(const EnvReader& env) {
+  EtcdCredentials c;
+  c.user = env("SHOAL_ETCD_USER").value_or("");
+  const auto file = env("SHOAL_ETCD_PASSWORD_FILE");
+  const auto password = env("SHOAL_ETCD_PASSWORD");
+  if (file) {
+    std::ifstream in(*file);
+    std::error_code ec;
+    const auto size = std::filesystem::file_size(*file, ec);
+    if (!in || ec) {
+      SHOAL_THROW(InvalidArgument, "SHOAL_ETCD_PASSWORD_FILE={}: cannot be read", *file);
+    }
+    if (size > 4096) {
+      SHOAL_THROW(InvalidArgument, "SHOAL_ETCD_PASSWORD_FILE={}: {} bytes, more than 4096", *file,
+                  size);
+    }
+    std::getline(in, c.password);
+    if (!c.password.empty() && c.password.back() == '\r') c.password.pop_back();
+  } else if (password) {
+    c.password = *password;
+  }
+  if (c.user.empty() && !c.password.empty()) {
+    SHOAL_THROW(InvalidArgument, "an etcd password is set but no SHOAL_ETCD_USER");
+  }
+  if (!c.user.empty() && c.password.empty()) {
+    SHOAL_THROW(InvalidArgument,
+                "SHOAL_ETCD_USER={} has no password: set SHOAL_ETCD_PASSWORD_FILE (or "
+                "SHOAL_ETCD_PASSWORD)",
+                c.user);
+  }
+  return c;
+}
 
-std::string EtcdStore::post(const std::string& path, const std::string& body) {
-  const std::string what = fmt::format("etcd store {}", address_.address.str());
+EtcdStore::EtcdStore(EtcdAddress address, Duration requestTimeout, EtcdCredentials credentials)
+    : address_(std::move(address)),
+      requestTimeout_(requestTimeout),
+      credentials_(std::move(credentials)) {}
+
+std::string EtcdStore::what() const {
+  return fmt::format("etcd store {}", address_.address.str());
+}
+
+std::pair<int, std::string> EtcdStore::request(const std::string& path, const std::string& body,
+                                               const std::string& token) {
+  const std::string what = this->what();
   const Deadline deadline(requestTimeout_);
   std::string lastError;
   // A connection refused (an etcd member restarting) is tried again until the deadline.
@@ -126,9 +181,10 @@ std::string EtcdStore::post(const std::string& path, const std::string& body) {
     try {
       Fd fd = connectTcp(address_.address, deadline, what);
       const std::string request = fmt::format(
-          "POST {} HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\nContent-Length: "
+          "POST {} HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\n{}Content-Length: "
           "{}\r\nConnection: close\r\n\r\n{}",
-          path, address_.address.str(), body.size(), body);
+          path, address_.address.str(),
+          token.empty() ? std::string() : "Authorization: " + token + "\r\n", body.size(), body);
       writeAll(fd.get(), request.data(), request.size(), deadline, what);
       std::string reply;
       char buf[16384];
@@ -145,7 +201,7 @@ std::string EtcdStore::post(const std::string& path, const std::string& body) {
         }
         reply.append(buf, static_cast<size_t>(n));
       }
-      return httpBody(reply, what);
+      return httpReply(reply, what);
     } catch (const StoreError&) {
       throw;
     } catch (const Error& e) {
@@ -157,6 +213,48 @@ std::string EtcdStore::post(const std::string& path, const std::string& body) {
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
+}
+
+std::string EtcdStore::authenticate() {
+  const auto [status, body] =
+      request("/v3/auth/authenticate",
+              json{{"name", credentials_.user}, {"password", credentials_.password}}.dump(), "");
+  const auto reply = json::parse(body, nullptr, false);
+  if (status != 200 || reply.is_discarded() || !reply.contains("token") ||
+      !reply["token"].is_string() || reply["token"].get<std::string>().empty()) {
+    SHOAL_THROW(StoreError, "{}: etcd refused user '{}': {}", what(), credentials_.user,
+                status == 200 ? "no token in its reply" : etcdError(body));
+  }
+  return reply["token"].get<std::string>();
+}
+
+std::string EtcdStore::post(const std::string& path, const std::string& body) {
+  std::string token;
+  if (!credentials_.empty()) {
+    std::lock_guard<std::mutex> lock(tokenMutex_);
+    if (token_.empty()) token_ = authenticate();
+    token = token_;
+  }
+  auto [status, reply] = request(path, body, token);
+  if (!credentials_.empty() && tokenRefused(status, reply)) {
+    {
+      std::lock_guard<std::mutex> lock(tokenMutex_);
+      // Another thread may have renewed it already.
+      if (token_ == token) token_ = authenticate();
+      token = token_;
+    }
+    std::tie(status, reply) = request(path, body, token);
+  }
+  if (status == 200) return reply;
+  const std::string error = etcdError(reply);
+  if (credentials_.empty() && (error.find("user name is empty") != std::string::npos ||
+                               error.find("invalid auth token") != std::string::npos)) {
+    SHOAL_THROW(StoreError,
+                "{}: etcd has authentication on: set SHOAL_ETCD_USER and "
+                "SHOAL_ETCD_PASSWORD_FILE",
+                what());
+  }
+  SHOAL_THROW(StoreError, "{}: HTTP {}: {}", what(), status, error);
 }
 
 EtcdStore::Value EtcdStore::range(const std::string& key) {

@@ -2,15 +2,23 @@
 // which runs etcd in a private network namespace and passes its URL in SHOAL_TEST_ETCD.
 #include "store/etcd_store.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
+#include <poll.h>
+#include <unistd.h>
 
 #include <cstdlib>
+#include <fstream>
 #include <future>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "comm/membership.h"
 #include "common/error.h"
+#include "common/socket.h"
 
 namespace shoal::store {
 namespace {
@@ -23,7 +31,9 @@ std::shared_ptr<EtcdStore> connect(const std::string& ns) {
   }
   auto a = EtcdAddress::parse(url);
   a.ns += "/" + ns;
-  return std::make_shared<EtcdStore>(a, std::chrono::seconds(10));
+  // tests/etcd/etcd_test.sh runs the contract again with etcd's authentication on.
+  return std::make_shared<EtcdStore>(a, std::chrono::seconds(10),
+                                     EtcdCredentials::fromEnvironment(processEnvReader()));
 }
 
 TEST(EtcdStore, SetGetCheckDelete) {
@@ -103,6 +113,94 @@ TEST(EtcdStore, UnreachableIsAStoreErrorNamingTheAddress) {
   EXPECT_THROW(EtcdAddress::parse("etcd://host:2379/"), InvalidArgument);
   EXPECT_THROW(EtcdAddress::parse("http://host:2379"), InvalidArgument);
   EXPECT_EQ(EtcdAddress::parse("etcd://h:2379/a/b").ns, "a/b");
+}
+
+// One POST to etcd's gateway, its whole reply (status line, headers, body).
+std::string rawPost(const HostPort& at, const std::string& path, const std::string& body,
+                    const std::string& token) {
+  const Deadline deadline(std::chrono::seconds(10));
+  Fd fd = connectTcp(at, deadline, "etcd");
+  const std::string request = fmt::format(
+      "POST {} HTTP/1.1\r\nHost: {}\r\n{}Content-Length: {}\r\nConnection: close\r\n\r\n{}", path,
+      at.str(), token.empty() ? "" : "Authorization: " + token + "\r\n", body.size(), body);
+  writeAll(fd.get(), request.data(), request.size(), deadline, "etcd");
+  std::string reply;
+  char buf[4096];
+  while (pollFor(fd.get(), POLLIN, deadline)) {
+    const ssize_t n = ::read(fd.get(), buf, sizeof buf);
+    if (n <= 0) break;
+    reply.append(buf, static_cast<size_t>(n));
+  }
+  return reply;
+}
+
+// Run by tests/etcd/etcd_test.sh once etcd's authentication is on, with SHOAL_ETCD_USER and
+// SHOAL_ETCD_PASSWORD_FILE naming its user: no credentials and a wrong password are one-line
+// StoreErrors saying what to do; the right ones work (the rest of the contract runs with them).
+TEST(EtcdStoreAuth, NoOrWrongCredentialsAreStoreErrorsSayingSo) {
+  const char* url = std::getenv("SHOAL_TEST_ETCD");
+  const auto good = EtcdCredentials::fromEnvironment(processEnvReader());
+  ASSERT_TRUE(url != nullptr && !good.empty())
+      << "run by tests/etcd/etcd_test.sh with SHOAL_ETCD_USER and SHOAL_ETCD_PASSWORD_FILE";
+  const auto address = EtcdAddress::parse(url);
+  auto expectRefused = [&](const EtcdCredentials& c, const std::string& expected) {
+    EtcdStore s(address, std::chrono::seconds(10), c);
+    try {
+      s.set("auth-k", "v");
+      FAIL() << "no error";
+    } catch (const StoreError& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find(expected), std::string::npos) << what;
+      EXPECT_EQ(what.find('\n'), std::string::npos) << what;
+    }
+  };
+  expectRefused({}, "etcd has authentication on: set SHOAL_ETCD_USER and SHOAL_ETCD_PASSWORD_FILE");
+  expectRefused({good.user, good.password + "x"}, "etcd refused user '" + good.user + "'");
+  EtcdStore s(address, std::chrono::seconds(10), good);
+  s.set("auth-k", "v");
+  EXPECT_EQ(s.get("auth-k", std::chrono::seconds(1)), "v");
+
+  // Turning authentication off and on again drops every token etcd gave out (as expiry does):
+  // the store's next request is refused, it authenticates again and goes on.
+  const std::string auth =
+      rawPost(address.address, "/v3/auth/authenticate",
+              nlohmann::json{{"name", good.user}, {"password", good.password}}.dump(), "");
+  const std::string token = nlohmann::json::parse(auth.substr(auth.find('{'))).at("token");
+  EXPECT_NE(rawPost(address.address, "/v3/auth/disable", "{}", token).find(" 200 "),
+            std::string::npos);
+  EXPECT_NE(rawPost(address.address, "/v3/auth/enable", "{}", "").find(" 200 "), std::string::npos);
+  s.set("auth-k", "w");
+  EXPECT_EQ(s.get("auth-k", std::chrono::seconds(1)), "w");
+}
+
+TEST(EtcdCredentials, ComeFromTheEnvironmentWithAPasswordFile) {
+  auto env = [](std::map<std::string, std::string> m) -> EnvReader {
+    return [m](const std::string& k) -> std::optional<std::string> {
+      auto it = m.find(k);
+      return it == m.end() ? std::nullopt : std::optional<std::string>(it->second);
+    };
+  };
+  EXPECT_TRUE(EtcdCredentials::fromEnvironment(env({})).empty());
+  const std::string file = ::testing::TempDir() + "/etcd-password";
+  { std::ofstream(file) << "s3cret\nignored\n"; }
+  auto c = EtcdCredentials::fromEnvironment(
+      env({{"SHOAL_ETCD_USER", "u"}, {"SHOAL_ETCD_PASSWORD_FILE", file}}));
+  EXPECT_EQ(c.user, "u");
+  EXPECT_EQ(c.password, "s3cret");
+  EXPECT_EQ(EtcdCredentials::fromEnvironment(
+                env({{"SHOAL_ETCD_USER", "u"}, {"SHOAL_ETCD_PASSWORD", "p"}}))
+                .password,
+            "p");
+  EXPECT_THROW(EtcdCredentials::fromEnvironment(env({{"SHOAL_ETCD_USER", "u"}})), InvalidArgument);
+  EXPECT_THROW(EtcdCredentials::fromEnvironment(env({{"SHOAL_ETCD_PASSWORD", "p"}})),
+               InvalidArgument);
+  EXPECT_THROW(EtcdCredentials::fromEnvironment(
+                   env({{"SHOAL_ETCD_USER", "u"}, {"SHOAL_ETCD_PASSWORD_FILE", "/no/such/file"}})),
+               InvalidArgument);
+  { std::ofstream(file) << std::string(5000, 'x'); }
+  EXPECT_THROW(EtcdCredentials::fromEnvironment(
+                   env({{"SHOAL_ETCD_USER", "u"}, {"SHOAL_ETCD_PASSWORD_FILE", file}})),
+               InvalidArgument);
 }
 
 }  // namespace

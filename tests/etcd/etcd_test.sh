@@ -64,8 +64,8 @@ start_etcd() {
 start_etcd "$work/etcd1.log"
 echo "etcd ready (pid $etcd_pid)"
 
-# 1. The store contract.
-in_ns env SHOAL_TEST_ETCD=etcd://127.0.0.1:2379/contract "$contract"
+# 1. The store contract (its authentication case comes in 4).
+in_ns env SHOAL_TEST_ETCD=etcd://127.0.0.1:2379/contract "$contract" --gtest_filter=-EtcdStoreAuth.*
 
 # 2. An elastic job through etcd loses member 1 in step 10: 3 workers finish, equal.
 export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
@@ -104,4 +104,29 @@ wait "$job_pid" || rc=$?
 [ "$rc" = 0 ] || { echo "FAIL: job 2 exited $rc" >&2; tail -n 30 "$work/job2.out" >&2; exit 1; }
 check_done "$work/job2.out" 3000
 echo "job 2: survived the etcd restart and a worker's death after it"
+
+# 4. etcd's authentication on (a root user with a password, through the JSON gateway): the
+#    contract with the user's credentials, refusals without them, and a job whose ranks get them
+#    from the launcher's environment.
+gateway() {
+  local path="$1" body="$2"
+  if ! in_ns curl -sS -f -X POST "http://127.0.0.1:2379$path" -d "$body" >"$work/gateway.out" 2>&1; then
+    echo "FAIL: etcd $path: $(cat "$work/gateway.out")" >&2
+    exit 1
+  fi
+}
+gateway /v3/auth/user/add '{"name":"root","password":"pw-4-shoal"}'
+gateway /v3/auth/role/add '{"name":"root"}'
+gateway /v3/auth/user/grant '{"user":"root","role":"root"}'
+gateway /v3/auth/enable '{}'
+printf 'pw-4-shoal\n' >"$work/password"
+chmod 600 "$work/password"
+export SHOAL_ETCD_USER=root SHOAL_ETCD_PASSWORD_FILE="$work/password"
+in_ns env SHOAL_TEST_ETCD=etcd://127.0.0.1:2379/contract-auth "$contract"
+rc=0
+in_ns env SHOAL_STORE_ADDR=etcd://127.0.0.1:2379/job3 timeout 300 "$shoal" run --timeout 30 \
+  --elastic 2:4 -n 3 -- "$worker" --steps 10 >"$work/job3.out" 2>&1 || rc=$?
+[ "$rc" = 0 ] || { echo "FAIL: job 3 exited $rc" >&2; tail -n 30 "$work/job3.out" >&2; exit 1; }
+check_done "$work/job3.out" 10
+echo "job 3: the store in etcd with authentication on"
 echo "PASS"
