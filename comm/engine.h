@@ -77,6 +77,13 @@ class Engine {
   // request itself where the library chooses out of sight (MPI). Cheap, no communication.
   virtual AllreduceAlgorithm resolveAllreduce(const Operation& op) const { return op.algorithm; }
 
+  // Traces (Note [Operation spans] in comm/group.cpp): while `at` is set, the operation
+  // running (run(), or a task of the engine's own run in issue order) sets *at, if it holds no
+  // time yet (Clock::time_point{}), to when its first message from any peer arrived on this
+  // rank. Left as it is where no message arrived or the engine cannot see its messages (MPI).
+  // Called around one operation by the thread that runs it: with `at`, then with null.
+  virtual void watchFirstArrival(Clock::time_point* at) { (void)at; }
+
   // Called once, right after run() or split() threw `error`: tells the peers (as far as the
   // engine can) and returns what the caller gets: the error with the cause named (for a
   // timeout, a lost peer, a mismatch, a bad frame), or `error` itself. `fatal` is set to false

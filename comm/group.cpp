@@ -32,6 +32,18 @@ std::string errorLine(std::exception_ptr error) {
   return text;
 }
 
+// Ends `span` with wait_us and transfer_us split at `firstArrival` (Note [Operation spans]);
+// without an arrival it adds nothing and the span ends when it goes.
+void splitAtFirstArrival(TraceScope& span, const TraceSink& sink, Clock::time_point firstArrival) {
+  if (firstArrival == Clock::time_point{}) return;
+  // Noted on the steady clock between the span's begin and this end, and mapped onto the
+  // sink's the way now() maps it: the two parts are never negative and add up to the span.
+  const int64_t arrival = sink.at(firstArrival);
+  const int64_t end = span.stop();
+  span.arg("wait_us", static_cast<double>(arrival - span.beginNs()) / 1e3)
+      .arg("transfer_us", static_cast<double>(end - arrival) / 1e3);
+}
+
 }  // namespace
 
 std::string_view toString(AllreduceAlgorithm a) {
@@ -123,15 +135,31 @@ std::shared_ptr<Group> Group::connect(const std::string& name, int rank, int siz
 // Note [Operation spans]
 // With GroupOptions::trace set, each operation run in issue order records one span (category
 // "comm"), from when it starts running on the thread that runs it to when it finished or
-// failed: the whole operation, waiting for peers and moving data together (the transport's
-// progress loop, which alone could tell them apart, is not instrumented). Its arguments:
-//   seq         the group's sequence number (the same on every rank for the same collective);
-//               point-to-point run in issue order has peer and tag instead
-//   bytes       this rank's buffer: count x element size (collectives and send / receive)
-//   algorithm   all-reduce only: the algorithm that ran (what kAuto resolved to)
-//   generation  the world generation; group_rank, group_size: this rank in the group
-//   queued_us   asynchronous operations only: how long it waited behind earlier ones
-//   error       only if it failed: the error's first line, shortened
+// failed. Its arguments:
+//   seq          the group's sequence number (the same on every rank for the same collective);
+//                point-to-point run in issue order has peer and tag instead
+//   bytes        this rank's buffer: count x element size (collectives and send / receive)
+//   algorithm    all-reduce only: the algorithm that ran (what kAuto resolved to)
+//   generation   the world generation; group_rank, group_size: this rank in the group
+//   queued_us    asynchronous operations only: how long it waited behind earlier ones
+//   error        only if it failed: the error's first line, shortened
+//   wait_us      from the span's begin until the first message of this operation from any
+//                peer arrived on this rank (the transport read its frame header): how late the
+//                peers this rank hears from first were, their latency included
+//   transfer_us  the rest of the span: moving and reducing data, and any wait for a peer the
+//                operation meets only later. wait_us + transfer_us is the span's duration.
+// The two are there only where a message of the operation arrived on this rank and the engine
+// saw it. Not on ranks that receive nothing: the root of a broadcast or a scatter, the leaves
+// of a reduce, the non-roots of a gather, a group of one. A send is done once the link took its
+// bytes, whether the peer is there yet or not, so nothing there tells waiting from moving, and
+// no value is made up. Not on an operation that failed before anything arrived, nor on tasks
+// that move no frames of their own (split, the point-to-point channels' drive). Never under
+// the MPI engine: the library's progress is out of sight (comm/mpi/mpi_engine.h).
+// Only the first message counts: where it comes from a peer that was on time while another was
+// late (the ring with more than 2 ranks, recursive doubling's first partner), the late peer
+// shows in transfer_us. The arrival is one clock read per operation, noted by the transport's
+// progress loop (transport::Endpoint::run) only while the span watches for it
+// (Engine::watchFirstArrival): without a trace nothing is read.
 // Point-to-point messages on the engine's own channels are asynchronous spans (category "p2p",
 // named send / recv, from post to completion, with peer, tag and bytes): many overlap on one
 // thread.
@@ -174,9 +202,13 @@ void Group::runOrdered(transport::OpCode op, const CallOptions& call, const Task
   }
   FlightRecorder* flight = options_.flight.get();
   const uint64_t flightId = flight ? flight->begin(flightOp(op, seq, described)) : 0;
+  // Watched only while the task runs: the engine must not keep a pointer to this frame.
+  Clock::time_point firstArrival{};
+  if (span.active()) engine_->watchFirstArrival(&firstArrival);
   try {
     task(seq, deadline);
   } catch (...) {
+    if (span.active()) engine_->watchFirstArrival(nullptr);
     if (span.active() || flight) {
       const std::string error = errorLine(std::current_exception());
       if (span.active()) span.arg("error", error);
@@ -187,7 +219,12 @@ void Group::runOrdered(transport::OpCode op, const CallOptions& call, const Task
     bool fatal = true;
     std::exception_ptr error = engine_->abort(std::current_exception(), fatal);
     if (fatal) failure_ = error;
+    if (span.active()) splitAtFirstArrival(span, *sink, firstArrival);
     std::rethrow_exception(error);
+  }
+  if (span.active()) {
+    engine_->watchFirstArrival(nullptr);
+    splitAtFirstArrival(span, *sink, firstArrival);
   }
   if (flight) flight->end(flightId);
 }

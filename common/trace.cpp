@@ -18,10 +18,8 @@ TraceArg* nextArg(TraceSpan& span, const char* key) {
   return &a;
 }
 
-int64_t steadyNs() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
+int64_t steadyNs(std::chrono::steady_clock::time_point t = std::chrono::steady_clock::now()) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
 }
 
 }  // namespace
@@ -61,8 +59,8 @@ TraceSink::TraceSink(TraceSinkOptions options)
   }
 }
 
-int64_t TraceSink::now() const {
-  const int64_t t = steadyNs();
+int64_t TraceSink::at(std::chrono::steady_clock::time_point steady) const {
+  const int64_t t = steadyNs(steady);
   if (clockDrift_ == 0) return t + clockSkewNs_;
   return t + clockSkewNs_ + static_cast<int64_t>(static_cast<double>(t - createdNs_) * clockDrift_);
 }
@@ -121,9 +119,16 @@ TraceScope::TraceScope(TraceSink* sink, std::string_view name, const char* categ
   span_->beginNs = sink_->now();
 }
 
+int64_t TraceScope::stop() {
+  if (!span_) return 0;
+  if (!stopped_) span_->endNs = sink_->now();
+  stopped_ = true;
+  return span_->endNs;
+}
+
 TraceScope::~TraceScope() {
   if (!span_) return;
-  span_->endNs = sink_->now();
+  stop();
   sink_->record(std::move(*span_));
 }
 

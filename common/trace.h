@@ -22,6 +22,7 @@
 
 #include <array>
 #include <atomic>
+#include <chrono>
 #include <concepts>
 #include <cstdint>
 #include <deque>
@@ -34,7 +35,8 @@
 
 namespace shoal {
 
-inline constexpr size_t kMaxTraceArgs = 8;
+// A collective's span carries up to ten (Note [Operation spans] in comm/group.cpp).
+inline constexpr size_t kMaxTraceArgs = 10;
 inline constexpr size_t kDefaultTraceEvents = 100000;
 inline constexpr size_t kMaxTraceEvents = size_t{1} << 24;
 
@@ -89,7 +91,10 @@ class TraceSink {
   TraceSink& operator=(const TraceSink&) = delete;
 
   // This sink's clock, in nanoseconds.
-  int64_t now() const;
+  int64_t now() const { return at(std::chrono::steady_clock::now()); }
+  // This sink's clock at steady-clock time `t`: for an instant noted by code that knows no sink
+  // (the transport's first arrival of an operation).
+  int64_t at(std::chrono::steady_clock::time_point t) const;
   // The calling thread's id, as spans record it.
   static uint64_t currentThread();
   // A fresh id for an asynchronous span (never 0).
@@ -138,6 +143,11 @@ class TraceScope {
   TraceScope& operator=(const TraceScope&) = delete;
 
   bool active() const { return span_.has_value(); }
+  // When the span began, on its sink's clock (0 without a sink).
+  int64_t beginNs() const { return span_ ? span_->beginNs : 0; }
+  // Ends the span now and returns its end (0 without a sink), for arguments that need the same
+  // instant; it is still recorded at destruction, with the arguments added meanwhile.
+  int64_t stop();
   template <typename T>
   TraceScope& arg(const char* key, const T& value) {
     if (span_) span_->add(key, value);
@@ -147,6 +157,7 @@ class TraceScope {
  private:
   TraceSink* sink_;
   std::optional<TraceSpan> span_;  // engaged only with a sink: nothing is built otherwise
+  bool stopped_ = false;
 };
 
 }  // namespace shoal

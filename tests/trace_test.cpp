@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <filesystem>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -105,6 +106,28 @@ TEST(TraceScope, RecordsOneSpanWithItsArgumentsOnThisThread) {
   EXPECT_EQ(s.args[2].doubleValue, 0.25);
 }
 
+TEST(TraceScope, StopEndsTheSpanAndArgumentsAddedLaterAreKept) {
+  TraceSink sink({.clockSkewNs = 5'000'000'000});
+  int64_t end = 0;
+  {
+    TraceScope scope(&sink, "op", "test");
+    const auto inside = std::chrono::steady_clock::now();
+    end = scope.stop();
+    EXPECT_GE(sink.at(inside), scope.beginNs());  // at() is the clock now() reads
+    EXPECT_LE(sink.at(inside), end);
+    EXPECT_EQ(scope.stop(), end);  // once stopped, the end stays
+    scope.arg("after", 1);
+  }
+  const auto spans = sink.snapshot();
+  ASSERT_EQ(spans.size(), 1u);
+  EXPECT_EQ(spans[0].endNs, end);
+  ASSERT_EQ(spans[0].argCount, 1u);
+  EXPECT_STREQ(spans[0].args[0].key, "after");
+  TraceScope none(static_cast<TraceSink*>(nullptr), "nothing", "test");
+  EXPECT_EQ(none.stop(), 0);
+  EXPECT_EQ(none.beginNs(), 0);
+}
+
 TEST(TraceEnv, TheVariablesAreCheckedAndResolved) {
   auto env = [](std::map<std::string, std::string> vars) -> EnvReader {
     return [vars](const std::string& name) -> std::optional<std::string> {
@@ -182,6 +205,19 @@ TEST(GroupTrace, EveryOperationIsASpanWithItsSequenceNumberOnEveryRank) {
       }
       // The asynchronous all-reduce says how long it was queued; the others do not.
       EXPECT_EQ(args.count("queued_us"), i == 2 ? 1u : 0u) << names[i];
+      // Every rank receives a message of each but the broadcast's root (Note [Operation
+      // spans]): its span has no split, the others' two parts make up the span.
+      const size_t split = i == 1 && r == 2 ? 0u : 1u;
+      EXPECT_EQ(args.count("wait_us"), split) << names[i] << " on rank " << r;
+      EXPECT_EQ(args.count("transfer_us"), split) << names[i] << " on rank " << r;
+      if (split == 1 && args.count("wait_us") == 1 && args.count("transfer_us") == 1) {
+        const double wait = args["wait_us"]->doubleValue;
+        const double transfer = args["transfer_us"]->doubleValue;
+        EXPECT_GE(wait, 0);
+        EXPECT_GE(transfer, 0);
+        EXPECT_NEAR(wait + transfer, static_cast<double>(comm[i].endNs - comm[i].beginNs) / 1e3,
+                    1e-6);
+      }
     }
     if (r < 2) {
       ASSERT_EQ(p2p.size(), 1u) << "rank " << r;
@@ -191,6 +227,24 @@ TEST(GroupTrace, EveryOperationIsASpanWithItsSequenceNumberOnEveryRank) {
       EXPECT_LE(p2p[0].beginNs, p2p[0].endNs);
     } else {
       EXPECT_TRUE(p2p.empty()) << "rank " << r;
+    }
+  }
+}
+
+TEST(GroupTrace, AGroupOfOneReceivesNothingAndHasNoSplit) {
+  std::vector<std::shared_ptr<TraceSink>> sinks{std::make_shared<TraceSink>()};
+  auto errors = runTracedRanks(sinks, [&](comm::Group& g) {
+    std::vector<float> v(100, 1.0f);
+    comm::allreduce(g, v.data(), v.size(), DataType::kFloat32, ReduceOp::kSum);
+    comm::barrier(g);
+  });
+  ASSERT_EQ(errors[0], "");
+  const auto spans = sinks[0]->snapshot();
+  ASSERT_EQ(spans.size(), 2u);
+  for (const auto& s : spans) {
+    for (size_t a = 0; a < s.argCount; ++a) {
+      EXPECT_NE(std::string_view(s.args[a].key), "wait_us") << s.name;
+      EXPECT_NE(std::string_view(s.args[a].key), "transfer_us") << s.name;
     }
   }
 }

@@ -215,7 +215,7 @@ size_t Endpoint::recvPiecesSome(Transfer& t, Link& link, size_t esize, const Con
   return r;
 }
 
-bool Endpoint::advanceRecv(Transfer& t) {
+bool Endpoint::advanceRecv(Transfer& t, Clock::time_point* firstArrival) {
   Link& link = *links_[t.peer];
   bool progressed = false;
   while (t.headerDone < kHeaderBytes) {
@@ -234,6 +234,10 @@ bool Endpoint::advanceRecv(Transfer& t) {
       throwDeparted(t.peer, t.header);
     }
     checkFrame(t.header, t.got, link.context(), options_.describe);
+    // Here, once per frame: untraced, a branch per message; traced, one clock read per operation.
+    if (firstArrival != nullptr && *firstArrival == Clock::time_point{}) {
+      *firstArrival = Clock::now();
+    }
   }
   auto* dst = static_cast<uint8_t*>(t.dst);
   while (t.done < t.header.bytes) {
@@ -380,13 +384,13 @@ void Endpoint::throwTimeout(const Transfer* ts, size_t n, const Deadline& deadli
 }
 
 void Endpoint::run(Transfer* ts, size_t n, const Deadline& deadline,
-                   const std::function<void()>& onSlow) {
-  progress(ts, n, deadline, onSlow, {});
+                   const std::function<void()>& onSlow, Clock::time_point* firstArrival) {
+  progress(ts, n, deadline, onSlow, {}, firstArrival);
 }
 
 bool Endpoint::runUntil(Transfer* ts, size_t n, const Deadline& deadline,
                         const std::function<bool()>& stopEarly) {
-  return progress(ts, n, deadline, {}, stopEarly);
+  return progress(ts, n, deadline, {}, stopEarly, nullptr);
 }
 
 void Endpoint::wake() noexcept {
@@ -394,8 +398,8 @@ void Endpoint::wake() noexcept {
 }
 
 bool Endpoint::progress(Transfer* ts, size_t n, const Deadline& deadline,
-                        const std::function<void()>& onSlow,
-                        const std::function<bool()>& stopEarly) {
+                        const std::function<void()>& onSlow, const std::function<bool()>& stopEarly,
+                        Clock::time_point* firstArrival) {
   if (aborted_) {
     SHOAL_THROW(PeerError, "rank {}: this group failed earlier and cannot be used: {}", rank_,
                 abortReason_);
@@ -453,7 +457,7 @@ bool Endpoint::progress(Transfer* ts, size_t n, const Deadline& deadline,
         size_t i = q.items[q.front];
         Transfer& t = ts[i];
         if (t.after >= 0 && !finished[t.after]) break;
-        progressed |= q.send ? advanceSend(t) : advanceRecv(t);
+        progressed |= q.send ? advanceSend(t) : advanceRecv(t, firstArrival);
         bool done = q.send ? t.done == kHeaderBytes + t.header.bytes
                            : t.headerDone == kHeaderBytes && t.done == t.header.bytes;
         if (!done) break;

@@ -165,8 +165,11 @@ class Endpoint {
   // on others must not take it for a crash.
   ~Endpoint();
 
+  // With `firstArrival` holding no time yet (Clock::time_point{}), sets it to when this call
+  // first read a frame header of one of its receives in full: when a peer's message was first
+  // there (traces: Note [Operation spans] in comm/group.cpp). Null costs a branch per frame.
   void run(Transfer* transfers, size_t count, const Deadline& deadline,
-           const std::function<void()>& onSlow = {});
+           const std::function<void()>& onSlow = {}, Clock::time_point* firstArrival = nullptr);
 
   // Like run(), but also returns (false) when `stopEarly` says so after a wake() or a quiet
   // spell, with every transfer's progress kept in it: call again with the same transfers first
@@ -216,9 +219,10 @@ class Endpoint {
   void adoptArrivals(bool watch);
   void install(int peer, std::unique_ptr<Link> link, bool watch);
   bool progress(Transfer* transfers, size_t count, const Deadline& deadline,
-                const std::function<void()>& onSlow, const std::function<bool()>& stopEarly);
+                const std::function<void()>& onSlow, const std::function<bool()>& stopEarly,
+                Clock::time_point* firstArrival);
   bool advanceSend(Transfer& t);
-  bool advanceRecv(Transfer& t);
+  bool advanceRecv(Transfer& t, Clock::time_point* firstArrival);
   // Receive-reduce and receive-apply: moves what has arrived of t's payload to `consume`
   // (src, payload offset, bytes: whole elements of `esize`), zero-copy out of a shared ring when
   // it can. Returns the payload bytes taken from the link.

@@ -8,6 +8,11 @@
 // MPI's own blocking calls cannot time out, and Shoal's contract is never to hang. An operation
 // that times out cannot be cancelled; its group refuses later calls.
 //
+// Traces: an operation's span has no wait_us / transfer_us (Note [Operation spans] in
+// comm/group.cpp). When a peer's message arrives is known only inside the library's progress
+// engine; MPI_Test says when the whole operation is done, nothing earlier, so this engine keeps
+// Engine::watchFirstArrival's default and the span covers waiting and moving together.
+//
 // float16 and bfloat16 have no MPI type: they travel as 2-byte types with Shoal's reduction
 // kernels as user-defined MPI operations, so their rounding matches the native engine's.
 #pragma once

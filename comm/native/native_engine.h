@@ -52,6 +52,7 @@ class NativeEngine final : public Engine {
   std::shared_ptr<Engine> connect(const std::string& name, int rank, int size,
                                   Duration timeout) override;
   std::shared_ptr<Work> post(const Operation& op, Duration timeout) override;
+  void watchFirstArrival(Clock::time_point* at) override { firstArrival_ = at; }
   void interrupt() noexcept override { endpoint_->interrupt(); }
   uint64_t bytesSent() const override { return endpoint_->bytesSent(); }
 
@@ -114,6 +115,9 @@ class NativeEngine final : public Engine {
   uint64_t splits_ = 0;
   // The operation running (or that ran last): what abort() names.
   transport::FrameHeader current_;
+  // Where OpContext::run notes the running operation's first arrival (watchFirstArrival);
+  // null when nobody traces it.
+  Clock::time_point* firstArrival_ = nullptr;
   std::mutex p2pMutex_;
   // Closed by the destructor first: the channels use this engine until they are closed.
   std::map<std::pair<int, int>, std::shared_ptr<P2pChannel>> p2p_;

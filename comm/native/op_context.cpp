@@ -64,7 +64,7 @@ void OpContext::run(std::vector<Transfer>& batch) {
     posted = engine_.diagnostics_.set(kPostBudget, fmt::format("blocked/{}", engine_.rank()),
                                       describeOp(base_));
   };
-  engine_.endpoint().run(batch.data(), batch.size(), deadline_, onSlow);
+  engine_.endpoint().run(batch.data(), batch.size(), deadline_, onSlow, engine_.firstArrival_);
   if (posted) {
     engine_.diagnostics_.run(Duration(0), [key = fmt::format("blocked/{}", engine_.rank())](
                                               store::Store& s) { s.deleteKey(key); });
