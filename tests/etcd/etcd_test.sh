@@ -108,10 +108,13 @@ echo "job 2: survived the etcd restart and a worker's death after it"
 # 4. etcd's authentication on (a root user with a password, through the JSON gateway): the
 #    contract with the user's credentials, refusals without them, and a job whose ranks get them
 #    from the launcher's environment.
-gateway() {
+gateway() {  # POSTs JSON to etcd's gateway (python3: no HTTP client among the packages)
   local path="$1" body="$2"
-  if ! in_ns curl -sS -f -X POST "http://127.0.0.1:2379$path" -d "$body" >"$work/gateway.out" 2>&1; then
-    echo "FAIL: etcd $path: $(cat "$work/gateway.out")" >&2
+  if ! in_ns python3 -c 'import sys, urllib.request
+urllib.request.urlopen(urllib.request.Request("http://127.0.0.1:2379" + sys.argv[1],
+    data=sys.argv[2].encode(), method="POST"), timeout=30).read()' "$path" "$body" \
+      >"$work/gateway.out" 2>&1; then
+    echo "FAIL: etcd $path: $(tail -n 3 "$work/gateway.out")" >&2
     exit 1
   fi
 }
