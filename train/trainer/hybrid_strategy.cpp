@@ -57,6 +57,8 @@ class HybridStrategy final : public DistributionStrategy {
     optimizer_->zero_grad();
   }
 
+  HybridParallel* hybrid() override { return model_.get(); }
+
   std::array<double, 3> evaluate(const torch::Tensor& inputs, const torch::Tensor& targets,
                                  bool classes) override {
     return model_->evaluateShare(inputs, targets, classes);
