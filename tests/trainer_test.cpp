@@ -188,6 +188,20 @@ TEST(Trainer, GridStrategiesClipMixedPrecisionAndResume) {
   EXPECT_NE(other.output.find("layout"), std::string::npos) << other.output;
 }
 
+// A finished pipeline job resumed has nothing left to train: it ends cleanly (no split advice
+// from steps it did not measure).
+TEST(Trainer, AFinishedPipelineJobResumesToNothing) {
+  TempDir dir;
+  const std::string flags =
+      "--strategy pipeline --stages 2 --epochs 1 --steps 2 --checkpoint-dir " + dir.path + "/c";
+  const auto first = train("-n 2", flags);
+  ASSERT_EQ(first.code, 0) << first.output;
+  ASSERT_EQ(epochs(first.output).size(), 1u) << first.output;
+  const auto again = train("-n 2", flags + " --resume");
+  ASSERT_EQ(again.code, 0) << again.output;
+  EXPECT_TRUE(epochs(again.output).empty()) << again.output;
+}
+
 TEST(Trainer, BadConfigurationIsOneLineAndExitCodeTwo) {
   const struct {
     const char* launch;
