@@ -59,28 +59,27 @@ train::TensorDataset load(const std::string& dir, const char* split, int64_t sub
   return {d.images, d.labels};
 }
 
-// Rank 0's line per epoch. Throughput counts the training steps only: from the previous
-// epoch's report (or the start) to the epoch's last step, before its validation.
+// Rank 0's line per epoch. Throughput is of the steps after the epoch's first (which would
+// count the pipeline's planning), up to its last, before its validation.
 struct Report : train::Callback {
   bool lead = false;
   int64_t batch = 0;
   int64_t steps = 0;
-  std::chrono::steady_clock::time_point from = std::chrono::steady_clock::now(), lastStep = from;
+  std::chrono::steady_clock::time_point first, last;
 
   void onStep(const train::StepInfo&) override {
-    ++steps;
-    lastStep = std::chrono::steady_clock::now();
+    last = std::chrono::steady_clock::now();
+    if (steps++ == 0) first = last;
   }
   void onEpoch(const train::EpochMetrics& m) override {
-    const double seconds = std::chrono::duration<double>(lastStep - from).count();
+    const double seconds = std::chrono::duration<double>(last - first).count();
     if (lead) {
       fmt::print("epoch {}: mean loss {:.4f}, test accuracy {:.2f}%, {:.0f} samples/s\n",
                  m.epoch + 1, m.trainLoss, 100 * m.validationAccuracy,
-                 seconds > 0 ? static_cast<double>(steps * batch) / seconds : 0.0);
+                 seconds > 0 ? static_cast<double>((steps - 1) * batch) / seconds : 0.0);
       std::fflush(stdout);
     }
     steps = 0;
-    from = lastStep = std::chrono::steady_clock::now();
   }
 };
 
