@@ -13,7 +13,9 @@ OptimizerKind parseOptimizer(std::string_view name) {
   if (name == "rmsprop") return OptimizerKind::kRmsprop;
   if (name == "lamb") return OptimizerKind::kLamb;
   if (name == "lars") return OptimizerKind::kLars;
-  SHOAL_THROW(InvalidArgument, "optimizer '{}': expected sgd, adam, rmsprop, lamb or lars", name);
+  if (name == "adamw") return OptimizerKind::kAdamW;
+  SHOAL_THROW(InvalidArgument, "optimizer '{}': expected sgd, adam, adamw, rmsprop, lamb or lars",
+              name);
 }
 
 std::string_view toString(OptimizerKind kind) {
@@ -28,6 +30,8 @@ std::string_view toString(OptimizerKind kind) {
       return "lamb";
     case OptimizerKind::kLars:
       return "lars";
+    case OptimizerKind::kAdamW:
+      return "adamw";
   }
   return "invalid";
 }

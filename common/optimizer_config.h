@@ -10,9 +10,13 @@
 namespace shoal {
 
 // kLamb and kLars are layer-wise (train/optim/lamb.h, lars.h): data-parallel training only, the
-// parameter server's elementwise kernels do not apply them.
-enum class OptimizerKind { kSgd, kAdam, kRmsprop, kLamb, kLars };
-OptimizerKind parseOptimizer(std::string_view name);  // sgd | adam | rmsprop | lamb | lars
+// parameter server's elementwise kernels do not apply them. kAdamW is Adam with decoupled weight
+// decay (Loshchilov and Hutter: each step shrinks the weights by lr x weightDecay instead of
+// adding weightDecay x weight to the gradient, libtorch's AdamW); the parameter server's kernels
+// do not implement it either.
+enum class OptimizerKind { kSgd, kAdam, kRmsprop, kLamb, kLars, kAdamW };
+// sgd | adam | rmsprop | lamb | lars | adamw
+OptimizerKind parseOptimizer(std::string_view name);
 std::string_view toString(OptimizerKind kind);
 
 // Hyper-parameters follow libtorch's defaults and formulas (Adam betas 0.9/0.999, eps 1e-8;

@@ -1,5 +1,6 @@
 // A small GPT-style byte-level language model (train/gpt.h) trained on Debian's fortune files
-// (train/byte_corpus.h) on a data x pipeline x tensor process grid, then asked to write.
+// (train/byte_corpus.h) by train::Trainer on a data x pipeline x tensor process grid, then asked
+// to write. This file holds the model, the data and the report; the Trainer the loop.
 //
 //   build/gpt_fortunes                                            # one process
 //   shoal run -n 2 -- build/gpt_fortunes --tensor-parallel 2
@@ -8,15 +9,14 @@
 //
 // Every rank builds the same full model from --seed and keeps its slices; every rank reads the
 // same global batches (--batch, split over the data replicas): any grid shape follows the same
-// loss curve as one process, up to float rounding. The loss and the validation perplexity are
-// printed every --eval-every steps; at the end the model is gathered (--save writes it, a
-// sealed file loadable by one process) and world rank 0 generates --generate bytes from
-// --prompt.
+// loss curve as one process, up to float rounding. The training windows are drawn up front,
+// --steps global batches of them, and each taken once in an order shuffled by --seed. The loss
+// and the validation perplexity are printed every --eval-every steps and at the end; then the
+// model is gathered (--save writes it, a sealed file loadable by one process) and world rank 0
+// generates --generate bytes from --prompt.
 #include <fmt/format.h>
 
 #include <CLI/CLI.hpp>
-#include <chrono>
-#include <cmath>
 #include <iostream>
 
 #include "common/error.h"
@@ -26,8 +26,7 @@
 #include "train/byte_corpus.h"
 #include "train/full_state.h"
 #include "train/gpt.h"
-#include "train/hybrid_parallel.h"
-#include "train/process_grid.h"
+#include "train/trainer.h"
 
 using namespace shoal;
 
@@ -99,6 +98,45 @@ int generateOnly(const Flags& f) {
   return 0;
 }
 
+// The data: every step's global batch of windows, drawn as ByteCorpus draws them and held in
+// memory as one data set (8 x (sequence + 1) bytes a window), whose next-byte targets are the
+// inputs shifted by one.
+train::TensorDataset windows(const train::ByteCorpus& corpus, train::ByteCorpus::Split split,
+                             int64_t batches, const Flags& f) {
+  std::vector<torch::Tensor> parts;
+  for (int64_t b = 0; b < batches; ++b) {
+    parts.push_back(corpus.batch(f.batch, f.sequence, static_cast<uint64_t>(b), split));
+  }
+  const torch::Tensor all = torch::cat(parts);
+  return {all.narrow(1, 0, f.sequence), all.narrow(1, 1, f.sequence)};
+}
+
+// Rank 0's line per validation: the mean training loss since the previous one, the validation
+// loss and perplexity, and the tokens per second of the steps between.
+struct Report : train::Callback {
+  bool lead = false;
+  bool resumed = false;
+  int64_t tokensPerStep = 0;
+  int64_t steps = 0;  // since the previous validation
+  bool first = true;
+  void onStep(const train::StepInfo& s) override {
+    // The first step after a resume says where the checkpoint left off.
+    if (lead && resumed && first) fmt::print("resumed at step {}\n", s.step - 1);
+    first = false;
+    ++steps;
+  }
+  void onValidation(const train::EpochMetrics& m) override {
+    if (lead) {
+      fmt::print(
+          "step {}: loss {:.4f}, validation loss {:.4f}, perplexity {:.2f}, {:.0f} tokens/s\n",
+          m.step, m.trainLoss, m.validationLoss, m.validationPerplexity,
+          static_cast<double>(steps * tokensPerStep) / m.seconds);
+      std::fflush(stdout);
+    }
+    steps = 0;
+  }
+};
+
 int trainMain(const Flags& f) {
   auto world = shoal::init();
   torch::set_num_threads(1);
@@ -107,91 +145,66 @@ int trainMain(const Flags& f) {
   train::keepFreedMemoryForReuse();
   const bool lead = world.rank == 0;
   const train::GptConfig c = configOf(f);
-  // Every rank checks the model against the grid before any group is split or layer built.
-  const int data = f.data > 0 ? f.data : world.size / std::max(1, f.pipeline * f.tensor);
+  // Every rank checks the model and the batch against the grid before any group is split or
+  // layer built.
   train::validate(c, f.tensor, f.pipeline);
-  train::ProcessGrid grid = train::makeProcessGrid(
-      world.group, {.data = data, .pipeline = f.pipeline, .tensor = f.tensor, .order = f.order});
-  if (lead) fmt::print("{}\nmodel: {}\n", grid.describe(), c.describe());
-  if (f.batch % grid.dataSize != 0 ||
-      (grid.pipelineSize > 1 && f.batch / grid.dataSize < f.microBatches)) {
+  const int data = f.data > 0 ? f.data : world.size / std::max(1, f.pipeline * f.tensor);
+  SHOAL_CHECK(data * f.pipeline * f.tensor == world.size,
+              "--data-parallel {} x --pipeline-stages {} x --tensor-parallel {} is not the "
+              "world's {} ranks",
+              data, f.pipeline, f.tensor, world.size);
+  if (f.batch % data != 0 || (f.pipeline > 1 && f.batch / data < f.microBatches)) {
     SHOAL_THROW(InvalidArgument,
                 "--batch {} must divide over data {} into at least --micro-batches {} each",
-                f.batch, grid.dataSize, f.microBatches);
+                f.batch, data, f.microBatches);
   }
   train::ByteCorpus corpus({.directory = f.corpus, .seed = static_cast<uint64_t>(f.seed)});
-  using Split = train::ByteCorpus::Split;
+  const auto trainSet = windows(corpus, train::ByteCorpus::Split::kTrain, f.steps, f);
+  const auto validationSet =
+      windows(corpus, train::ByteCorpus::Split::kValidation, f.evalBatches, f);
 
-  train::tensor::TensorGroup tg{grid.tensor};
-  auto net = train::makeGpt(c, tg);
-  train::HybridOptions options;
-  options.pipeline.schedule = f.schedule;
-  options.pipeline.microBatches = f.microBatches;
-  options.pipeline.chunks = f.schedule == "interleaved" ? 2 : 1;
-  options.pipeline.printPlan = lead;
-  options.precision = train::parsePrecision(f.precision);
-  const torch::Tensor sample =
-      corpus.batch(f.batch / grid.dataSize / f.microBatches, c.sequence, 0, Split::kTrain)
-          .narrow(1, 0, c.sequence);
-  train::HybridParallel model(
-      net, grid, sample,
-      [&](const torch::Tensor& out, const torch::Tensor& y) {
-        return train::gptLoss(out, y, c, tg);
+  // The hybrid strategy on whatever grid the flags give, one process included: the same
+  // program, and the same losses up to rounding.
+  train::TrainerOptions o;
+  o.strategy = train::Strategy::kHybrid;
+  o.pipelineStages = f.pipeline;
+  o.tensorParallel = f.tensor;
+  o.gridOrder = f.order;
+  o.optimizer = {.kind = train::OptimizerKind::kAdamW, .lr = f.lr, .weightDecay = 0.01};
+  o.epochs = 1;
+  o.stepsPerEpoch = f.steps;
+  o.batch = f.batch / data;
+  o.seed = static_cast<uint64_t>(f.seed);
+  o.precision = train::parsePrecision(f.precision);
+  o.validateEvery = f.evalEvery;
+  o.checkpointDir = f.checkpointDir;
+  o.checkpointEvery = f.checkpointEvery;
+  o.keep = 3;
+  o.resume = f.resume;
+  o.pipeline.schedule = f.schedule;
+  o.pipeline.microBatches = f.microBatches;
+  o.pipeline.chunks = f.schedule == "interleaved" ? 2 : 1;
+  train::Trainer trainer(
+      {world.group},
+      [&](const train::ProcessGrid& grid) { return train::makeGpt(c, {grid.tensor}); },
+      [&](const torch::Tensor& out, const torch::Tensor& y, const train::ProcessGrid& grid) {
+        return train::gptLoss(out, y, c, {grid.tensor});
       },
-      options);
-  torch::optim::AdamW opt(model.parameters(), torch::optim::AdamWOptions(f.lr).weight_decay(0.01));
+      o);
+  if (lead) fmt::print("{}\nmodel: {}\n", trainer.grid()->describe(), c.describe());
+  auto report = std::make_shared<Report>();
+  report->lead = lead;
+  report->resumed = f.resume;
+  report->tokensPerStep = f.batch * c.sequence;
+  trainer.addCallback(report);
+  trainer.fit(trainSet, &validationSet);
 
-  std::unique_ptr<train::ShardedCheckpointer> checkpoints;
-  int64_t firstStep = 0;
-  if (!f.checkpointDir.empty()) {
-    checkpoints = model.checkpointer(f.checkpointDir, 3);
-    if (f.resume) {
-      if (auto p = checkpoints->resumeLatest(opt)) firstStep = p->step;
-      if (lead) fmt::print("resumed at step {}\n", firstStep);
-    }
+  const train::LossScaler* scaler = trainer.lossScaler();
+  if (lead && scaler && scaler->enabled()) {
+    fmt::print("loss scaling: {} of {} steps skipped, scale {}\n", scaler->skippedSteps(),
+               scaler->steps(), scaler->currentScale());
   }
-  auto split = [&](const torch::Tensor& b) {
-    return std::pair{b.narrow(1, 0, c.sequence), b.narrow(1, 1, c.sequence)};
-  };
-  const auto start = std::chrono::steady_clock::now();
-  double lossSum = 0;
-  int64_t lossCount = 0;
-  for (int64_t step = firstStep; step < f.steps; ++step) {
-    auto [x, y] =
-        split(corpus.batch(f.batch, c.sequence, static_cast<uint64_t>(step), Split::kTrain));
-    opt.zero_grad();
-    lossSum += model.step(x, y);
-    ++lossCount;
-    model.optimizerStep(opt);  // with fp16, skipped when a gradient overflowed
-    if (checkpoints && (step + 1) % f.checkpointEvery == 0) {
-      checkpoints->save(opt, {.step = step + 1});
-    }
-    if ((step + 1) % f.evalEvery == 0 || step + 1 == f.steps) {
-      double val = 0;
-      for (int64_t b = 0; b < f.evalBatches; ++b) {
-        auto [vx, vy] =
-            split(corpus.batch(f.batch, c.sequence, static_cast<uint64_t>(b), Split::kValidation));
-        val += model.evaluate(vx, vy);
-      }
-      val /= static_cast<double>(f.evalBatches);
-      const double seconds =
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      if (lead) {
-        fmt::print(
-            "step {}: loss {:.4f}, validation loss {:.4f}, perplexity {:.2f}, {:.0f} tokens/s\n",
-            step + 1, lossSum / static_cast<double>(lossCount), val, std::exp(val),
-            static_cast<double>((step + 1) * f.batch * c.sequence) / seconds);
-        std::cout << std::flush;
-      }
-      lossSum = 0;
-      lossCount = 0;
-    }
-  }
-  if (lead && model.scaler().enabled()) {
-    fmt::print("loss scaling: {} of {} steps skipped, scale {}\n", model.scaler().skippedSteps(),
-               model.scaler().steps(), model.scaler().currentScale());
-  }
-  train::FullState state = model.gatherFullState();
+  train::FullState state = trainer.gatherFullState();
   if (lead) {
     if (!f.save.empty()) {
       train::writeFullState(f.save, state);
@@ -222,13 +235,14 @@ int main(int argc, char** argv) {
   app.add_option("--schedule", f.schedule, "gpipe, 1f1b or interleaved")
       ->capture_default_str()
       ->check(CLI::IsMember({"gpipe", "1f1b", "interleaved"}));
-  numbers.integer(app, "--steps", f.steps, 1, int64_t{1} << 40, "training steps");
+  numbers.integer(app, "--steps", f.steps, 1, int64_t{1} << 40,
+                  "training steps (their windows are held in memory)");
   numbers.integer(app, "--batch", f.batch, 1, 1 << 20, "global batch (sequences)");
   numbers.integer(app, "--sequence", f.sequence, 2, 1 << 16, "context length (bytes)");
   numbers.integer(app, "--hidden", f.hidden, 1, 1 << 16, "model width");
   numbers.integer(app, "--heads", f.heads, 1, 4096, "attention heads");
   numbers.integer(app, "--layers", f.layers, 1, 4096, "transformer blocks");
-  numbers.number(app, "--lr", f.lr, 1e-12, 10, "AdamW learning rate");
+  numbers.number(app, "--lr", f.lr, 1e-12, 10, "AdamW learning rate (weight decay 0.01)");
   numbers.integer(app, "--seed", f.seed, 0, int64_t{1} << 40, "model and data seed");
   numbers.integer(app, "--eval-every", f.evalEvery, 1, int64_t{1} << 40,
                   "steps between validations");

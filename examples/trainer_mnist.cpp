@@ -6,9 +6,11 @@
 //   shoal run -n 2 --servers 1 -- trainer_mnist --strategy ps --ps-mode async
 //   shoal run -n 4 -- trainer_mnist --strategy pipeline --stages 2 --micro-batches 4
 //   shoal run -n 4 -- trainer_mnist --strategy hybrid --stages 2 --tensor 2
+//   shoal run -n 2 -- trainer_mnist --optimizer adamw --weight-decay 0.01 --validate-every 50
 //
-// Every worker prints nothing but rank 0 one line per epoch (loss, validation accuracy); with
-// --metrics FILE rank 0 appends each epoch as a JSON line. Parameter-server ranks serve.
+// Every worker prints nothing but rank 0 one line per epoch (loss, validation accuracy) and, with
+// --validate-every, one per validation; with --metrics FILE rank 0 appends each epoch as a JSON
+// line. Parameter-server ranks serve.
 #include <fmt/format.h>
 #include <torch/torch.h>
 
@@ -33,8 +35,11 @@ struct Flags {
   std::string strategy = "ddp";
   std::string optimizer = "adam";
   double lr = 1e-3;
+  double weightDecay = 0;
   int64_t batch = 64;
   int64_t epochs = 2;
+  int64_t steps = 0;  // per epoch, 0: all
+  int64_t validateEvery = 0;
   int64_t accumulate = 1;
   double clip = 0;
   std::string precision = "fp32";
@@ -100,7 +105,10 @@ int trainMain(const Flags& f) {
   o.strategy = train::parseStrategy(f.strategy);
   o.optimizer.kind = train::parseOptimizer(f.optimizer);
   o.optimizer.lr = f.lr;
+  o.optimizer.weightDecay = f.weightDecay;
   o.epochs = f.epochs;
+  o.stepsPerEpoch = f.steps;
+  o.validateEvery = f.validateEvery;
   o.batch = f.batch;
   o.accumulate = f.accumulate;
   o.clipNorm = f.clip;
@@ -128,7 +136,17 @@ int trainMain(const Flags& f) {
   // Rank 0 reports each epoch (a callback: the loop itself prints nothing).
   struct Report : train::Callback {
     bool lead;
+    bool everyValidation;
     std::ofstream metrics;
+    void onValidation(const train::EpochMetrics& m) override {
+      if (!lead || !everyValidation) return;
+      fmt::print(
+          "validation at step {}: train loss {:.4f}, validation loss {:.4f}, perplexity {:.4f}, "
+          "accuracy {:.2f}%\n",
+          m.step, m.trainLoss, m.validationLoss, m.validationPerplexity,
+          100 * m.validationAccuracy);
+      std::fflush(stdout);
+    }
     void onEpoch(const train::EpochMetrics& m) override {
       if (!lead) return;
       fmt::print(
@@ -153,6 +171,7 @@ int trainMain(const Flags& f) {
   };
   auto report = std::make_shared<Report>();
   report->lead = trainer.workers().rank() == 0;
+  report->everyValidation = f.validateEvery > 0;
   if (report->lead && !f.metrics.empty()) {
     report->metrics.open(f.metrics, std::ios::app);
     if (!report->metrics) SHOAL_THROW(InvalidArgument, "--metrics {}: cannot be opened", f.metrics);
@@ -189,11 +208,17 @@ int main(int argc, char** argv) {
   app.add_option("--strategy", f.strategy,
                  "ddp, zero1, zero2, zero3, ps, pipeline, tensor or hybrid")
       ->capture_default_str();
-  app.add_option("--optimizer", f.optimizer, "sgd, adam, rmsprop, lamb or lars")
+  app.add_option("--optimizer", f.optimizer, "sgd, adam, adamw, rmsprop, lamb or lars")
       ->capture_default_str();
   numbers.number(app, "--lr", f.lr, 1e-12, 1e3, "learning rate");
+  numbers.number(app, "--weight-decay", f.weightDecay, 0, 1e3,
+                 "weight decay (adamw: decoupled; the others: added to the gradient)");
   numbers.integer(app, "--batch", f.batch, 1, 1 << 20, "samples per rank per micro-batch");
   numbers.integer(app, "--epochs", f.epochs, 1, 10000, "epochs");
+  numbers.integer(app, "--steps", f.steps, 0, int64_t{1} << 40,
+                  "optimizer steps per epoch at most (0: every batch)");
+  numbers.integer(app, "--validate-every", f.validateEvery, 0, int64_t{1} << 40,
+                  "also validate every N optimizer steps (0: only after each epoch)");
   numbers.integer(app, "--accumulate", f.accumulate, 1, 1 << 16, "micro-batches per step");
   numbers.number(app, "--clip", f.clip, 0, 1e9, "clip the gradients' L2 norm (0: off)");
   app.add_option("--precision", f.precision, "fp32 or bf16")->capture_default_str();

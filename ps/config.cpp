@@ -82,11 +82,16 @@ TrainingConfig TrainingConfig::parse(std::string_view text) {
 
 void TrainingConfig::validate() const {
   // Layer-wise optimizers need whole-layer norms; a server holds slices of layers and applies
-  // elementwise kernels (ps/server_optimizer.h).
+  // elementwise kernels (ps/server_optimizer.h), which do not implement AdamW's decoupled decay.
   if (optimizer.kind == OptimizerKind::kLamb || optimizer.kind == OptimizerKind::kLars) {
     SHOAL_THROW(InvalidArgument,
                 "the parameter server does not support {} (layer-wise); use sgd, adam or rmsprop",
                 toString(optimizer.kind));
+  }
+  if (optimizer.kind == OptimizerKind::kAdamW) {
+    SHOAL_THROW(InvalidArgument,
+                "the parameter server does not support adamw (its kernels have no decoupled "
+                "weight decay); use sgd, adam or rmsprop");
   }
   SHOAL_CHECK(optimizer.lr > 0, "parameter server: learning rate {} must be positive",
               optimizer.lr);

@@ -8,9 +8,10 @@ namespace shoal::ps {
 
 namespace {
 
-// TrainingConfig::validate rejects the layer-wise kinds first; this guards direct callers.
+// TrainingConfig::validate rejects these kinds first; this guards direct callers.
 [[noreturn]] void unsupported(OptimizerKind kind) {
-  SHOAL_THROW(InvalidArgument, "the parameter server does not support {} (layer-wise)",
+  SHOAL_THROW(InvalidArgument,
+              "the parameter server does not support {} (use sgd, adam or rmsprop)",
               toString(kind));
 }
 
@@ -26,6 +27,7 @@ int optimizerStateSlots(const OptimizerOptions& o) {
       return o.momentum != 0 ? 2 : 1;
     case OptimizerKind::kLamb:
     case OptimizerKind::kLars:
+    case OptimizerKind::kAdamW:
       unsupported(o.kind);
   }
   return 0;
@@ -83,6 +85,7 @@ void applyUpdate(const OptimizerOptions& o, double lr, int64_t count, float grad
     }
     case OptimizerKind::kLamb:
     case OptimizerKind::kLars:
+    case OptimizerKind::kAdamW:
       unsupported(o.kind);
   }
 }

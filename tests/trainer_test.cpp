@@ -1,13 +1,18 @@
 // train::Trainer as users run it: examples/trainer_mnist under `shoal run` with each strategy
 // chosen by a flag (DDP, ZeRO 1-3, parameter servers, pipeline, tensor, hybrid), gradient
-// accumulation, clipping, bf16 and fp16, resume from its checkpoints, and its configuration
-// errors. The same seed and data give DDP and ZeRO the same losses (they compute the same
-// averaged gradients), and each grid strategy the losses of a simpler equivalent job, which ties
-// the strategies to one another besides each one learning.
+// accumulation, clipping, bf16 and fp16, AdamW, capped epochs, validation every N steps, resume
+// from its checkpoints, and its configuration errors; examples/gpt_fortunes (a loss that takes
+// the grid, the grid's order, the gathered full model, the loss scaler) and
+// examples/pipeline_mnist (the pipeline's last-step timeline) on the Trainer. The same seed and
+// data give DDP and ZeRO the same losses (they compute the same averaged gradients), and each grid
+// strategy the losses of a simpler equivalent job, which ties the strategies to one another besides
+// each one learning.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <regex>
+#include <sstream>
 #include <vector>
 
 #include "tests/process_util.h"
@@ -19,16 +24,19 @@ struct Epoch {
   int epoch;
   double trainLoss;
   double accuracy;  // percent
+  int step;
+  std::string validationLoss;  // as printed
 };
 
 // Rank 0's "epoch N: step S, train loss L, validation loss V, accuracy A%" lines.
 std::vector<Epoch> epochs(const std::string& output) {
   static const std::regex line(
-      R"(epoch (\d+): step \d+, train loss ([0-9.]+), validation loss [0-9.]+, accuracy ([0-9.]+)%)");
+      R"(epoch (\d+): step (\d+), train loss ([0-9.]+), validation loss ([0-9.]+), accuracy ([0-9.]+)%)");
   std::vector<Epoch> e;
   for (auto it = std::sregex_iterator(output.begin(), output.end(), line);
        it != std::sregex_iterator(); ++it) {
-    e.push_back({std::stoi((*it)[1]), std::stod((*it)[2]), std::stod((*it)[3])});
+    e.push_back({std::stoi((*it)[1]), std::stod((*it)[3]), std::stod((*it)[5]), std::stoi((*it)[2]),
+                 (*it)[4]});
   }
   return e;
 }
@@ -180,6 +188,20 @@ TEST(Trainer, GridStrategiesClipMixedPrecisionAndResume) {
   EXPECT_NE(other.output.find("layout"), std::string::npos) << other.output;
 }
 
+// A finished pipeline job resumed has nothing left to train: it ends cleanly (no split advice
+// from steps it did not measure).
+TEST(Trainer, AFinishedPipelineJobResumesToNothing) {
+  TempDir dir;
+  const std::string flags =
+      "--strategy pipeline --stages 2 --epochs 1 --steps 2 --checkpoint-dir " + dir.path + "/c";
+  const auto first = train("-n 2", flags);
+  ASSERT_EQ(first.code, 0) << first.output;
+  ASSERT_EQ(epochs(first.output).size(), 1u) << first.output;
+  const auto again = train("-n 2", flags + " --resume");
+  ASSERT_EQ(again.code, 0) << again.output;
+  EXPECT_TRUE(epochs(again.output).empty()) << again.output;
+}
+
 TEST(Trainer, BadConfigurationIsOneLineAndExitCodeTwo) {
   const struct {
     const char* launch;
@@ -198,11 +220,188 @@ TEST(Trainer, BadConfigurationIsOneLineAndExitCodeTwo) {
       {"-n 1", "--strategy ps", "strategy ps needs parameter servers"},
       {"-n 1", "--precision fp16", "precision fp16 needs loss scaling"},
       {"-n 1", "--resume", "resume needs checkpointDir"},
+      {"-n 2 --servers 1", "--strategy ps --optimizer adamw",
+       "parameter server does not support adamw"},
   };
   for (const auto& c : cases) {
     const auto r = train(c.launch, c.flags);
     EXPECT_NE(r.code, 0) << c.flags;
     EXPECT_NE(r.output.find(c.message), std::string::npos) << c.flags << "\n" << r.output;
+  }
+}
+
+TEST(Trainer, StepsPerEpochCapsEachEpoch) {
+  // 600 samples per rank make 20 steps of 30; capped at 3, the epochs end at steps 3 and 6.
+  const auto ddp = train("-n 2", "--strategy ddp --epochs 2 --steps 3");
+  ASSERT_EQ(ddp.code, 0) << ddp.output;
+  auto e = epochs(ddp.output);
+  ASSERT_EQ(e.size(), 2u) << ddp.output;
+  EXPECT_EQ(e[0].step, 3);
+  EXPECT_EQ(e[1].step, 6);
+  // The grid strategies count global batches: the same cap.
+  const auto pipe = train("-n 2", "--strategy pipeline --stages 2 --epochs 2 --steps 2");
+  ASSERT_EQ(pipe.code, 0) << pipe.output;
+  e = epochs(pipe.output);
+  ASSERT_EQ(e.size(), 2u) << pipe.output;
+  EXPECT_EQ(e[0].step, 2);
+  EXPECT_EQ(e[1].step, 4);
+}
+
+struct Validation {
+  int step;
+  double trainLoss;
+  std::string validationLoss;  // as printed
+  double perplexity;
+};
+
+// Rank 0's "validation at step S: train loss L, validation loss V, perplexity P, ..." lines.
+std::vector<Validation> validations(const std::string& output) {
+  static const std::regex line(
+      R"(validation at step (\d+): train loss ([0-9.]+), validation loss ([0-9.]+), perplexity ([0-9.]+))");
+  std::vector<Validation> v;
+  for (auto it = std::sregex_iterator(output.begin(), output.end(), line);
+       it != std::sregex_iterator(); ++it) {
+    v.push_back({std::stoi((*it)[1]), std::stod((*it)[2]), (*it)[3], std::stod((*it)[4])});
+  }
+  return v;
+}
+
+TEST(Trainer, ValidatesEveryNStepsAndAtEachEpochsEnd) {
+  // 20 steps per epoch, validated every 8: 8, 16, the epoch's end (20), 24, 32, and 40 once,
+  // which is both a multiple of 8 and the end.
+  const auto r = train("-n 2", "--strategy ddp --epochs 2 --validate-every 8");
+  ASSERT_EQ(r.code, 0) << r.output;
+  const auto v = validations(r.output);
+  std::vector<int> steps;
+  for (const auto& x : v) steps.push_back(x.step);
+  EXPECT_EQ(steps, (std::vector<int>{8, 16, 20, 24, 32, 40})) << r.output;
+  for (const auto& x : v) {
+    EXPECT_NEAR(x.perplexity, std::exp(std::stod(x.validationLoss)), 1e-3 * x.perplexity);
+    EXPECT_GT(x.trainLoss, 0);
+  }
+  // Each epoch reports the validation at its end, not another one.
+  const auto e = epochs(r.output);
+  ASSERT_EQ(e.size(), 2u) << r.output;
+  ASSERT_EQ(v.size(), 6u);
+  EXPECT_EQ(e[0].validationLoss, v[2].validationLoss);
+  EXPECT_EQ(e[1].validationLoss, v[5].validationLoss);
+  EXPECT_LT(std::stod(v[5].validationLoss), std::stod(v[0].validationLoss)) << r.output;
+}
+
+TEST(Trainer, AdamWLearnsTheSameUnderDdpAndZeroAndIsNotAdam) {
+  const std::string flags = "--epochs 2 --optimizer adamw --weight-decay 0.1 --strategy ";
+  const auto ddp = train("-n 2", flags + "ddp");
+  expectLearns(ddp);
+  expectSameLosses(ddp, train("-n 2", flags + "zero1"), 2e-3, "zero1");
+  // Decoupled decay is not L2 regularisation: Adam with the same weight decay trains otherwise.
+  const auto adam = train("-n 2", "--epochs 2 --optimizer adam --weight-decay 0.1 --strategy ddp");
+  ASSERT_EQ(adam.code, 0) << adam.output;
+  EXPECT_NE(losses(adam), losses(ddp)) << adam.output;
+}
+
+// examples/gpt_fortunes, short: 6 steps of 8 sequences, validated every 3.
+ShellRun gpt(const std::string& launch, const std::string& flags) {
+  return runShell(fmt::format(
+      "OPENBLAS_NUM_THREADS=1 timeout 300 {} run {} --timeout 60 -- {} --steps 6 --eval-every 3 "
+      "--batch 8 --micro-batches 2 --generate 30 {} 2>&1",
+      SHOAL_BIN, launch, GPT_FORTUNES_BIN, flags));
+}
+
+struct GptReport {
+  int step;
+  double loss;
+  double validationLoss;
+  double perplexity;
+};
+
+// Rank 0's "step S: loss L, validation loss V, perplexity P, T tokens/s" lines.
+std::vector<GptReport> gptReports(const std::string& output) {
+  static const std::regex line(
+      R"(step (\d+): loss ([0-9.]+), validation loss ([0-9.]+), perplexity ([0-9.]+), [0-9]+ tokens/s)");
+  std::vector<GptReport> v;
+  for (auto it = std::sregex_iterator(output.begin(), output.end(), line);
+       it != std::sregex_iterator(); ++it) {
+    v.push_back(
+        {std::stoi((*it)[1]), std::stod((*it)[2]), std::stod((*it)[3]), std::stod((*it)[4])});
+  }
+  return v;
+}
+
+// The text between rank 0's sample markers (the generated bytes, prompt included), without
+// shoal run's "[0] " line prefixes.
+std::string sample(const std::string& output) {
+  std::string rank0, line;
+  std::istringstream in(output);
+  while (std::getline(in, line)) {
+    if (line.rfind("[0] ", 0) == 0) rank0 += line.substr(4) + "\n";
+  }
+  const std::string begin = "--- sample ---\n", end = "\n--- end ---";
+  const size_t a = rank0.find(begin);
+  if (a == std::string::npos) return {};
+  const size_t b = rank0.find(end, a + begin.size());
+  return b == std::string::npos ? std::string()
+                                : rank0.substr(a + begin.size(), b - a - begin.size());
+}
+
+// A loss that takes the grid (vocabulary-parallel cross-entropy over its tensor group), the
+// grid's order, validation every N steps, the gathered full model.
+TEST(Trainer, GptOnAGridFollowsOneProcessAndItsGatheredModelRunsAlone) {
+  TempDir dir;
+  const auto one = gpt("-n 1", "");
+  const auto grid = gpt("-n 4",
+                        "--tensor-parallel 2 --pipeline-stages 2 --order "
+                        "pipeline,tensor,data --save " +
+                            dir.path + "/grid.pt");
+  ASSERT_EQ(one.code, 0) << one.output;
+  ASSERT_EQ(grid.code, 0) << grid.output;
+  EXPECT_NE(grid.output.find("grid data 1 x pipeline 2 x tensor 2 (order pipeline,tensor,data)"),
+            std::string::npos)
+      << grid.output;
+  const auto a = gptReports(one.output), b = gptReports(grid.output);
+  ASSERT_EQ(a.size(), 2u) << one.output;
+  ASSERT_EQ(b.size(), 2u) << grid.output;
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(a[i].step, static_cast<int>(3 * (i + 1)));
+    EXPECT_EQ(b[i].step, a[i].step);
+    EXPECT_NEAR(b[i].loss, a[i].loss, 1e-3 * a[i].loss) << "step " << a[i].step;
+    EXPECT_NEAR(b[i].validationLoss, a[i].validationLoss, 1e-3 * a[i].validationLoss);
+    EXPECT_NEAR(a[i].perplexity, std::exp(a[i].validationLoss), 1e-2 * a[i].perplexity);
+  }
+  EXPECT_LT(a[1].validationLoss, a[0].validationLoss) << one.output;
+  // The gathered model, saved and loaded by one process, writes what the grid's did.
+  const std::string text = sample(grid.output);
+  ASSERT_GT(text.size(), 4u) << grid.output;
+  EXPECT_EQ(text.rfind("The ", 0), 0u) << text;
+  const auto alone = runShell(
+      fmt::format("OPENBLAS_NUM_THREADS=1 {} --generate-from {}/grid.pt --generate 30 2>&1",
+                  GPT_FORTUNES_BIN, dir.path));
+  ASSERT_EQ(alone.code, 0) << alone.output;
+  EXPECT_EQ(alone.output, text + "\n");
+}
+
+TEST(Trainer, GptUnderFp16ReportsItsLossScaler) {
+  const auto r = gpt("-n 2", "--tensor-parallel 2 --precision fp16");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_EQ(gptReports(r.output).size(), 2u) << r.output;
+  static const std::regex scaler(R"(loss scaling: (\d+) of 6 steps skipped, scale [0-9.e+]+)");
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(r.output, m, scaler)) << r.output;
+  EXPECT_LT(std::stoi(m[1]), 6) << r.output;
+}
+
+TEST(Trainer, PipelineMnistWritesItsLastStepsTimeline) {
+  TempDir dir;
+  const std::string trace = dir.path + "/last.json";
+  const auto r = runShell(fmt::format(
+      "OPENBLAS_NUM_THREADS=1 timeout 300 {} run -n 2 --timeout 60 -- {} --pipeline-stages 2 "
+      "--micro-batches 4 --steps 3 --train-subset 2000 --trace {} 2>&1",
+      SHOAL_BIN, PIPELINE_MNIST_BIN, trace));
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("trace of the last step: " + trace), std::string::npos) << r.output;
+  const std::string json = readFile(trace);
+  // Both stages' rows, and the last micro-batch's actions on them.
+  for (const char* s : {"rank 0, stage 0", "rank 1, stage 1", "mb 3"}) {
+    EXPECT_NE(json.find(s), std::string::npos) << s << "\n" << json.substr(0, 2000);
   }
 }
 

@@ -23,6 +23,9 @@ std::unique_ptr<torch::optim::Optimizer> makeOptimizer(std::vector<torch::Tensor
     case OptimizerKind::kAdam:
       return std::make_unique<torch::optim::Adam>(
           params, torch::optim::AdamOptions(o.lr).weight_decay(o.weightDecay));
+    case OptimizerKind::kAdamW:
+      return std::make_unique<torch::optim::AdamW>(
+          params, torch::optim::AdamWOptions(o.lr).weight_decay(o.weightDecay));
     case OptimizerKind::kRmsprop:
       return std::make_unique<torch::optim::RMSprop>(
           params,

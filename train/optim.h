@@ -23,7 +23,7 @@ using shoal::parseOptimizer;
 std::unique_ptr<torch::optim::Optimizer> makeOptimizer(std::vector<torch::Tensor> params,
                                                        const OptimizerOptions& options);
 // The same, with where each layer lies (train/optim/layer_map.h) for the layer-wise kinds (lamb,
-// lars); sgd, adam and rmsprop are elementwise and ignore it.
+// lars); sgd, adam, adamw and rmsprop are elementwise and ignore it.
 std::unique_ptr<torch::optim::Optimizer> makeOptimizer(std::vector<torch::Tensor> params,
                                                        const OptimizerOptions& options,
                                                        LayerMap map);

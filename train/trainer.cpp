@@ -8,6 +8,7 @@
 #include "common/error.h"
 #include "common/trace.h"
 #include "train/distributed_sampler.h"
+#include "train/hybrid_parallel.h"
 #include "train/trainer/distribution_strategy.h"
 
 namespace shoal::train {
@@ -68,6 +69,9 @@ void validateGridOptions(const TrainerOptions& o) {
 
 void validateOptions(const TrainerOptions& o) {
   SHOAL_CHECK(o.epochs >= 1, "Trainer: epochs must be at least 1, not {}", o.epochs);
+  SHOAL_CHECK(o.stepsPerEpoch >= 0 && o.validateEvery >= 0,
+              "Trainer: stepsPerEpoch and validateEvery must be >= 0, not {} and {}",
+              o.stepsPerEpoch, o.validateEvery);
   SHOAL_CHECK(o.batch >= 1, "Trainer: batch must be at least 1, not {}", o.batch);
   SHOAL_CHECK(o.accumulate >= 1, "Trainer: accumulate must be at least 1, not {}", o.accumulate);
   SHOAL_CHECK(o.clipNorm >= 0 && std::isfinite(o.clipNorm),
@@ -160,6 +164,21 @@ Trainer::Trainer(const TrainerContext& ctx, const ModelBuilder& build, LossFn lo
     : loss_(std::move(loss)), options_(std::move(options)) {
   SHOAL_CHECK(build && loss_, "Trainer: the model builder and the loss must be given");
   init(ctx);
+  this->build(build);
+}
+
+Trainer::Trainer(const TrainerContext& ctx, const ModelBuilder& build, GridLossFn loss,
+                 TrainerOptions options)
+    : options_(std::move(options)) {
+  SHOAL_CHECK(build && loss, "Trainer: the model builder and the loss must be given");
+  init(ctx);
+  // The grid lives in this Trainer, which can be neither copied nor moved.
+  loss_ = [loss = std::move(loss), grid = &*grid_](
+              const torch::Tensor& out, const torch::Tensor& y) { return loss(out, y, *grid); };
+  this->build(build);
+}
+
+void Trainer::build(const ModelBuilder& build) {
   torch::manual_seed(options_.seed);  // the same initial weights on every rank
   sequential_ = build(*grid_);
   SHOAL_CHECK(!sequential_->is_empty(), "Trainer: the model builder returned an empty model");
@@ -188,8 +207,9 @@ void Trainer::init(const TrainerContext& ctx) {
                  ? ctx.world->connect("trainer-workers", ctx.world->rank(), numWorkers)
                  : ctx.world;
   if (onGrid(options_.strategy) || !module_) {
-    grid_ = makeProcessGrid(
-        workers_, {.pipeline = options_.pipelineStages, .tensor = options_.tensorParallel});
+    grid_ = makeProcessGrid(workers_, {.pipeline = options_.pipelineStages,
+                                       .tensor = options_.tensorParallel,
+                                       .order = options_.gridOrder});
   }
 }
 
@@ -251,9 +271,14 @@ std::vector<EpochMetrics> Trainer::fit(const TensorDataset& train,
   const int64_t batch = global ? options_.batch * grid_->dataSize : options_.batch;
   DistributedSampler sampler(train.size(), global ? 0 : g.rank(), global ? 1 : g.size(),
                              {.seed = options_.seed});
-  const int64_t micro = global ? sampler.perRank() / batch : sampler.batches(batch);
-  SHOAL_CHECK(micro >= 1, "Trainer::fit: {} training samples do not make one global batch of {}",
-              train.size(), batch);
+  const int64_t available = global ? sampler.perRank() / batch : sampler.batches(batch);
+  SHOAL_CHECK(available >= 1,
+              "Trainer::fit: {} training samples do not make one global batch of {}", train.size(),
+              batch);
+  // The micro-batches of an epoch: its first stepsPerEpoch steps' worth when capped.
+  const int64_t micro = options_.stepsPerEpoch > 0
+                            ? std::min(available, options_.stepsPerEpoch * options_.accumulate)
+                            : available;
   const int64_t stepsPerEpoch = (micro + options_.accumulate - 1) / options_.accumulate;
   totalSteps_ = stepsPerEpoch * options_.epochs;
   ensureStrategy(totalSteps_, train.inputs);
@@ -278,6 +303,10 @@ std::vector<EpochMetrics> Trainer::fit(const TensorDataset& train,
   // checkpoint and validation spans beside the collectives they cause.
   const std::shared_ptr<TraceSink>& trace = g.options().trace;
   std::vector<EpochMetrics> history;
+  double sinceValidation[2] = {0, 0};  // loss, micro-batches
+  EpochMetrics lastValidation;
+  int64_t validatedAt = -1;  // the step of the last periodic validation
+  lastReport_ = std::chrono::steady_clock::now();
   module_->train();
   for (; at_.epoch < options_.epochs; ++at_.epoch, at_.batchInEpoch = 0) {
     const auto started = std::chrono::steady_clock::now();
@@ -317,6 +346,8 @@ std::vector<EpochMetrics> Trainer::fit(const TensorDataset& train,
       }
       sums[0] += value;
       sums[1] += 1;
+      sinceValidation[0] += value;
+      sinceValidation[1] += 1;
       stepLoss += value / static_cast<double>(inGroup);
       at_.batchInEpoch = b + 1;
       if (!last) continue;
@@ -334,6 +365,10 @@ std::vector<EpochMetrics> Trainer::fit(const TensorDataset& train,
         TraceScope span(trace, "checkpoint", "train");
         strategy_->save(options_.checkpointDir, at_, options_.keep);
       }
+      if (validation && options_.validateEvery > 0 && at_.step % options_.validateEvery == 0) {
+        lastValidation = validateAndReport(*validation, sinceValidation);
+        validatedAt = at_.step;
+      }
     }
     sumOverWorkers(g, sums, 2);
     EpochMetrics m;
@@ -341,9 +376,11 @@ std::vector<EpochMetrics> Trainer::fit(const TensorDataset& train,
     m.step = at_.step;
     m.trainLoss = sums[1] > 0 ? sums[0] / sums[1] : 0;
     if (validation) {
-      const EpochMetrics v = validate(*validation);
-      m.validationLoss = v.validationLoss;
-      m.validationAccuracy = v.validationAccuracy;
+      // Not again when the epoch's last step has just validated.
+      if (validatedAt != at_.step) lastValidation = validateAndReport(*validation, sinceValidation);
+      m.validationLoss = lastValidation.validationLoss;
+      m.validationPerplexity = lastValidation.validationPerplexity;
+      m.validationAccuracy = lastValidation.validationAccuracy;
     }
     m.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
     if (!options_.checkpointDir.empty()) {
@@ -400,8 +437,48 @@ EpochMetrics Trainer::validate(const TensorDataset& data) {
   m.epoch = at_.epoch;
   m.step = at_.step;
   m.validationLoss = sums[2] > 0 ? sums[0] / sums[2] : 0;
+  m.validationPerplexity = std::exp(m.validationLoss);
   m.validationAccuracy = classes && sums[2] > 0 ? sums[1] / sums[2] : -1;
   return m;
+}
+
+EpochMetrics Trainer::validateAndReport(const TensorDataset& data, double since[2]) {
+  sumOverWorkers(*workers_, since, 2);
+  EpochMetrics m = validate(data);
+  m.trainLoss = since[1] > 0 ? since[0] / since[1] : 0;
+  since[0] = since[1] = 0;
+  const auto now = std::chrono::steady_clock::now();
+  m.seconds = std::chrono::duration<double>(now - lastReport_).count();
+  lastReport_ = now;
+  for (auto& c : callbacks_) c->onValidation(m);
+  return m;
+}
+
+FullState Trainer::gatherFullState() {
+  if (onGrid(options_.strategy)) {
+    SHOAL_CHECK(strategy_,
+                "Trainer::gatherFullState: strategy {} splits the model in fit(); "
+                "gather after it",
+                toString(options_.strategy));
+    return strategy_->hybrid()->gatherFullState();
+  }
+  // A replica is whole on every worker (ZeRO-1 and 2 shard only gradients and optimizer state).
+  SHOAL_CHECK(options_.strategy == Strategy::kDdp || options_.strategy == Strategy::kZero1 ||
+                  options_.strategy == Strategy::kZero2,
+              "Trainer::gatherFullState: strategy {} keeps no whole model on a worker (zero3: "
+              "consolidate a checkpoint, train/reshard_checkpoint.h)",
+              toString(options_.strategy));
+  return train::gatherFullState(*module_);
+}
+
+pipeline::Pipeline* Trainer::pipeline() {
+  HybridParallel* model = strategy_ ? strategy_->hybrid() : nullptr;
+  return model ? model->pipeline() : nullptr;
+}
+
+const LossScaler* Trainer::lossScaler() const {
+  HybridParallel* model = strategy_ ? strategy_->hybrid() : nullptr;
+  return model ? &model->scaler() : nullptr;
 }
 
 }  // namespace shoal::train

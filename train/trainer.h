@@ -14,9 +14,12 @@
 // count per rank, reshuffled per epoch by seed); `accumulate` micro-batches per optimizer step
 // (the first accumulate-1 backward passes only accumulate locally); gradients clipped to a
 // global L2 norm; bf16 autocast for forward and loss; a learning-rate schedule (warm-up, cosine
-// decay); checkpoints every N steps and at each epoch's end, and resume from the newest; the
-// mean training loss over every rank per epoch; validation loss and accuracy over every rank;
-// callbacks after each step and epoch. The strategies (train/trainer/strategy.h):
+// decay); an optional cap on the steps of an epoch; checkpoints every N steps and at each epoch's
+// end, and resume from the newest; the mean training loss over every rank per epoch; validation
+// loss, perplexity and accuracy over every rank, after each epoch and optionally every N steps;
+// callbacks after each step, validation and epoch. At the end the full model can be gathered
+// (gatherFullState) to be saved or run by one process. The strategies
+// (train/trainer/distribution_strategy.h):
 //
 //   ddp      DistributedDataParallel (train/ddp.h); checkpoints sharded, reloadable at any size
 //   zero1-3  ZeroDataParallel stages 1-3 (train/zero/zero.h); zero3 needs the Sequential
@@ -32,8 +35,11 @@
 // The grid strategies (pipeline, tensor, hybrid) take the model built for the grid (the
 // ModelBuilder constructor; the Sequential one serves pipeline alone): tensor-parallel layers
 // take grid.tensor, which is of size 1 under the other strategies, where they compute as the
-// one-process layers do, so one model function serves every strategy. Under them the data is
-// global batches of batch x (data replicas) samples, every worker given the same and each
+// one-process layers do, so one model function serves every strategy; a loss that is itself
+// split (vocabulary-parallel cross-entropy) takes the grid too (GridLossFn). Hybrid on a grid
+// of one process is the one-process model, so one program runs alone or on any grid, with the
+// same losses up to rounding (without dropout: its masks follow the split). Under them the data
+// is global batches of batch x (data replicas) samples, every worker given the same and each
 // replica taking its share (a last incomplete batch is left out); micro-batches are the
 // pipeline's (accumulate must be 1); fp16 is allowed (dynamic loss scaling, not with clipping);
 // checkpoints are one shard per stage and slice, resumable on the same grid; validation accuracy
@@ -41,15 +47,17 @@
 //
 // The wrappers used here stay public for users who want the loop in their own hands.
 //
-// Collective: the constructor, fit(), validate() are called by every worker rank in the same
-// order. Blocking; each communication bounded by the group's timeout. Errors: InvalidArgument
-// for bad options (named); a failed collective (TimeoutError, PeerError naming the failed rank,
+// Collective: the constructor, fit(), validate() and gatherFullState() are called by every
+// worker rank in the same order. Blocking; each communication bounded by the group's timeout.
+// Errors: InvalidArgument for bad options (named); a failed collective (TimeoutError, PeerError
+// naming the failed rank,
 // ...) reaches the caller unchanged. Threading: one training thread per rank. The module must
 // outlive the Trainer.
 #pragma once
 
 #include <torch/torch.h>
 
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -61,6 +69,7 @@
 #include "ps/client.h"
 #include "ps/config.h"
 #include "train/checkpoint.h"
+#include "train/full_state.h"
 #include "train/mixed_precision.h"
 #include "train/optim.h"
 #include "train/pipeline/pipeline.h"
@@ -96,6 +105,9 @@ struct TrainerOptions {
   Strategy strategy = Strategy::kDdp;
   OptimizerOptions optimizer;
   int64_t epochs = 1;
+  // > 0: an epoch ends after at most this many optimizer steps (the first ones of its shuffled
+  // order; the next epoch reshuffles), for short runs and smoke tests. 0: every batch.
+  int64_t stepsPerEpoch = 0;
   // Samples per rank per micro-batch; under the grid strategies, per data replica per step.
   int64_t batch = 64;
   int64_t accumulate = 1;                     // micro-batches per optimizer step
@@ -106,6 +118,9 @@ struct TrainerOptions {
   // when cosineDecay (ps: the servers apply the same schedule).
   int64_t warmupSteps = 0;
   bool cosineDecay = false;
+  // With validation data, fit() also validates every validateEvery optimizer steps (counted over
+  // the whole run, resumed ones included), besides each epoch's end (0: only there).
+  int64_t validateEvery = 0;
   // Checkpoints (not ps: its servers write their own): every checkpointEvery optimizer steps
   // (0: only at each epoch's end) into checkpointDir, the newest `keep` kept; resume loads the
   // newest there and continues from its step.
@@ -125,6 +140,9 @@ struct TrainerOptions {
   int pipelineStages = 1;
   int tensorParallel = 1;
   pipeline::PipelineOptions pipeline;
+  // The grid's layout (ProcessGridOptions::order, train/process_grid.h): dimensions
+  // fastest-varying first.
+  std::string gridOrder = "tensor,pipeline,data";
 };
 
 // Loss of a batch: the mean over its samples (libtorch's reduction).
@@ -132,6 +150,10 @@ using ForwardFn = std::function<torch::Tensor(const torch::Tensor& input)>;
 using LossFn =
     std::function<torch::Tensor(const torch::Tensor& output, const torch::Tensor& target)>;
 torch::Tensor crossEntropy(const torch::Tensor& logits, const torch::Tensor& target);
+// A loss that needs the grid the model was split on (e.g. train/gpt.h's gptLoss, which is
+// collective over grid.tensor).
+using GridLossFn = std::function<torch::Tensor(
+    const torch::Tensor& output, const torch::Tensor& target, const ProcessGrid& grid)>;
 
 // Inputs [n, ...] and targets [n, ...] held in memory (train/idx_dataset.h gives these).
 struct TensorDataset {
@@ -140,12 +162,18 @@ struct TensorDataset {
   int64_t size() const { return inputs.size(0); }
 };
 
+// After an epoch (Callback::onEpoch) or a validation (onValidation).
 struct EpochMetrics {
-  int64_t epoch = 0;               // 0-based
-  int64_t step = 0;                // optimizer steps after it
-  double trainLoss = 0;            // mean over every rank's micro-batches
-  double validationLoss = -1;      // -1 without validation data
-  double validationAccuracy = -1;  // argmax == target, when targets are class indices
+  int64_t epoch = 0;  // 0-based
+  int64_t step = 0;   // optimizer steps after it
+  // Mean over every rank's micro-batches: of the epoch (onEpoch), or since the previous
+  // validation or the start of fit() (onValidation).
+  double trainLoss = 0;
+  double validationLoss = -1;        // -1 without validation data
+  double validationPerplexity = -1;  // exp(validationLoss): per token for a language model
+  double validationAccuracy = -1;    // argmax == target, when targets are class indices
+  // Wall time of the epoch (onEpoch), or since the previous validation or the start of fit()
+  // (onValidation); validation included.
   double seconds = 0;
 };
 
@@ -157,13 +185,16 @@ struct StepInfo {
 };
 
 // Called on every worker rank, on the training thread. onStep must not communicate on the
-// trainer's groups (the ranks are mid-step); onEpoch runs at the same point on every worker
-// (after the epoch's sums and checkpoint), so it may run a collective that every worker runs
-// there, such as re-measuring the timeline's clocks (run/trace_session.h, resync).
+// trainer's groups (the ranks are mid-step); onValidation and onEpoch run at the same point on
+// every worker (after the sums), so they may run a collective that every worker runs there, such
+// as re-measuring the timeline's clocks (run/trace_session.h, resync). onValidation follows each
+// validation fit() runs: every validateEvery steps and at each epoch's end (once when both fall
+// on one step, before that epoch's onEpoch).
 class Callback {
  public:
   virtual ~Callback() = default;
   virtual void onStep(const StepInfo&) {}
+  virtual void onValidation(const EpochMetrics&) {}
   virtual void onEpoch(const EpochMetrics&) {}
 };
 
@@ -185,6 +216,9 @@ class Trainer {
   // Every strategy: the model built for the Trainer's grid (collective: the grid's splits).
   Trainer(const TrainerContext& ctx, const ModelBuilder& build, LossFn loss,
           TrainerOptions options);
+  // The same with a loss given that grid on every call.
+  Trainer(const TrainerContext& ctx, const ModelBuilder& build, GridLossFn loss,
+          TrainerOptions options);
   ~Trainer();
   Trainer(const Trainer&) = delete;
   Trainer& operator=(const Trainer&) = delete;
@@ -192,11 +226,20 @@ class Trainer {
   void addCallback(std::shared_ptr<Callback> callback);
 
   // Trains options.epochs epochs (from the checkpoint's progress when resuming), validating
-  // after each when `validation` is given. Returns each epoch's metrics (those run now).
+  // after each (and every validateEvery steps) when `validation` is given. Returns each epoch's
+  // metrics (those run now).
   std::vector<EpochMetrics> fit(const TensorDataset& train, const TensorDataset* validation);
 
-  // Mean loss and accuracy over `data`, each worker scoring its strided share.
+  // Mean loss, perplexity and accuracy over `data`, each worker scoring its strided share.
   EpochMetrics validate(const TensorDataset& data);
+
+  // The full model's parameters on every worker, named as in the one-process model
+  // (train/full_state.h: writeFullState saves them, loadFullState loads them into the model
+  // built for a grid of one). Collective over the workers. Grid strategies: gathered over slices
+  // and stages (after fit(); InvalidArgument before); ddp, zero1, zero2: the replica's own
+  // (whole on every rank). zero3 and ps hold no whole replica on a worker: InvalidArgument
+  // (zero3 checkpoints consolidate into one file: train/reshard_checkpoint.h).
+  FullState gatherFullState();
 
   // The workers' group (the world without parameter servers), and this rank in it.
   comm::Group& workers() { return *workers_; }
@@ -204,9 +247,20 @@ class Trainer {
   // otherwise).
   const ProcessGrid* grid() const { return grid_ ? &*grid_ : nullptr; }
   const Progress& progress() const { return at_; }
+  // The pipeline of the grid strategies with pipelineStages > 1, once fit() made it (null
+  // otherwise): its plan, its last step's timeline (lastTrace(), for
+  // train/pipeline/trace.h's writeChromeTrace) and statistics. Valid while the Trainer lives.
+  pipeline::Pipeline* pipeline();
+  // The grid strategies' loss scaler, once fit() made it (enabled under fp16: its skipped steps
+  // and scale); null otherwise.
+  const LossScaler* lossScaler() const;
 
  private:
   void init(const TrainerContext& ctx);
+  void build(const ModelBuilder& build);
+  // Validation inside fit(): the training loss since the previous one (`since`: sum, count;
+  // reset), then the callbacks.
+  EpochMetrics validateAndReport(const TensorDataset& data, double since[2]);
   // Made on first use (fit() knows the total steps, which the ps schedule needs; a pipeline
   // plans with a micro-batch of `sample`).
   void ensureStrategy(int64_t totalSteps, const torch::Tensor& sample);
@@ -224,7 +278,8 @@ class Trainer {
   std::unique_ptr<DistributionStrategy> strategy_;
   std::vector<std::shared_ptr<Callback>> callbacks_;
   Progress at_;
-  int64_t totalSteps_ = 0;  // known once fit() sees the data
+  int64_t totalSteps_ = 0;                            // known once fit() sees the data
+  std::chrono::steady_clock::time_point lastReport_;  // the previous validation or fit()'s start
 };
 
 }  // namespace shoal::train

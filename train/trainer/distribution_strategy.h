@@ -15,6 +15,8 @@
 
 namespace shoal::train {
 
+class HybridParallel;  // train/hybrid_parallel.h
+
 class DistributionStrategy {
  public:
   virtual ~DistributionStrategy() = default;
@@ -46,6 +48,8 @@ class DistributionStrategy {
   // samples}, non-zero only on the ranks that count its share (summed over the workers after).
   virtual std::array<double, 3> evaluate(const torch::Tensor& inputs, const torch::Tensor& targets,
                                          bool classes);
+  // Their model on the grid (its pipeline, loss scaler, full-state gather); null for the others.
+  virtual HybridParallel* hybrid() { return nullptr; }
 };
 
 struct StrategyInputs {

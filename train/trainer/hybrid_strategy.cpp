@@ -34,15 +34,17 @@ class HybridStrategy final : public DistributionStrategy {
 
   bool ownsStep() const override { return true; }
 
-  // The measured stage times and a better split, if any, on world rank 0 (with the plan).
+  // The measured stage times and a better split, if any, on world rank 0 (with the plan). None
+  // when fit() ran no step (a finished job resumed): nothing was measured.
   void finish() override {
     auto* pipe = model_->pipeline();
-    if (!pipe || !advise_) return;
+    if (!pipe || !advise_ || !stepped_) return;
     const pipeline::SplitAdvice advice = pipe->splitAdvice();
     if (grid_.world->rank() == 0) std::cout << advice.describe() << std::flush;
   }
 
   double trainStep(const torch::Tensor& inputs, const torch::Tensor& targets) override {
+    stepped_ = true;
     return model_->step(inputs, targets);
   }
 
@@ -56,6 +58,8 @@ class HybridStrategy final : public DistributionStrategy {
     model_->optimizerStep(*optimizer_);  // with fp16: skipped on every rank after an overflow
     optimizer_->zero_grad();
   }
+
+  HybridParallel* hybrid() override { return model_.get(); }
 
   std::array<double, 3> evaluate(const torch::Tensor& inputs, const torch::Tensor& targets,
                                  bool classes) override {
@@ -83,6 +87,7 @@ class HybridStrategy final : public DistributionStrategy {
   OptimizerOptions optimizerOptions_;
   int keep_;
   bool advise_;
+  bool stepped_ = false;
   std::unique_ptr<HybridParallel> model_;
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
   std::unique_ptr<ShardedCheckpointer> checkpointer_;
