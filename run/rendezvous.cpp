@@ -108,8 +108,11 @@ void assignRole(const EnvLookup& env, Rendezvous& r) {
                 r.numServers);
   }
   const int workers = r.size - r.numServers;
-  r.role = r.rank < workers ? Role::kWorker : Role::kServer;
-  r.roleRank = r.rank < workers ? r.rank : r.rank - workers;
+  // An elastic job is workers only (checked in detectRendezvous), and its ranks past the launch
+  // size are workers that joined later (shoal join), not servers.
+  const bool worker = r.rank < workers || (env("SHOAL_ELASTIC").has_value() && r.numServers == 0);
+  r.role = worker ? Role::kWorker : Role::kServer;
+  r.roleRank = worker ? r.rank : r.rank - workers;
   if (auto role = in.get("SHOAL_ROLE"); role && *role != toString(r.role)) {
     SHOAL_THROW(InvalidArgument, "SHOAL_ROLE={} but rank {} of {} with {} servers is a {}", *role,
                 r.rank, r.size, r.numServers, toString(r.role));

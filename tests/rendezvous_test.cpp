@@ -133,6 +133,25 @@ TEST(Rendezvous, TheLastRanksServe) {
   EXPECT_THROW(detect({{"SHOAL_NUM_SERVERS", "1"}}), InvalidArgument);  // no worker left
 }
 
+// A worker started by hand (shoal join) has the rank past the launch size, as an elastic job
+// allows: it is a worker (an elastic job has no servers), its id taken from the store.
+TEST(Rendezvous, AnElasticWorkerPastTheLaunchSizeIsAWorker) {
+  std::map<std::string, std::string> joiner{{"SHOAL_RANK", "2"},
+                                            {"SHOAL_WORLD_SIZE", "2"},
+                                            {"SHOAL_LOCAL_RANK", "0"},
+                                            {"SHOAL_LOCAL_WORLD_SIZE", "1"},
+                                            {"SHOAL_STORE_ADDR", "127.0.0.1:1234"},
+                                            {"SHOAL_ELASTIC", "1:4"},
+                                            {"SHOAL_ROLE", "worker"},
+                                            {"SHOAL_ELASTIC_MEMBER", "auto"}};
+  auto r = detect(joiner);
+  EXPECT_EQ(r.role, Role::kWorker);
+  EXPECT_EQ(r.roleRank, 2);
+  EXPECT_EQ(r.memberId, -1);
+  joiner.erase("SHOAL_ELASTIC");  // not elastic: rank 2 of 2 does not exist
+  EXPECT_THROW(detect(joiner), InvalidArgument);
+}
+
 TEST(Rendezvous, ReplicatedShardsNeedTwoServers) {
   std::map<std::string, std::string> base{
       {"OMPI_COMM_WORLD_RANK", "0"}, {"OMPI_COMM_WORLD_SIZE", "6"}, {"SHOAL_NUM_SERVERS", "2"}};

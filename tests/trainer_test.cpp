@@ -189,7 +189,7 @@ TEST(Trainer, GridStrategiesClipMixedPrecisionAndResume) {
 }
 
 // A finished pipeline job resumed has nothing left to train: it ends cleanly (no split advice
-// from steps it did not measure).
+// from steps it did not measure), on the split its checkpoints were written with.
 TEST(Trainer, AFinishedPipelineJobResumesToNothing) {
   TempDir dir;
   const std::string flags =
@@ -200,6 +200,9 @@ TEST(Trainer, AFinishedPipelineJobResumesToNothing) {
   const auto again = train("-n 2", flags + " --resume");
   ASSERT_EQ(again.code, 0) << again.output;
   EXPECT_TRUE(epochs(again.output).empty()) << again.output;
+  // The split is the checkpoints', not one measured anew (a loaded machine measures another).
+  EXPECT_NE(again.output.find("resume: the split the checkpoints"), std::string::npos)
+      << again.output;
 }
 
 TEST(Trainer, BadConfigurationIsOneLineAndExitCodeTwo) {

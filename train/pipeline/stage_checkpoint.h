@@ -17,7 +17,9 @@
 
 #include <optional>
 #include <string>
+#include <vector>
 
+#include "comm/group.h"
 #include "train/checkpoint.h"
 #include "train/pipeline/pipeline.h"
 #include "train/sharded_checkpoint.h"
@@ -26,6 +28,16 @@ namespace shoal::train::pipeline {
 
 // Where this rank's stage shard goes, and the pipeline's layout line.
 ShardPlace shardPlace(const Pipeline& pipeline);
+
+// The cut that <dir>/layout records, as PipelineOptions::boundaries (the first layer of each
+// virtual stage after the first), when it was written by a pipeline of `stages` ranks x
+// `chunks`; nothing when there is no layout or it records another shape (the resume then
+// refuses it, naming both). Why: a time-balanced split is measured anew by each run and a loaded
+// machine measures another cut, so a resumed run takes the one its checkpoints were written
+// with. Collective over `world`: rank 0 reads the file (where the layout is checked), every
+// rank gets its answer. InvalidArgument for a layout file that is corrupt.
+std::optional<std::vector<int>> savedBoundaries(comm::Group& world, const std::string& dir,
+                                                int stages, int chunks);
 
 class StageCheckpointer {
  public:

@@ -3,11 +3,14 @@
 // layers sliced, replicated over the rest. Each rank's optimizer steps its own part; clipping
 // takes the whole model's norm (train/grid_grad_norm.h); checkpoints are one shard per stage and
 // slice (train/sharded_checkpoint.h), resumable on the same grid.
+#include <fmt/format.h>
+
 #include <iostream>
 
 #include "common/error.h"
 #include "train/grid_grad_norm.h"
 #include "train/hybrid_parallel.h"
+#include "train/pipeline/stage_checkpoint.h"
 #include "train/trainer/distribution_strategy.h"
 
 namespace shoal::train {
@@ -28,11 +31,32 @@ class HybridStrategy final : public DistributionStrategy {
     o.pipeline.ddp.bucketBytes = in.options.bucketBytes;
     o.ddp.bucketBytes = in.options.bucketBytes;
     o.precision = in.options.precision;
+    resumeWithSavedSplit(in, o.pipeline);
     model_ = std::make_unique<HybridParallel>(*in.sequential, grid_, in.sampleInputs, in.loss, o);
     optimizer_ = makeOptimizer(model_->parameters(), optimizerOptions_);
   }
 
   bool ownsStep() const override { return true; }
+
+  // A time-balanced split is measured anew by each run (a loaded machine measures another cut),
+  // while checkpoints resume only on the split that wrote them: resuming takes that split.
+  static void resumeWithSavedSplit(const StrategyInputs& in, pipeline::PipelineOptions& p) {
+    const TrainerOptions& o = in.options;
+    if (!o.resume || o.checkpointDir.empty() || o.pipelineStages < 2 ||
+        p.split != pipeline::SplitMethod::kTime) {
+      return;
+    }
+    auto saved =
+        pipeline::savedBoundaries(*in.workers, o.checkpointDir, o.pipelineStages, p.chunks);
+    if (!saved) return;
+    p.split = pipeline::SplitMethod::kBoundaries;
+    p.boundaries = *saved;
+    if (in.workers->rank() == 0 && p.printPlan) {
+      std::cout << fmt::format("resume: the split the checkpoints in {} were written with\n",
+                               o.checkpointDir)
+                << std::flush;
+    }
+  }
 
   // The measured stage times and a better split, if any, on world rank 0 (with the plan). None
   // when fit() ran no step (a finished job resumed): nothing was measured.
