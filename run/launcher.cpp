@@ -389,6 +389,10 @@ class Job {
     return v;
   }
 
+  // The last `servers` launch slots serve. An elastic job has no servers (checked at start):
+  // its slots past the launch size (discovery's growth) are workers too.
+  bool worker(int r) const { return r < workers_ || o_.elastic.has_value(); }
+
   std::vector<std::pair<std::string, std::string>> rankVariables(int r, int member) const {
     const Placement& p = places_[static_cast<size_t>(r)];
     const auto storePort = store_ ? std::to_string(store_->port()) : std::string();
@@ -406,8 +410,8 @@ class Job {
 
         {"SHOAL_NUM_SERVERS", std::to_string(o_.servers)},
         {"SHOAL_PS_REPLICAS", std::to_string(o_.psReplicas)},
-        {"SHOAL_ROLE", r < workers_ ? "worker" : "server"},
-        {"SHOAL_ROLE_RANK", std::to_string(r < workers_ ? r : r - workers_)},
+        {"SHOAL_ROLE", worker(r) ? "worker" : "server"},
+        {"SHOAL_ROLE_RANK", std::to_string(worker(r) ? r : r - workers_)},
         {"SHOAL_RESTART_COUNT", std::to_string(attempt_)},
         {"TORCHELASTIC_RESTART_COUNT", std::to_string(attempt_)},
     };
