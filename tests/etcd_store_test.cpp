@@ -15,6 +15,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <regex>
 #include <string>
 #include <vector>
 
@@ -130,9 +131,9 @@ TEST(EtcdStore, UnreachableIsAStoreErrorNamingTheAddress) {
 
 // Run by tests/etcd/etcd_tls_test.sh against a TLS etcd that must refuse this client's
 // connection (SHOAL_TEST_ETCD and the SHOAL_ETCD_* TLS variables say how): the refusal is one
-// line of the kind SHOAL_TEST_ETCD_REFUSAL_KIND (StoreError or InvalidArgument) holding
-// SHOAL_TEST_ETCD_REFUSAL and the address, and comes at once (a verification failure is not
-// retried until the request's deadline).
+// line of the kind SHOAL_TEST_ETCD_REFUSAL_KIND (StoreError or InvalidArgument) that matches
+// the regular expression SHOAL_TEST_ETCD_REFUSAL and names the address, and comes at once (a
+// verification failure is not retried until the request's deadline).
 TEST(EtcdStoreTlsRefusal, IsOneLineNamingTheAddressAndTheReason) {
   const char* url = std::getenv("SHOAL_TEST_ETCD");
   const char* expected = std::getenv("SHOAL_TEST_ETCD_REFUSAL");
@@ -154,7 +155,8 @@ TEST(EtcdStoreTlsRefusal, IsOneLineNamingTheAddressAndTheReason) {
                                    : dynamic_cast<const InvalidArgument*>(&e) ? "InvalidArgument"
                                                                               : "another kind";
     EXPECT_EQ(actualKind, kind) << what;
-    EXPECT_NE(what.find(expected), std::string::npos) << what;
+    EXPECT_TRUE(std::regex_search(what, std::regex(expected)))
+        << what << "\ndoes not match " << expected;
     EXPECT_NE(what.find(address.address.str()), std::string::npos) << what;
     EXPECT_EQ(what.find('\n'), std::string::npos) << what;
   }
