@@ -283,6 +283,8 @@ std::pair<int, std::string> EtcdStore::request(const std::string& path, const st
       return httpReply(reply, what);
     } catch (const StoreError&) {
       throw;
+    } catch (const InvalidArgument&) {
+      throw;  // a host name TLS cannot check: no retry cures it
     } catch (const ProtocolError& e) {
       // TLS refused (a certificate that does not verify, etcd refusing this client): trying
       // again would meet the same refusal until the deadline.

@@ -2,6 +2,8 @@
 # The etcd store (store/etcd_store.h) against a real etcd: the store contract, an elastic job
 # whose rendezvous and membership live in etcd losing a worker, and the etcd member SIGKILLed and
 # restarted (same data directory) while a job runs on it.
+# The store over TLS (etcds://) is tests/etcd/etcd_tls_test.sh: it needs no libtorch, so it runs
+# with the engine's tests.
 #
 # etcd runs in a private network namespace, so its fixed ports (2379, 2380) cannot collide with
 # anything; the jobs run in the same namespace. Waits are on events: etcd's "ready to serve" log

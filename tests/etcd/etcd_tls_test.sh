@@ -7,7 +7,9 @@
 # script checks: no CA given (the system's trust store does not know the throwaway CA), a CA
 # that did not sign etcd's certificate, an IP address and a host name the certificate does not
 # name, no client certificate (or one from another CA) when etcd demands one, and a TLS variable
-# with a plain etcd:// URL.
+# with a plain etcd:// URL. Given `shoal` and a rank program, also a job whose ranks find each
+# other through the etcds:// store (the variables reaching shoal::init()), and one refused for
+# a TLS variable with etcd://.
 #
 # Like tests/etcd/etcd_test.sh, etcd runs in a private network namespace, so its fixed ports
 # cannot collide with anything; the clients run in the same namespace. Host names resolve
@@ -16,9 +18,10 @@
 #
 # Needs root (a network namespace), etcd (Debian's etcd-server) and openssl; without root it is
 # skipped (exit 77) saying why. Cleans up on every exit path.
-# usage: etcd_tls_test.sh ETCD_STORE_TESTS_BIN
+# usage: etcd_tls_test.sh ETCD_STORE_TESTS_BIN [SHOAL_BIN TEST_WORKER_BIN]
 set -euo pipefail
 contract="$(realpath "$1")"
+shoal="${2:+$(realpath "$2")}" worker="${3:+$(realpath "$3")}"
 
 if [ "$(id -u)" != 0 ]; then
   if command -v sudo >/dev/null && sudo -n true 2>/dev/null; then
@@ -163,6 +166,25 @@ expect_refusal "a host name the certificate does not name" StoreError \
 expect_refusal "a TLS variable with a plain etcd:// URL" InvalidArgument \
   "^SHOAL_ETCD_CACERT set for the plain-HTTP etcd store etcd://127.0.0.1:2379: use etcds://" \
   etcd://127.0.0.1:2379/x "$ca"
+
+if [ -n "$shoal" ]; then
+  # A job of 2 ranks (tests/worker.cpp's collective matrix) on the etcds:// store: the launcher
+  # passes the URL and the variables on, each rank's init() opens the store with them.
+  rc=0
+  in_ns env "$ca" timeout 120 "$shoal" run --timeout 30 -n 2 --store etcds://127.0.0.1:2379/job \
+    -- "$worker" matrix >"$work/job.out" 2>&1 || rc=$?
+  [ "$rc" = 0 ] || { echo "FAIL: the job on etcds:// exited $rc" >&2; tail -n 30 "$work/job.out" >&2; exit 1; }
+  echo "a job of 2 ranks on the etcds:// store"
+  rc=0
+  in_ns env "$ca" timeout 120 "$shoal" run --timeout 30 -n 2 --store etcd://127.0.0.1:2379/job \
+    -- "$worker" matrix >"$work/job.out" 2>&1 || rc=$?
+  if [ "$rc" = 0 ] || ! grep -q "SHOAL_ETCD_CACERT set for the plain-HTTP etcd store" "$work/job.out"; then
+    echo "FAIL: a job on etcd:// with SHOAL_ETCD_CACERT: exit $rc, expected the TLS refusal:" >&2
+    tail -n 30 "$work/job.out" >&2
+    exit 1
+  fi
+  echo "refused, a job on etcd:// with SHOAL_ETCD_CACERT: $(grep -m1 "SHOAL_ETCD_CACERT set" "$work/job.out")"
+fi
 stop_etcd
 
 # 2. etcd demands a client certificate signed by its CA.
