@@ -187,7 +187,7 @@ void ClientConnection::waitOrThrow(int rc, const Deadline& deadline, const char*
              ERR_GET_REASON(ERR_peek_last_error()) == SSL_R_UNEXPECTED_EOF_WHILE_READING) {
     // The stream ended without the server's close_notify: what was read may be cut short.
     ERR_clear_error();
-    SHOAL_THROW(PeerError, "{}: the connection ended without a TLS close while {}", what_, doing);
+    SHOAL_THROW(PeerError, "{}: the connection ended without a TLS close {}", what_, doing);
   } else if (err == SSL_ERROR_SSL) {
     std::string reason = sslReason();
     const long verify = SSL_get_verify_result(ssl);
@@ -196,16 +196,16 @@ void ClientConnection::waitOrThrow(int rc, const Deadline& deadline, const char*
     }
     SHOAL_THROW(ProtocolError, "{}: TLS: {}", what_, reason);
   } else if (err == SSL_ERROR_ZERO_RETURN) {
-    SHOAL_THROW(PeerError, "{}: the server closed the connection while {}", what_, doing);
+    SHOAL_THROW(PeerError, "{}: the server closed the connection {}", what_, doing);
   } else {  // SSL_ERROR_SYSCALL: the socket failed (reset) or ended without a TLS alert
     const int e = errno;
     ERR_clear_error();
-    SHOAL_THROW(PeerError, "{}: connection lost while {}: {}", what_, doing,
+    SHOAL_THROW(PeerError, "{}: connection lost {}: {}", what_, doing,
                 e != 0 ? std::strerror(e) : "closed");
   }
   if (!pollFor(fd_, events, deadline)) {
-    SHOAL_THROW(TimeoutError, "{}: TLS {} took more than {:.1f} s", what_, doing,
-                deadline.timeoutSeconds());
+    SHOAL_THROW(TimeoutError, "{}: timed out after {:.1f} s {}", what_, deadline.timeoutSeconds(),
+                doing);
   }
 }
 
@@ -215,7 +215,7 @@ void ClientConnection::handshake(const Deadline& deadline) {
     errno = 0;
     const int rc = SSL_do_handshake(impl_->ssl);
     if (rc == 1) return;
-    waitOrThrow(rc, deadline, "the handshake");
+    waitOrThrow(rc, deadline, "in the TLS handshake");
   }
 }
 
@@ -233,7 +233,7 @@ void ClientConnection::writeAll(const void* data, size_t n, const Deadline& dead
       n -= written;
       continue;
     }
-    waitOrThrow(rc, deadline, "writing");
+    waitOrThrow(rc, deadline, "writing the request");
   }
 }
 
@@ -245,7 +245,7 @@ size_t ClientConnection::read(void* data, size_t n, const Deadline& deadline) {
     const int rc = SSL_read_ex(impl_->ssl, data, n, &got);
     if (rc == 1) return got;
     if (SSL_get_error(impl_->ssl, rc) == SSL_ERROR_ZERO_RETURN) return 0;  // close_notify
-    waitOrThrow(rc, deadline, "reading");
+    waitOrThrow(rc, deadline, "reading the reply");
   }
 }
 

@@ -79,7 +79,8 @@ class ClientConnection {
   size_t read(void* data, size_t n, const Deadline& deadline);
 
  private:
-  // Waits for what the failed call `rc` of SSL_* asks for; throws for anything else.
+  // Waits for what the failed call `rc` of SSL_* asks for; throws for anything else. `doing`
+  // ends the errors' text: "in the TLS handshake".
   void waitOrThrow(int rc, const Deadline& deadline, const char* doing);
 
   std::shared_ptr<const ClientContext> context_;

@@ -17,6 +17,7 @@
 #include <optional>
 #include <regex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "comm/membership.h"
@@ -321,6 +322,53 @@ TEST(EtcdTls, ComesFromTheEnvironment) {
               EtcdStore(secure, std::chrono::seconds(1), {}, EtcdTls{ca, "", ""});
             }).find("TLS CA file " + ca),
             std::string::npos);
+}
+
+// The TLS handshake is bounded by the request timeout: a server that accepts the connection and
+// never answers (its listen backlog completes the TCP handshake; nothing accepts) is a StoreError
+// after the timeout. And a server that does not speak TLS is refused at once (not retried).
+TEST(EtcdTls, HandshakeHasTheRequestDeadlineAndANonTlsServerIsRefused) {
+  int port = 0;
+  Fd silent = listenTcp("127.0.0.1", 0, &port);
+  EtcdStore quiet(EtcdAddress::parse(fmt::format("etcds://127.0.0.1:{}/x", port)),
+                  std::chrono::milliseconds(300));
+  auto start = std::chrono::steady_clock::now();
+  try {
+    quiet.set("k", "v");
+    FAIL() << "no error";
+  } catch (const StoreError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find(fmt::format("etcds://127.0.0.1:{}", port)), std::string::npos) << what;
+    EXPECT_NE(what.find("timed out after 0.3 s in the TLS handshake"), std::string::npos) << what;
+  }
+  auto took = std::chrono::steady_clock::now() - start;
+  EXPECT_GE(took, std::chrono::milliseconds(300));
+  EXPECT_LT(took, std::chrono::seconds(3));
+
+  Fd plain = listenTcp("127.0.0.1", 0, &port);
+  std::thread server([&] {
+    // One connection answered in plain HTTP; the client gives up at once, so no other comes.
+    Fd c = acceptTcp(plain.get(), Deadline(std::chrono::seconds(10)), "test server");
+    const std::string reply = "HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n";
+    writeAll(c.get(), reply.data(), reply.size(), Deadline(std::chrono::seconds(10)), "test");
+    char byte;
+    pollFor(c.get(), POLLIN, Deadline(std::chrono::seconds(10)));  // until the client closes
+    (void)::read(c.get(), &byte, 1);
+  });
+  EtcdStore http(EtcdAddress::parse(fmt::format("etcds://127.0.0.1:{}/x", port)),
+                 std::chrono::seconds(10));
+  start = std::chrono::steady_clock::now();
+  try {
+    http.set("k", "v");
+    FAIL() << "no error";
+  } catch (const StoreError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find(fmt::format("etcds://127.0.0.1:{}: TLS: ", port)), std::string::npos)
+        << what;
+    EXPECT_EQ(what.find('\n'), std::string::npos) << what;
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+  server.join();
 }
 
 }  // namespace
