@@ -171,7 +171,8 @@ World joinWorld(const EnvConfig& env, const run::MpiBridge* mpi) {
     const auto etcd = store::EtcdAddress::parse(r.storeUrl);
     storeHost = etcd.address.host;
     store = std::make_shared<store::EtcdStore>(
-        etcd, options.timeout, store::EtcdCredentials::fromEnvironment(processEnvReader()));
+        etcd, options.timeout, store::EtcdCredentials::fromEnvironment(processEnvReader()),
+        store::EtcdTls::fromEnvironment(processEnvReader()));
   } else if (r.launcher == Launcher::kMpirun && storeHost.empty()) {
     // Rank 0 hosts the store on a free port and tells the others where, with the job secret
     // if none is configured, over MPI (which mpirun already connected and trusts).

@@ -58,7 +58,7 @@ struct LaunchOptions {
   // started again, up to `maxRestarts` times, with SHOAL_RESTART_COUNT (and torchrun's
   // TORCHELASTIC_RESTART_COUNT) = the attempt, so the program resumes from its last
   // checkpoint (torchrun's model; the way a pipeline or ZeRO job survives a lost rank).
-  // etcd://host:port[/namespace]: the ranks' store is that etcd (store/etcd_store.h), not one
+  // etcd(s)://host:port[/namespace]: the ranks' store is that etcd (store/etcd_store.h), not one
   // the launcher hosts, so the job's rendezvous survives this launcher's host.
   std::string storeUrl;
   std::optional<std::string> elastic;

@@ -43,8 +43,8 @@ struct Rendezvous {
   int localSize = 1;
   int hosts = 1;          // hosts the job spans, where known (1 for a single-host job)
   std::string storeHost;  // empty under mpirun without MASTER_ADDR: rank 0 says over MPI
-  // SHOAL_STORE_ADDR=etcd://host:port[/namespace]: the store is etcd (store/etcd_store.h) and
-  // no rank hosts one; storeHost and storePort are then unused.
+  // SHOAL_STORE_ADDR=etcd://host:port[/namespace] (etcds:// for TLS): the store is etcd
+  // (store/etcd_store.h) and no rank hosts one; storeHost and storePort are then unused.
   std::string storeUrl;
   int storePort = 0;
   bool hostsStore = false;  // this rank starts the store server (rank 0, without shoal run)

@@ -76,8 +76,8 @@ int main(int argc, char** argv) {
                   "seconds between SIGTERM and SIGKILL when stopping (default 5)");
   run->add_option("--ssh", o.sshCommand, "command that runs a shell command on a host");
   run->add_option("--store", o.storeUrl,
-                  "etcd://host:port[/namespace]: the ranks' store (default: SHOAL_STORE_ADDR when "
-                  "it names etcd, else one this launcher hosts)");
+                  "etcd://host:port[/namespace] (etcds:// for TLS): the ranks' store (default: "
+                  "SHOAL_STORE_ADDR when it names etcd, else one this launcher hosts)");
   std::string elastic;
   run->add_option("--elastic", elastic,
                   "MIN:MAX: survivors of a failed worker go on, new workers join (elastic job)");

@@ -10,10 +10,12 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <thread>
 #include <tuple>
 
 #include "common/error.h"
+#include "common/tls_client.h"
 
 namespace shoal::store {
 
@@ -111,13 +113,16 @@ bool tokenRefused(int status, const std::string& body) {
 }  // namespace
 
 bool EtcdAddress::matches(const std::string& url) {
-  return url.rfind("etcd://", 0) == 0;
+  return url.rfind("etcd://", 0) == 0 || url.rfind("etcds://", 0) == 0;
 }
 
 EtcdAddress EtcdAddress::parse(const std::string& url) {
-  if (!matches(url)) SHOAL_THROW(InvalidArgument, "'{}' is not an etcd://host:port URL", url);
-  std::string rest = url.substr(7);
+  if (!matches(url)) {
+    SHOAL_THROW(InvalidArgument, "'{}' is not an etcd://host:port or etcds://host:port URL", url);
+  }
   EtcdAddress a;
+  a.tls = url.rfind("etcds://", 0) == 0;
+  std::string rest = url.substr(a.tls ? 8 : 7);
   const auto slash = rest.find('/');
   if (slash != std::string::npos) {
     a.ns = rest.substr(slash + 1);
@@ -162,13 +167,66 @@ EtcdCredentials EtcdCredentials::fromEnvironment(const EnvReader& env) {
   return c;
 }
 
-EtcdStore::EtcdStore(EtcdAddress address, Duration requestTimeout, EtcdCredentials credentials)
+std::string EtcdTls::variables() const {
+  std::string out;
+  for (const auto& [name, value] :
+       {std::pair<const char*, const std::string*>{"SHOAL_ETCD_CACERT", &caFile},
+        {"SHOAL_ETCD_CERT", &certFile},
+        {"SHOAL_ETCD_KEY", &keyFile}}) {
+    if (value->empty()) continue;
+    if (!out.empty()) out += ", ";
+    out += name;
+  }
+  return out;
+}
+
+EtcdTls EtcdTls::fromEnvironment(const EnvReader& env) {
+  EtcdTls t;
+  for (const auto& [name, field] :
+       {std::pair<const char*, std::string*>{"SHOAL_ETCD_CACERT", &t.caFile},
+        {"SHOAL_ETCD_CERT", &t.certFile},
+        {"SHOAL_ETCD_KEY", &t.keyFile}}) {
+    const auto value = env(name);
+    if (!value) continue;
+    if (value->empty())
+      SHOAL_THROW(InvalidArgument, "{} is set but empty: expected a PEM file", name);
+    if (!std::ifstream(*value)) SHOAL_THROW(InvalidArgument, "{}={}: cannot be read", name, *value);
+    *field = *value;
+  }
+  if (t.certFile.empty() != t.keyFile.empty()) {
+    SHOAL_THROW(InvalidArgument,
+                "{} is set without {}: a client certificate needs both the certificate and its key",
+                t.certFile.empty() ? "SHOAL_ETCD_KEY" : "SHOAL_ETCD_CERT",
+                t.certFile.empty() ? "SHOAL_ETCD_CERT" : "SHOAL_ETCD_KEY");
+  }
+  return t;
+}
+
+void EtcdTls::checkFor(const EtcdAddress& address) const {
+  if (!address.tls && !empty()) {
+    SHOAL_THROW(InvalidArgument,
+                "{} set for the plain-HTTP etcd store etcd://{}: use etcds://{} for TLS, or unset "
+                "them",
+                variables(), address.address.str(), address.address.str());
+  }
+}
+
+EtcdStore::EtcdStore(EtcdAddress address, Duration requestTimeout, EtcdCredentials credentials,
+                     EtcdTls tls)
     : address_(std::move(address)),
       requestTimeout_(requestTimeout),
-      credentials_(std::move(credentials)) {}
+      credentials_(std::move(credentials)) {
+  tls.checkFor(address_);
+  if (address_.tls) {
+    tlsContext_ = std::make_shared<const tls::ClientContext>(
+        tls::ClientOptions{tls.caFile, tls.certFile, tls.keyFile});
+  }
+}
+
+EtcdStore::~EtcdStore() = default;
 
 std::string EtcdStore::what() const {
-  return fmt::format("etcd store {}", address_.address.str());
+  return fmt::format("etcd store {}{}", address_.tls ? "etcds://" : "", address_.address.str());
 }
 
 std::pair<int, std::string> EtcdStore::request(const std::string& path, const std::string& body,
@@ -180,30 +238,57 @@ std::pair<int, std::string> EtcdStore::request(const std::string& path, const st
   while (true) {
     try {
       Fd fd = connectTcp(address_.address, deadline, what);
+      // Declared after fd: destroyed (its TLS state freed) before the socket closes.
+      std::optional<tls::ClientConnection> secure;
+      if (tlsContext_) {
+        secure.emplace(tlsContext_, fd.get(), address_.address.host, what);
+        secure->handshake(deadline);
+      }
       const std::string request = fmt::format(
           "POST {} HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\n{}Content-Length: "
           "{}\r\nConnection: close\r\n\r\n{}",
           path, address_.address.str(),
           token.empty() ? std::string() : "Authorization: " + token + "\r\n", body.size(), body);
-      writeAll(fd.get(), request.data(), request.size(), deadline, what);
+      if (secure) {
+        secure->writeAll(request.data(), request.size(), deadline);
+      } else {
+        writeAll(fd.get(), request.data(), request.size(), deadline, what);
+      }
+      const auto noReply = [&] {
+        SHOAL_THROW(StoreError, "{}: no reply within {:.1f} s", what, deadline.timeoutSeconds());
+      };
       std::string reply;
       char buf[16384];
       while (true) {
-        if (!pollFor(fd.get(), POLLIN, deadline)) {
-          SHOAL_THROW(StoreError, "{}: no reply within {:.1f} s", what, deadline.timeoutSeconds());
+        size_t n = 0;
+        if (secure) {
+          try {
+            n = secure->read(buf, sizeof buf, deadline);
+          } catch (const TimeoutError&) {
+            noReply();
+          }
+        } else {
+          if (!pollFor(fd.get(), POLLIN, deadline)) noReply();
+          const ssize_t r = ::read(fd.get(), buf, sizeof buf);
+          if (r < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+          if (r < 0) throwSystemError("read from " + what, errno);
+          n = static_cast<size_t>(r);
         }
-        const ssize_t n = ::read(fd.get(), buf, sizeof buf);
-        if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
-        if (n < 0) throwSystemError("read from " + what, errno);
         if (n == 0) break;
-        if (reply.size() + static_cast<size_t>(n) > kMaxReply) {
+        if (reply.size() + n > kMaxReply) {
           SHOAL_THROW(StoreError, "{}: a reply above {} bytes", what, kMaxReply);
         }
-        reply.append(buf, static_cast<size_t>(n));
+        reply.append(buf, n);
       }
       return httpReply(reply, what);
     } catch (const StoreError&) {
       throw;
+    } catch (const InvalidArgument&) {
+      throw;  // a host name TLS cannot check: no retry cures it
+    } catch (const ProtocolError& e) {
+      // TLS refused (a certificate that does not verify, etcd refusing this client): trying
+      // again would meet the same refusal until the deadline.
+      SHOAL_THROW(StoreError, "{}", e.what());
     } catch (const Error& e) {
       lastError = e.what();
     }

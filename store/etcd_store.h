@@ -1,6 +1,7 @@
 // A store kept in etcd (the store torchrun's elastic rendezvous uses): the job's rendezvous and
 // elastic membership then survive the loss of any worker host, and of etcd members while a
-// quorum remains. Selected by SHOAL_STORE_ADDR=etcd://host:port[/namespace].
+// quorum remains. Selected by SHOAL_STORE_ADDR=etcd://host:port[/namespace] (plain HTTP) or
+// etcds://host:port[/namespace] (HTTPS: TLS, below).
 //
 // Speaks etcd's v3 API through its JSON gateway (POST /v3/kv/range, put, deleterange, txn;
 // keys and values base64), one HTTP/1.1 connection per request: the rendezvous makes few
@@ -15,15 +16,26 @@
 //   its first request and sends it with each; a token etcd no longer accepts (it expired:
 //   etcd's --auth-token-ttl, 5 minutes idle by default) is renewed once and the request sent
 //   again. Without credentials, an etcd with authentication on answers with a StoreError saying
-//   to set them. No TLS: the password and the keys travel in clear, so keep etcd on a network
-//   only the job reaches. The job's data connections are authenticated by the job secret
+//   to set them.
+// - TLS (EtcdTls, etcds:// only; etcd started with --cert-file/--key-file): every connection
+//   is TLS 1.2 or later (common/tls_client.h) and verifies etcd's certificate chain, against
+//   the CA in SHOAL_ETCD_CACERT or else the system's trust store, and that the certificate
+//   names the URL's host (a DNS name, sent as SNI, or an IP address SAN for an IP literal).
+//   SHOAL_ETCD_CERT and SHOAL_ETCD_KEY give a client certificate for etcd's
+//   --client-cert-auth. A refused certificate is a StoreError naming the address and OpenSSL's
+//   reason ("certificate verify failed: IP address mismatch"), at once: it is not retried.
+//   With plain etcd:// the password and the keys travel in clear, so keep such an etcd on a
+//   network only the job reaches; TLS variables set with an etcd:// URL are an error, never
+//   ignored. The job's data connections are authenticated by the job secret
 //   (transport/auth.h) whatever the store.
 //
 // Threads: every call is independent and thread-safe. Errors: an unreachable etcd, an HTTP
 // error or a malformed reply is StoreError naming the address; get and wait throw TimeoutError
-// naming the missing keys. Replies are size-checked before they are buffered (1 MiB at most).
+// naming the missing keys. Each request (connect, TLS handshake, send, reply) is bounded by the
+// request timeout. Replies are size-checked before they are buffered (1 MiB at most).
 #pragma once
 
+#include <memory>
 #include <mutex>
 #include <string>
 #include <utility>
@@ -34,14 +46,19 @@
 #include "common/socket.h"
 #include "store/store.h"
 
+namespace shoal::tls {
+class ClientContext;  // common/tls_client.h
+}
+
 namespace shoal::store {
 
-// "etcd://host:port[/namespace]" -> address and namespace; InvalidArgument (one line) for
-// anything else.
+// "etcd://host:port[/namespace]" or "etcds://..." (TLS) -> address, namespace and whether TLS;
+// InvalidArgument (one line) for anything else.
 struct EtcdAddress {
   HostPort address;
   std::string ns = "shoal";
-  static bool matches(const std::string& url);  // starts with etcd://
+  bool tls = false;                             // etcds://
+  static bool matches(const std::string& url);  // starts with etcd:// or etcds://
   static EtcdAddress parse(const std::string& url);
 };
 
@@ -56,10 +73,32 @@ struct EtcdCredentials {
   static EtcdCredentials fromEnvironment(const EnvReader& env);
 };
 
+// TLS settings for an etcds:// store: files, PEM. All empty: the system's trust store and no
+// client certificate.
+struct EtcdTls {
+  std::string caFile;    // SHOAL_ETCD_CACERT: the CA that signed etcd's certificate
+  std::string certFile;  // SHOAL_ETCD_CERT: a client certificate (etcd's --client-cert-auth)
+  std::string keyFile;   // SHOAL_ETCD_KEY: its private key
+  bool empty() const { return caFile.empty() && certFile.empty() && keyFile.empty(); }
+  // The variables that are set, for errors: "SHOAL_ETCD_CACERT, SHOAL_ETCD_CERT".
+  std::string variables() const;
+  // Reads the three variables. InvalidArgument (one line, naming the variable) for one set
+  // empty, a file that cannot be read, or a certificate without its key or a key without its
+  // certificate.
+  static EtcdTls fromEnvironment(const EnvReader& env);
+  // InvalidArgument unless these settings fit `address`: TLS settings with a plain etcd:// URL
+  // would otherwise be ignored while the user believes the connection is encrypted.
+  void checkFor(const EtcdAddress& address) const;
+};
+
 class EtcdStore : public Store {
  public:
-  // `requestTimeout` bounds each request (connect, send, reply), and the retries of add.
-  EtcdStore(EtcdAddress address, Duration requestTimeout, EtcdCredentials credentials = {});
+  // `requestTimeout` bounds each request (connect, TLS handshake, send, reply), and the retries
+  // of add. Loads the TLS files now (InvalidArgument when one cannot be used, or when `tls` is
+  // not empty with a plain etcd:// address).
+  EtcdStore(EtcdAddress address, Duration requestTimeout, EtcdCredentials credentials = {},
+            EtcdTls tls = {});
+  ~EtcdStore() override;
 
   void set(const std::string& key, const std::string& value) override;
   std::string get(const std::string& key, Duration timeout) override;
@@ -91,6 +130,7 @@ class EtcdStore : public Store {
   EtcdAddress address_;
   Duration requestTimeout_;
   EtcdCredentials credentials_;
+  std::shared_ptr<const tls::ClientContext> tlsContext_;  // null: plain HTTP
   std::mutex tokenMutex_;
   std::string token_;  // under tokenMutex_; empty: none yet
 };

@@ -2,6 +2,8 @@
 # The etcd store (store/etcd_store.h) against a real etcd: the store contract, an elastic job
 # whose rendezvous and membership live in etcd losing a worker, and the etcd member SIGKILLed and
 # restarted (same data directory) while a job runs on it.
+# The store over TLS (etcds://) is tests/etcd/etcd_tls_test.sh: it needs no libtorch, so it runs
+# with the engine's tests.
 #
 # etcd runs in a private network namespace, so its fixed ports (2379, 2380) cannot collide with
 # anything; the jobs run in the same namespace. Waits are on events: etcd's "ready to serve" log
@@ -64,8 +66,10 @@ start_etcd() {
 start_etcd "$work/etcd1.log"
 echo "etcd ready (pid $etcd_pid)"
 
-# 1. The store contract (its authentication case comes in 4).
-in_ns env SHOAL_TEST_ETCD=etcd://127.0.0.1:2379/contract "$contract" --gtest_filter=-EtcdStoreAuth.*
+# 1. The store contract (its authentication case comes in 4; its TLS refusals are
+#    tests/etcd/etcd_tls_test.sh's).
+in_ns env SHOAL_TEST_ETCD=etcd://127.0.0.1:2379/contract "$contract" \
+  --gtest_filter=-EtcdStoreAuth.*:EtcdStoreTlsRefusal.*
 
 # 2. An elastic job through etcd loses member 1 in step 10: 3 workers finish, equal.
 export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
@@ -125,7 +129,8 @@ gateway /v3/auth/enable '{}'
 printf 'pw-4-shoal\n' >"$work/password"
 chmod 600 "$work/password"
 export SHOAL_ETCD_USER=root SHOAL_ETCD_PASSWORD_FILE="$work/password"
-in_ns env SHOAL_TEST_ETCD=etcd://127.0.0.1:2379/contract-auth "$contract"
+in_ns env SHOAL_TEST_ETCD=etcd://127.0.0.1:2379/contract-auth "$contract" \
+  --gtest_filter=-EtcdStoreTlsRefusal.*
 rc=0
 in_ns env SHOAL_STORE_ADDR=etcd://127.0.0.1:2379/job3 timeout 300 "$shoal" run --timeout 30 \
   --elastic 2:4 -n 3 -- "$worker" --steps 10 >"$work/job3.out" 2>&1 || rc=$?
