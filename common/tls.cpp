@@ -13,6 +13,7 @@
 #include <cstring>
 
 #include "common/error.h"
+#include "common/openssl_socket.h"
 #include "common/socket.h"
 
 namespace shoal::tls {
@@ -26,52 +27,6 @@ constexpr size_t kIdentityBytes = sizeof(kIdentity) - 1;
 constexpr unsigned char kSuiteId[] = {0x13, 0x01};
 constexpr const char* kSuiteName = "TLS_AES_128_GCM_SHA256";
 constexpr size_t kReadAhead = 256 << 10;
-
-// OpenSSL's own socket BIO writes with write(2), which raises SIGPIPE on a closed connection;
-// this one uses send(MSG_NOSIGNAL), so the library never needs a process-wide signal setting.
-int bioWrite(BIO* b, const char* buf, int len) {
-  const int fd = static_cast<int>(reinterpret_cast<intptr_t>(BIO_get_data(b)));
-  BIO_clear_retry_flags(b);
-  for (;;) {
-    ssize_t w = ::send(fd, buf, static_cast<size_t>(len), MSG_NOSIGNAL | MSG_DONTWAIT);
-    if (w >= 0) return static_cast<int>(w);
-    if (errno == EINTR) continue;
-    if (errno == EAGAIN || errno == EWOULDBLOCK) BIO_set_retry_write(b);
-    return -1;
-  }
-}
-
-int bioRead(BIO* b, char* buf, int len) {
-  const int fd = static_cast<int>(reinterpret_cast<intptr_t>(BIO_get_data(b)));
-  BIO_clear_retry_flags(b);
-  for (;;) {
-    ssize_t r = ::recv(fd, buf, static_cast<size_t>(len), MSG_DONTWAIT);
-    if (r >= 0) return static_cast<int>(r);  // 0: end of stream
-    if (errno == EINTR) continue;
-    if (errno == EAGAIN || errno == EWOULDBLOCK) BIO_set_retry_read(b);
-    return -1;
-  }
-}
-
-long bioCtrl(BIO*, int cmd, long, void*) {
-  return cmd == BIO_CTRL_FLUSH ? 1 : 0;  // nothing is buffered here
-}
-
-int bioCreate(BIO* b) {
-  BIO_set_init(b, 1);
-  return 1;
-}
-
-// The most specific reason OpenSSL has, one line ("tlsv1 alert decrypt error").
-std::string sslReason() {
-  unsigned long e = ERR_peek_last_error();
-  ERR_clear_error();
-  if (e == 0) return "unknown TLS error";
-  if (const char* r = ERR_reason_error_string(e)) return r;
-  char buf[256];
-  ERR_error_string_n(e, buf, sizeof(buf));
-  return buf;
-}
 
 SSL_SESSION* pskSession(SSL* ssl, const std::string& psk) {
   const SSL_CIPHER* cipher = SSL_CIPHER_find(ssl, kSuiteId);
@@ -92,13 +47,11 @@ SSL_SESSION* pskSession(SSL* ssl, const std::string& psk) {
 struct Session::Impl {
   SSL_CTX* ctx = nullptr;
   SSL* ssl = nullptr;
-  BIO_METHOD* method = nullptr;
   std::string psk;
 
   ~Impl() {
     if (ssl) SSL_free(ssl);  // frees the BIO too
     if (ctx) SSL_CTX_free(ctx);
-    if (method) BIO_meth_free(method);
   }
 
   // Client: offer the PSK (again after a HelloRetryRequest only if the hash still fits).
@@ -168,15 +121,8 @@ Session::Session(int fd, Role role, const std::string& psk, std::string what)
     SSL_set_psk_find_session_callback(m.ssl, &Impl::findSession);
     SSL_set_accept_state(m.ssl);
   }
-  m.method = BIO_meth_new(BIO_get_new_index() | BIO_TYPE_SOURCE_SINK, "shoal socket");
-  if (m.method == nullptr || !BIO_meth_set_write(m.method, bioWrite) ||
-      !BIO_meth_set_read(m.method, bioRead) || !BIO_meth_set_ctrl(m.method, bioCtrl) ||
-      !BIO_meth_set_create(m.method, bioCreate)) {
-    fail("BIO method");
-  }
-  BIO* bio = BIO_new(m.method);
+  BIO* bio = newSocketBio(fd);
   if (bio == nullptr) fail("BIO_new");
-  BIO_set_data(bio, reinterpret_cast<void*>(static_cast<intptr_t>(fd)));
   SSL_set_bio(m.ssl, bio, bio);  // the SSL owns the BIO
 }
 

@@ -16,70 +16,12 @@
 #include <mutex>
 
 #include "common/error.h"
+#include "common/openssl_socket.h"
 #include "common/socket.h"
 
 namespace shoal::tls {
 
 namespace {
-
-// OpenSSL's socket BIO writes with write(2), which raises SIGPIPE when the server has gone; this
-// one sends with MSG_NOSIGNAL. The fd lives in the BIO's data pointer.
-int bioWrite(BIO* b, const char* buf, int len) {
-  const int fd = static_cast<int>(reinterpret_cast<intptr_t>(BIO_get_data(b)));
-  BIO_clear_retry_flags(b);
-  while (true) {
-    const ssize_t w = ::send(fd, buf, static_cast<size_t>(len), MSG_NOSIGNAL | MSG_DONTWAIT);
-    if (w >= 0) return static_cast<int>(w);
-    if (errno == EINTR) continue;
-    if (errno == EAGAIN || errno == EWOULDBLOCK) BIO_set_retry_write(b);
-    return -1;
-  }
-}
-
-int bioRead(BIO* b, char* buf, int len) {
-  const int fd = static_cast<int>(reinterpret_cast<intptr_t>(BIO_get_data(b)));
-  BIO_clear_retry_flags(b);
-  while (true) {
-    const ssize_t r = ::recv(fd, buf, static_cast<size_t>(len), MSG_DONTWAIT);
-    if (r >= 0) return static_cast<int>(r);
-    if (errno == EINTR) continue;
-    if (errno == EAGAIN || errno == EWOULDBLOCK) BIO_set_retry_read(b);
-    return -1;
-  }
-}
-
-long bioCtrl(BIO*, int cmd, long, void*) {
-  return cmd == BIO_CTRL_FLUSH ? 1 : 0;  // nothing is buffered here
-}
-
-int bioCreate(BIO* b) {
-  BIO_set_init(b, 1);
-  return 1;
-}
-
-// One method for the process, made on first use and kept (OpenSSL frees it at exit).
-BIO_METHOD* socketMethod() {
-  static BIO_METHOD* method = [] {
-    BIO_METHOD* m = BIO_meth_new(BIO_get_new_index() | BIO_TYPE_SOURCE_SINK, "shoal tls client");
-    if (m == nullptr || !BIO_meth_set_write(m, bioWrite) || !BIO_meth_set_read(m, bioRead) ||
-        !BIO_meth_set_ctrl(m, bioCtrl) || !BIO_meth_set_create(m, bioCreate)) {
-      SHOAL_THROW(SystemError, "TLS client: cannot make a BIO method");
-    }
-    return m;
-  }();
-  return method;
-}
-
-// OpenSSL's most specific reason, one line; clears the thread's error queue.
-std::string sslReason() {
-  const unsigned long e = ERR_peek_last_error();
-  ERR_clear_error();
-  if (e == 0) return "unknown TLS error";
-  if (const char* r = ERR_reason_error_string(e)) return r;
-  char buf[256];
-  ERR_error_string_n(e, buf, sizeof buf);
-  return buf;
-}
 
 bool isIpLiteral(const std::string& host) {
   unsigned char buf[16];
@@ -153,9 +95,8 @@ ClientConnection::ClientConnection(std::shared_ptr<const ClientContext> context,
   impl_->ssl = SSL_new(context_->impl_->ctx);
   if (impl_->ssl == nullptr) SHOAL_THROW(SystemError, "{}: TLS: {}", what_, sslReason());
   SSL* ssl = impl_->ssl;
-  BIO* bio = BIO_new(socketMethod());
+  BIO* bio = newSocketBio(fd);
   if (bio == nullptr) SHOAL_THROW(SystemError, "{}: TLS: {}", what_, sslReason());
-  BIO_set_data(bio, reinterpret_cast<void*>(static_cast<intptr_t>(fd)));
   SSL_set_bio(ssl, bio, bio);  // the SSL owns the BIO
   // The name the certificate must carry: checked by OpenSSL's chain verification, so a
   // mismatch fails the handshake like an untrusted chain does.

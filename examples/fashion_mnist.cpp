@@ -212,10 +212,7 @@ int trainMain(const Flags& f) {
 
   auto trainSet = train::readIdxDataset(f.dataDir, "train");
   auto testSet = train::readIdxDataset(f.dataDir, "t10k");
-  if (f.trainSubset > 0 && f.trainSubset < trainSet.size()) {
-    trainSet.images = trainSet.images.slice(0, 0, f.trainSubset);
-    trainSet.labels = trainSet.labels.slice(0, 0, f.trainSubset);
-  }
+  trainSet = trainSet.first(f.trainSubset);
 
   train::FashionCnn model;
   train::OptimizerOptions oo;

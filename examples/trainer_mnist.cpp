@@ -81,11 +81,7 @@ torch::nn::Sequential makeModel(const train::ProcessGrid& grid, double dropout) 
 }
 
 train::TensorDataset load(const std::string& dir, const char* split, int64_t subset) {
-  auto d = train::readIdxDataset(dir, split);
-  if (subset > 0 && subset < d.size()) {
-    d.images = d.images.slice(0, 0, subset);
-    d.labels = d.labels.slice(0, 0, subset);
-  }
+  const auto d = train::readIdxDataset(dir, split).first(subset);
   return {d.images, d.labels};
 }
 

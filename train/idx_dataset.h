@@ -15,6 +15,11 @@ struct IdxDataset {
   torch::Tensor images;  // [n, 1, 28, 28] float32, scaled to [0, 1] then standardized
   torch::Tensor labels;  // [n] int64
   int64_t size() const { return labels.size(0); }
+  // The first n samples (views, no copy); all of them when n <= 0 or n >= size().
+  IdxDataset first(int64_t n) const {
+    if (n <= 0 || n >= size()) return *this;
+    return {images.slice(0, 0, n), labels.slice(0, 0, n)};
+  }
 };
 
 // Reads <dir>/<prefix>-images-idx3-ubyte.gz and <dir>/<prefix>-labels-idx1-ubyte.gz; prefix is
