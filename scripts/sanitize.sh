@@ -12,7 +12,9 @@
 # shoal_encryption_tests, shoal_ps_tests, shoal_ps_replication_tests, shoal_ps_compression_tests,
 # shoal_host_discovery_tests, shoal_trace_tests, shoal_flight_tests, shoal_tensorboard_tests,
 # shoal_sweep_tests (with the programs they start, also instrumented) and shoal_serve_core_tests
-# (shoal-serve's batching queue, request JSON and metrics). Left out: the libtorch tests
+# (shoal-serve's batching queue, request JSON and metrics), shoal_etcd_store_tests (the etcd
+# store's parsing, and its TLS client against a real etcd: etcd_store_config, etcd_store_tls).
+# Left out: the libtorch tests
 # (shoal_train_tests, shoal_train_process_tests: Debian's libtorch is not instrumented, and
 # compiling the train layer twice more would double CI's build time) and the tests that run
 # outside programs (mpirun_*, the Slurm stand-in, the network-namespace test: OpenMPI's own
@@ -47,7 +49,7 @@ case "$MODE" in
       shoal_ps_compression_tests shoal_ps_replication_tests shoal_host_discovery_tests \
       shoal_trace_tests shoal_trace_worker shoal_flight_tests shoal_flight_worker shoal_test_worker \
       shoal_tensorboard_tests shoal_sweep_tests shoal_sweep_fake_trainer shoal shoal_ps_worker \
-      shoal_serve_core_tests
+      shoal_serve_core_tests shoal_etcd_store_tests
     # Child processes inherit these. print_stacktrace: UBSan's report says where.
     export ASAN_OPTIONS=halt_on_error=1:abort_on_error=0:detect_leaks=1:strict_string_checks=1:detect_stack_use_after_return=1
     export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
