@@ -94,8 +94,8 @@ class Shard {
   // length in the payload is checked against the bytes left and this shard before use.
   std::string restore(const std::string& payload, uint64_t& round, std::vector<uint64_t>& clocks,
                       std::string_view source = "shard checkpoint");
-  // Note [Resharding checkpoints] (ps/shard_restore.cpp): copies from `from`, a shard of the same keys
-  // under another partition (another server count), the elements both hold: values and
+  // Note [Resharding checkpoints] (ps/shard_restore.cpp): copies from `from`, a shard of the same
+  // keys under another partition (another server count), the elements both hold: values and
   // optimizer state. Each of this shard's pieces that overlaps `from` takes the largest version
   // of the pieces of `from` it overlaps (equal in synchronous mode; asynchronous versions count
   // updates, which differ between servers, and only Adam's bias correction reads them). Returns
