@@ -7,6 +7,8 @@
 //   shoal run -n 4 -- trainer_mnist --strategy pipeline --stages 2 --micro-batches 4
 //   shoal run -n 4 -- trainer_mnist --strategy hybrid --stages 2 --tensor 2
 //   shoal run -n 2 -- trainer_mnist --optimizer adamw --weight-decay 0.01 --validate-every 50
+//   shoal run -n 2 -- trainer_mnist --strategy zero2 --save model.pt  # the whole model, one file
+//   trainer_mnist --evaluate-from model.pt                            # ... run by one process
 //
 // Every worker prints nothing but rank 0 one line per epoch (loss, validation accuracy) and, with
 // --validate-every, one per validation; with --metrics FILE rank 0 appends each epoch as a JSON
@@ -22,9 +24,11 @@
 #include "examples/numeric_flags.h"
 #include "ps/server.h"
 #include "run/init.h"
+#include "train/full_state.h"
 #include "train/idx_dataset.h"
 #include "train/tensor/column_linear.h"
 #include "train/tensor/row_linear.h"
+#include "train/tensor/sharded_dropout.h"
 #include "train/trainer.h"
 
 using namespace shoal;
@@ -61,12 +65,15 @@ struct Flags {
   std::string schedule = "1f1b";
   double dropout = 0.25;
   std::string metrics;
+  std::string save;
+  std::string evaluateFrom;
 };
 
 // The model: one Sequential, so every strategy takes it as is (ZeRO-3's units and a pipeline's
 // stages are its children). Its classifier is split over the grid's tensor-parallel ranks (a
 // column-parallel layer feeding a row-parallel one, Megatron's MLP); under the other strategies
-// that group has one rank and they compute as torch::nn::Linear does.
+// that group has one rank and they compute as torch::nn::Linear does. The dropout between them
+// acts on the split activation, so each tensor rank draws its own mask (sharded_dropout.h).
 torch::nn::Sequential makeModel(const train::ProcessGrid& grid, double dropout) {
   using namespace torch::nn;
   const train::tensor::TensorGroup tg{grid.tensor};
@@ -77,7 +84,8 @@ torch::nn::Sequential makeModel(const train::ProcessGrid& grid, double dropout) 
                     MaxPool2d(2), Conv2d(Conv2dOptions(16, 32, 3).padding(1)), BatchNorm2d(32),
                     ReLU(), MaxPool2d(2), Flatten(),
                     train::tensor::ColumnParallelLinear(hidden->weight, hidden->bias, tg), ReLU(),
-                    Dropout(dropout), train::tensor::RowParallelLinear(out->weight, out->bias, tg));
+                    train::tensor::ShardedDropout(dropout, tg),
+                    train::tensor::RowParallelLinear(out->weight, out->bias, tg));
 }
 
 train::TensorDataset load(const std::string& dir, const char* split, int64_t subset) {
@@ -192,6 +200,35 @@ int trainMain(const Flags& f) {
         f.batch, f.accumulate, trainer.grid() ? "; " + trainer.grid()->describe() : "");
   }
   trainer.fit(trainSet, &testSet);
+  if (!f.save.empty()) {
+    // Collective: every worker takes part in the gather; the lead writes.
+    const train::FullState state = trainer.gatherFullState();
+    if (report->lead) {
+      train::writeFullState(f.save, state);
+      fmt::print("saved the full model to {} (run it in one process with --evaluate-from)\n",
+                 f.save);
+    }
+  }
+  return 0;
+}
+
+// One process, no job: the saved model on the test set, in evaluation mode (BatchNorm's saved
+// running statistics, no dropout), as the Trainer's validation computes it.
+int evaluateMain(const Flags& f) {
+  torch::set_num_threads(static_cast<int>(f.threads));
+  auto model = makeModel(train::ProcessGrid{}, f.dropout);
+  train::loadFullState(*model, train::readFullState(f.evaluateFrom));
+  model->eval();
+  const auto test = load(f.dataDir, "t10k", f.testSubset);
+  torch::NoGradGuard noGrad;
+  int64_t correct = 0;
+  for (int64_t at = 0; at < test.size(); at += 256) {
+    const int64_t n = std::min<int64_t>(256, test.size() - at);
+    const auto out = model->forward(test.inputs.narrow(0, at, n));
+    correct += out.argmax(1).eq(test.targets.narrow(0, at, n)).sum().item<int64_t>();
+  }
+  fmt::print("{}: accuracy {:.2f}% on {} samples\n", f.evaluateFrom,
+             100.0 * static_cast<double>(correct) / static_cast<double>(test.size()), test.size());
   return 0;
 }
 
@@ -239,6 +276,13 @@ int main(int argc, char** argv) {
   app.add_option("--schedule", f.schedule, "pipeline, hybrid: gpipe, 1f1b or interleaved")
       ->capture_default_str();
   app.add_option("--metrics", f.metrics, "append one JSON line per epoch to this file");
-  return examples::runExample("trainer_mnist", app, numbers, argc, argv,
-                              [&] { return trainMain(f); });
+  app.add_option("--save", f.save,
+                 "after training, write the whole model here (ddp, zero1, zero2 and the grid "
+                 "strategies; a sealed file)");
+  app.add_option("--evaluate-from", f.evaluateFrom,
+                 "no training: load a --save file in this one process and report its test "
+                 "accuracy");
+  return examples::runExample("trainer_mnist", app, numbers, argc, argv, [&] {
+    return f.evaluateFrom.empty() ? trainMain(f) : evaluateMain(f);
+  });
 }

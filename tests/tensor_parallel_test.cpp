@@ -81,6 +81,16 @@ TEST(TensorParallel, GptInterleavedPipelineWithTensorTwoEqualsOneProcess) {
   expectGpt(1, 2, 2, "interleaved");
 }
 
+// Dropout on a split activation draws a different mask on every tensor rank (with one shared
+// stream, torch::nn::Dropout would draw the same one on each slice).
+TEST(TensorParallel, ShardedDropoutDrawsIndependentMasksPerRank) {
+  auto r = job(3, "dropout");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_EQ(count(r.output, "FAIL"), 0u) << r.output;
+  // Per rank: the drop rate, the scale, the replay, 3 stream checks, 2 mask checks, eval.
+  EXPECT_EQ(count(r.output, "] OK dropout"), 3u * 9u) << r.output;
+}
+
 TEST(TensorParallel, TensorTwoModelExportsToOneProcess) {
   TempDir dir;
   auto r = job(2, fmt::format("export 2 {}/model.pt", dir.path));

@@ -23,10 +23,15 @@
 //            a GPT trained 2 steps with tensor parallelism T is gathered and written to PATH; a
 //            one-process model loaded from the file gives the same logits as the split model
 //            ("OK export ..." on world rank 0)
+//   dropout  ShardedDropout over the N ranks from one shared seed: every rank drops about p of
+//            its slice, no two ranks draw the same mask, the shared stream stays in step
+//            (the next draw equal on every rank), a replay of the seed draws the same mask,
+//            evaluation mode is the identity ("OK dropout ..." per rank)
 // Exit code 0 only if everything checked held.
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <cmath>
 #include <iostream>
 #include <map>
 #include <string>
@@ -45,6 +50,7 @@
 #include "train/tensor/mlp.h"
 #include "train/tensor/regions.h"
 #include "train/tensor/row_linear.h"
+#include "train/tensor/sharded_dropout.h"
 #include "train/tensor/vocab_cross_entropy.h"
 #include "train/tensor/vocab_embedding.h"
 
@@ -517,6 +523,52 @@ int exportModel(const shoal::World& world, int tensorSize, const std::string& pa
   return check.failures == 0 ? 0 : 1;
 }
 
+// Every rank's row of `mine` (same shape everywhere), gathered over the world.
+torch::Tensor gatherRows(shoal::World& world, const torch::Tensor& mine) {
+  const torch::Tensor flat = mine.to(torch::kFloat).contiguous().reshape({-1});
+  torch::Tensor all = torch::empty({world.size, flat.numel()}, torch::kFloat);
+  shoal::comm::allgather(*world.group, flat.data_ptr(), all.data_ptr(),
+                         static_cast<size_t>(flat.numel()), shoal::DataType::kFloat32);
+  return all;
+}
+
+int dropout(shoal::World& world) {
+  const double p = 0.3;
+  tp::ShardedDropout drop(p, tp::TensorGroup{world.group});
+  const torch::Tensor x = torch::ones({8192});
+  torch::manual_seed(42);  // the shared stream, the same on every rank (as the Trainer seeds it)
+  const torch::Tensor kept = drop(x).ne(0);
+  const torch::Tensor next = torch::rand({4});
+  torch::manual_seed(42);
+  const torch::Tensor replay = drop(x).ne(0);
+  int failures = 0;
+  const auto expect = [&](bool ok, const std::string& what) {
+    fmt::print("{} dropout: {}\n", ok ? "OK" : "FAIL", what);
+    failures += ok ? 0 : 1;
+  };
+  const double dropped = 1 - kept.to(torch::kFloat).mean().item<double>();
+  expect(std::abs(dropped - p) < 0.03,
+         fmt::format("dropped {:.3f} of the slice (p {})", dropped, p));
+  const torch::Tensor y = drop(x);
+  const torch::Tensor scaled = y.masked_select(y.ne(0));
+  expect(scaled.numel() > 0 && (scaled - 1 / (1 - p)).abs().max().item<double>() < 1e-6,
+         "kept elements scaled by 1 / (1 - p)");
+  expect(replay.equal(kept), "a replay of the shared seed draws the same mask");
+  const torch::Tensor masks = gatherRows(world, kept);
+  const torch::Tensor draws = gatherRows(world, next);
+  for (int r = 0; r < world.size; ++r) {
+    expect(draws[r].equal(draws[world.rank]),
+           fmt::format("the shared stream in step with rank {}", r));
+    if (r == world.rank) continue;
+    // Independent masks agree on (1-p)^2 + p^2 = 0.58 of the elements; identical ones on all.
+    const double agree = masks[r].eq(masks[world.rank]).to(torch::kFloat).mean().item<double>();
+    expect(agree < 0.65, fmt::format("mask against rank {}'s agrees on {:.3f}", r, agree));
+  }
+  drop->eval();
+  expect(drop(x).equal(x), "the identity in evaluation mode");
+  return failures == 0 ? 0 : 1;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -526,6 +578,7 @@ int main(int argc, char** argv) {
     shoal::World world = shoal::init();
     if (mode == "layers") return layers(world);
     if (mode == "count") return count(world);
+    if (mode == "dropout") return dropout(world);
     if (mode == "resume" && argc >= 6) {
       return resume(world, std::stoi(argv[2]), std::stoi(argv[3]), std::stoi(argv[4]), argv[5]);
     }

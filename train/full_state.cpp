@@ -21,6 +21,9 @@ FullState gatherFullState(const torch::nn::Module& model) {
       for (const auto& p : item.value()->named_parameters(/*recurse=*/false)) {
         out.emplace_back(prefix + p.key(), p.value().detach().clone());
       }
+      for (const auto& b : item.value()->named_buffers(/*recurse=*/false)) {
+        out.emplace_back(prefix + b.key(), b.value().detach().clone());
+      }
     }
   }
   return out;
@@ -79,26 +82,31 @@ FullState decodeFullState(const std::string& payload, const std::string& what) {
 
 void loadFullState(torch::nn::Module& model, const FullState& state) {
   std::map<std::string, torch::Tensor> byName(state.begin(), state.end());
-  auto params = model.named_parameters();
-  for (const auto& p : params) {
-    auto it = byName.find(p.key());
+  struct Target {
+    torch::Tensor tensor;
+    const char* kind;
+  };
+  std::map<std::string, Target> targets;
+  for (const auto& p : model.named_parameters()) targets[p.key()] = {p.value(), "parameter"};
+  for (const auto& b : model.named_buffers()) targets[b.key()] = {b.value(), "buffer"};
+  for (const auto& [name, target] : targets) {
+    auto it = byName.find(name);
     if (it == byName.end()) {
-      SHOAL_THROW(InvalidArgument, "full state: no value for parameter {}", p.key());
+      SHOAL_THROW(InvalidArgument, "full state: no value for {} {}", target.kind, name);
     }
-    if (it->second.sizes() != p.value().sizes()) {
-      SHOAL_THROW(InvalidArgument, "full state: parameter {} is {} in the model, {} in the state",
-                  p.key(), c10::str(p.value().sizes()), c10::str(it->second.sizes()));
+    if (it->second.sizes() != target.tensor.sizes()) {
+      SHOAL_THROW(InvalidArgument, "full state: {} {} is {} in the model, {} in the state",
+                  target.kind, name, c10::str(target.tensor.sizes()), c10::str(it->second.sizes()));
     }
   }
-  if (byName.size() != params.size()) {
-    for (const auto& [name, t] : byName) {
-      if (params.find(name) == nullptr) {
-        SHOAL_THROW(InvalidArgument, "full state: {} is not a parameter of the model", name);
-      }
+  for (const auto& [name, t] : byName) {
+    if (!targets.contains(name)) {
+      SHOAL_THROW(InvalidArgument, "full state: {} is not a parameter or buffer of the model",
+                  name);
     }
   }
   torch::NoGradGuard noGrad;
-  for (auto& p : params) p.value().copy_(byName.at(p.key()));
+  for (auto& [name, target] : targets) target.tensor.copy_(byName.at(name));
 }
 
 }  // namespace shoal::train

@@ -1,6 +1,8 @@
-// A model's full (one-process) parameters, by name: what a model trained split over tensor and
-// pipeline ranks is gathered into, written as, and loaded from, so that it can be taken away
-// and run in one process (or resumed on another grid).
+// A model's full (one-process) state by name, its parameters and its buffers (BatchNorm's running
+// statistics): what a model trained split over tensor and pipeline ranks, or replicated by DDP
+// and ZeRO, is gathered into, written as, and loaded from, so that it can be taken away and run
+// in one process (or resumed on another grid). Without the buffers a model with BatchNorm would
+// load and then evaluate with its initial statistics: plausible-looking, silently wrong outputs.
 //
 // The file is a sealed file (common/sealed_file.h: length and SHA-256 checked before anything is
 // deserialized, written atomically) holding a libtorch archive of the named tensors.
@@ -16,9 +18,10 @@ namespace shoal::train {
 
 using FullState = std::vector<std::pair<std::string, torch::Tensor>>;
 
-// The full parameters of `model` (or any module built from train/tensor/'s layers) under the
-// names the one-process model gives them: tensor-parallel layers (tensor::ParallelLayer) are
-// gathered, whole ones copied. Collective over every tensor group the layers use (every rank of
+// The full parameters and buffers of `model` (or any module built from train/tensor/'s layers)
+// under the names the one-process model gives them: tensor-parallel layers
+// (tensor::ParallelLayer) are gathered, whole ones copied (their buffers this rank's: a replica's
+// running statistics are its own). Collective over every tensor group the layers use (every rank of
 // it calls this, in the same order); every rank gets the result.
 FullState gatherFullState(const torch::nn::Module& model);
 
@@ -32,9 +35,9 @@ FullState decodeFullState(const std::string& bytes, const std::string& what);
 void writeFullState(const std::string& path, const FullState& state);
 FullState readFullState(const std::string& path);
 
-// Copies `state` into `model`'s parameters by name. InvalidArgument, before anything is
-// copied, naming the first parameter missing from the state, left over in it, or of another
-// shape.
+// Copies `state` into `model`'s parameters and buffers by name. InvalidArgument, before anything
+// is copied, naming the first parameter or buffer missing from the state (a file written before
+// buffers were gathered, for a model that has some), left over in it, or of another shape.
 void loadFullState(torch::nn::Module& model, const FullState& state);
 
 }  // namespace shoal::train

@@ -293,7 +293,8 @@ std::vector<EpochMetrics> Trainer::fit(const TensorDataset& train,
     }
   }
   // Dropout differs per replica: its own stream, from the seed and the step reached. A stage's
-  // tensor-parallel ranks share it, so their copies of a whole activation stay the same.
+  // tensor-parallel ranks share it, so their copies of a whole activation stay the same (a split
+  // activation takes tensor::ShardedDropout, which draws a mask per rank from this stream).
   const int stream =
       global ? grid_->dataRank * grid_->pipelineSize + grid_->pipelineRank : g.rank();
   torch::manual_seed(options_.seed * 7919 + static_cast<uint64_t>(stream) * 104729 +
