@@ -28,6 +28,14 @@ constexpr int64_t kNotMine = -3;  // another replica of the shard reads it
 
 }  // namespace
 
+std::optional<std::string> readLayout(const std::string& dir) {
+  const std::string path = dir + "/layout";
+  if (!std::filesystem::exists(path)) return std::nullopt;
+  std::string layout = readSealedFile(path);
+  while (!layout.empty() && layout.back() == '\n') layout.pop_back();
+  return layout;
+}
+
 ShardedCheckpointer::ShardedCheckpointer(std::string dir, int keep, ShardPlace place,
                                          torch::nn::Module& module)
     : dir_(std::move(dir)),
@@ -75,15 +83,16 @@ std::optional<Progress> ShardedCheckpointer::resumeLatest(torch::optim::Optimize
   // of this split's shards is there: a folder of another split's checkpoints is not a fresh
   // start (this run's saves would mix with them).
   std::string verdict;
-  if (world.rank() == 0 && (any || std::filesystem::exists(dir_ + "/layout"))) {
+  if (world.rank() == 0) {
     try {
-      std::string saved = readSealedFile(dir_ + "/layout");
-      while (!saved.empty() && saved.back() == '\n') saved.pop_back();
-      if (saved != place_.layout) {
+      const std::optional<std::string> saved = readLayout(dir_);
+      if (!saved && any) {
+        verdict = fmt::format("the checkpoints in {} have no layout file", dir_);
+      } else if (saved && *saved != place_.layout) {
         verdict = fmt::format(
             "the checkpoints in {} were written by another split ({}); this run's is ({}). "
             "Resharding to a new split is not supported: use the same split",
-            dir_, saved, place_.layout);
+            dir_, *saved, place_.layout);
       }
     } catch (const std::exception& e) {
       verdict = e.what();

@@ -32,6 +32,11 @@ struct ShardPlace {
   std::string layout;  // one line: the split, the same on every rank
 };
 
+// The split recorded in <dir>/layout (the line save() writes, without its newline); nothing when
+// the folder has no layout yet. Local, not collective: the caller decides which rank reads it.
+// InvalidArgument naming the file when it is corrupt.
+std::optional<std::string> readLayout(const std::string& dir);
+
 class ShardedCheckpointer {
  public:
   // `module` (this rank's shard) must outlive the checkpointer.

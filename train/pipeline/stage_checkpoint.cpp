@@ -4,10 +4,8 @@
 #include <fmt/ranges.h>
 
 #include <cstdio>
-#include <filesystem>
 
 #include "comm/collectives.h"
-#include "common/sealed_file.h"
 
 namespace shoal::train::pipeline {
 
@@ -62,11 +60,8 @@ std::optional<std::vector<int>> savedBoundaries(comm::Group& world, const std::s
   std::string answer;  // "-" none, else the boundaries, space-separated
   if (world.rank() == 0) {
     answer = "-";
-    const std::string path = dir + "/layout";
-    if (std::filesystem::exists(path)) {
-      std::string layout = readSealedFile(path);  // corrupt: InvalidArgument naming it
-      while (!layout.empty() && layout.back() == '\n') layout.pop_back();
-      if (auto b = parseBoundaries(layout, stages, chunks))
+    if (const auto layout = readLayout(dir)) {  // corrupt: InvalidArgument naming it
+      if (auto b = parseBoundaries(*layout, stages, chunks))
         answer = fmt::format("{}", fmt::join(*b, " "));
     }
   }
