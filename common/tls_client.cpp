@@ -8,9 +8,7 @@
 #include <poll.h>
 #include <sys/socket.h>
 
-#include <algorithm>
 #include <cerrno>
-#include <climits>
 #include <cstdint>
 #include <cstring>
 #include <mutex>
@@ -163,12 +161,13 @@ void ClientConnection::handshake(const Deadline& deadline) {
 void ClientConnection::writeAll(const void* data, size_t n, const Deadline& deadline) {
   const char* p = static_cast<const char*>(data);
   while (n > 0) {
-    const int chunk = static_cast<int>(std::min<size_t>(n, INT_MAX));
     size_t written = 0;
     ERR_clear_error();
     errno = 0;
     // A write that wants to wait is repeated with the same bytes, as OpenSSL requires.
-    const int rc = SSL_write_ex(impl_->ssl, p, static_cast<size_t>(chunk), &written);
+    // SSL_write_ex takes the whole size_t count (SSL_write's int would need a cap); a success
+    // wrote all of it unless partial writes were enabled, which the loop also handles.
+    const int rc = SSL_write_ex(impl_->ssl, p, n, &written);
     if (rc == 1) {
       p += written;
       n -= written;

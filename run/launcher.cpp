@@ -14,16 +14,13 @@
 #include <memory>
 #include <set>
 
-#include "comm/membership.h"
 #include "common/error.h"
 #include "common/socket.h"
-#include "run/host_discovery.h"
+#include "run/elastic_supervisor.h"
 #include "run/job_flight.h"
-#include "run/join_file.h"
 #include "run/output_forwarder.h"
 #include "run/process_util.h"
 #include "run/run_directory.h"
-#include "run/slot_pool.h"
 #include "run/spawner.h"
 #include "run/trace_merge.h"
 #include "store/etcd_store.h"
@@ -47,16 +44,6 @@ double secondsBetween(std::chrono::steady_clock::time_point a,
   return std::chrono::duration<double>(b - a).count();
 }
 
-// A remote rank's status is ssh's, which passes on the remote shell's: 128 + N for signal N.
-std::string describeRank(int status, bool local) {
-  std::string s = describeStatus(status);
-  if (!local && WIFEXITED(status) && WEXITSTATUS(status) > 128 && WEXITSTATUS(status) < 128 + 65) {
-    const int sig = WEXITSTATUS(status) - 128;
-    s += fmt::format(" (on its host: killed by signal {} ({}))", sig, strsignal(sig));
-  }
-  return s;
-}
-
 // The names of `vars`, and `more`.
 std::vector<std::string> namesOf(const std::vector<std::pair<std::string, std::string>>& vars,
                                  std::vector<std::string> more) {
@@ -64,13 +51,7 @@ std::vector<std::string> namesOf(const std::vector<std::pair<std::string, std::s
   return more;
 }
 
-struct Rank {
-  int rank = 0;
-  int member = 0;  // elastic jobs: its member id (the rank, then one new id per restart)
-  Placement where;
-  pid_t pid = -1;  // also its process group
-  bool running = false;
-  int status = 0;
+struct Rank : LaunchedRank {
   Clock::time_point failedAt;  // when its failing exit was seen
   // Non-zero while the rank is stopped (SIGSTOP, SIGTSTP, ...): a local rank only, since for a
   // remote one the launcher's child is ssh, whose status says nothing about the rank.
@@ -78,9 +59,6 @@ struct Rank {
   Clock::time_point stoppedAt;
   // A parameter server that failed in a job with replicated shards: the job went on.
   bool tolerated = false;
-  // Elastic jobs: stopped because host discovery no longer lists its slot (SIGKILL at killAt).
-  bool removed = false;
-  Clock::time_point killAt;
   Fd out, err, in;  // in: ssh's stdin (the secret, then held open as a lifeline)
   std::unique_ptr<std::FILE, int (*)(std::FILE*)> log{nullptr, &std::fclose};
   std::deque<std::string> tail;
@@ -134,10 +112,7 @@ class Job {
     // find every thread blocking it, or it goes to that thread instead of the signalfd.
     blockSignals();
     startStore();
-    if (!o_.joinFile.empty()) {
-      writeJoinFile(o_.joinFile, jobVariables());
-      joinFileWritten_ = true;
-    }
+    if (elastic_) elastic_->writeJoinFile(jobVariables());
     for (size_t r = 0; r < places_.size(); ++r) start(static_cast<int>(r), static_cast<int>(r));
     if (o_.verbose) {
       say("{} rank{} started; store at {}", places_.size(), places_.size() == 1 ? "" : "s",
@@ -156,8 +131,6 @@ class Job {
       }
     }
     if (signalsBlocked_) ::sigprocmask(SIG_SETMASK, &oldMask_, nullptr);
-    // The job is over: a worker started with the file now would wait for a job that is gone.
-    if (joinFileWritten_) ::unlink(o_.joinFile.c_str());
   }
 
  private:
@@ -172,19 +145,18 @@ class Job {
       SHOAL_THROW(InvalidArgument, "no program given (shoal run -n N -- prog)");
     if (o_.servers < 0)
       SHOAL_THROW(InvalidArgument, "--servers {} must not be negative", o_.servers);
-    std::optional<comm::ElasticRange> range;
-    if (o_.elastic) range = comm::ElasticRange::parse(*o_.elastic);
     std::vector<HostSlots> hosts = o_.hosts;
     int ranks = o_.ranks == 0 ? 0 : o_.ranks + o_.servers;
-    if (!o_.hostDiscoveryScript.empty()) {
-      hosts = discoverHosts(range);
-      int slots = 0;
-      for (auto& h : hosts) slots += h.slots;
-      if (ranks == 0) ranks = std::min(slots, range->maxSize);
+    if (o_.elastic) {
+      elastic_ = std::make_unique<ElasticSupervisor>(
+          o_, originalMask(), [this](const std::string& line) { say("{}", line); });
+      elastic_->chooseLaunch(hosts, ranks);
+    } else if (!o_.hostDiscoveryScript.empty()) {
+      SHOAL_THROW(InvalidArgument,
+                  "--host-discovery-script needs --elastic MIN:MAX (workers come and go)");
     }
     places_ = placeRanks(ranks, hosts);
     initialRanks_ = static_cast<int>(places_.size());
-    nextMember_ = initialRanks_;
     if (static_cast<int>(places_.size()) <= o_.servers) {
       SHOAL_THROW(InvalidArgument, "--servers {} leaves no slot for a worker", o_.servers);
     }
@@ -199,17 +171,8 @@ class Job {
     if (o_.maxRestarts < 0) {
       SHOAL_THROW(InvalidArgument, "--max-restarts {} must not be negative", o_.maxRestarts);
     }
-    if (range) {
-      if (o_.servers > 0) {
-        SHOAL_THROW(InvalidArgument, "--elastic with --servers: elastic jobs are workers only");
-      }
-      if (workers_ < range->minSize || workers_ > range->maxSize) {
-        SHOAL_THROW(InvalidArgument, "--elastic {}: {} workers started, outside {}..{}",
-                    *o_.elastic, workers_, range->minSize, range->maxSize);
-      }
-      maxWorkers_ = range->maxSize;
-    }
-    if (!o_.joinFile.empty() && !range) {
+    if (elastic_) elastic_->checkLaunch(initialRanks_, o_.servers);
+    if (!o_.joinFile.empty() && !elastic_) {
       SHOAL_THROW(InvalidArgument,
                   "--join-file needs --elastic MIN:MAX (only an elastic job admits new workers)");
     }
@@ -240,30 +203,6 @@ class Job {
       }
     }
     if (!o_.tracePath.empty()) prepareTraceDir(traceDirOf(o_.tracePath));
-  }
-
-  // --host-discovery-script: its first run gives the hosts the job starts on.
-  std::vector<HostSlots> discoverHosts(const std::optional<comm::ElasticRange>& range) {
-    if (!range) {
-      SHOAL_THROW(InvalidArgument,
-                  "--host-discovery-script needs --elastic MIN:MAX (workers come and go)");
-    }
-    if (!o_.hosts.empty()) {
-      SHOAL_THROW(InvalidArgument,
-                  "--host-discovery-script gives the hosts: not with --hosts or --hostfile");
-    }
-    HostDiscoveryOptions d;
-    d.program = findProgram(o_.hostDiscoveryScript);
-    if (d.program.empty()) {
-      SHOAL_THROW(InvalidArgument, "host discovery program '{}' not found or not executable",
-                  o_.hostDiscoveryScript);
-    }
-    d.interval = std::chrono::duration_cast<Duration>(
-        std::chrono::duration<double>(o_.discoveryIntervalSeconds));
-    d.signalMask = originalMask();
-    discovery_ = std::make_unique<HostDiscovery>(d);
-    slots_.offer(discovery_->runNow());
-    return slots_.offered();
   }
 
   // Before anything starts: can we reach the host, and is the program there?
@@ -362,13 +301,6 @@ class Job {
     ::signal(SIGPIPE, SIG_IGN);  // a rank's pipe closing must not kill the launcher
   }
 
-  // The launcher's member ids stay below kFirstOutsideMember: those belong to workers started
-  // by hand (run/join_file.h).
-  int newMember() {
-    SHOAL_CHECK(nextMember_ < kFirstOutsideMember, "elastic member ids exhausted");
-    return nextMember_++;
-  }
-
   // What a worker started by hand needs to join the job (run/join_file.h): the variables every
   // worker gets but those of its slot, with the secret (the launcher's own workers get it apart
   // from the others: on stdin through ssh) and the store's SHOAL_ENCRYPT.
@@ -438,7 +370,7 @@ class Job {
     rk.rank = r;
     rk.member = member;
     rk.where = places_[static_cast<size_t>(r)];
-    slots_.occupy(rk.where);
+    if (elastic_) elastic_->started(rk);
     if (!o_.outputDir.empty()) {
       std::string path = fmt::format("{}/rank{}.log", o_.outputDir, r);
       // A restarted worker continues its slot's log.
@@ -518,8 +450,8 @@ class Job {
           owners.emplace_back(&r, true);
         }
       }
-      if (discovery_ && discovery_->fd() >= 0) {
-        fds.push_back({discovery_->fd(), POLLIN, 0});
+      if (elastic_ && elastic_->discoveryFd() >= 0) {
+        fds.push_back({elastic_->discoveryFd(), POLLIN, 0});
         owners.emplace_back(nullptr, false);
       }
       int waitMs = settleAt_ ? 20 : 200;
@@ -534,8 +466,9 @@ class Job {
       if (n < 0 && errno != EINTR) throwSystemError("poll", errno);
       if (fds[0].revents) handleSignals();
       reap();  // cheap, and robust to a SIGCHLD that went elsewhere
-      restartFailed();
-      discover();
+      if (elastic_) {
+        elastic_->supervise(places_, stopping_, [this](int r, int member) { start(r, member); });
+      }
       settle();
       for (size_t i = 1; i < fds.size(); ++i) {
         if (fds[i].revents && owners[i].first) readFrom(*owners[i].first, owners[i].second);
@@ -639,13 +572,7 @@ class Job {
     // Whatever the rank started goes with it.
     ::kill(-r.pid, SIGKILL);
     const bool failed = !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-    if (!failed) finishing_ = true;
-    slots_.release(r.where, failed && !r.removed && !stopping_);
-    if (r.removed) {
-      say("rank {} (member {}) {}, stopped as its slot left the discovered hosts", r.rank, r.member,
-          describeRank(status, r.where.local));
-      return;
-    }
+    if (elastic_ && elastic_->ended(r, failed, stopping_)) return;
     if (failed && !stopping_ && o_.psReplicas == 2 && r.rank >= workers_) {
       // Note [Replicated shards] (ps/server.h): the workers go on with its shard's backup;
       // if they cannot (both copies lost), they fail and say so.
@@ -661,17 +588,12 @@ class Job {
       if (lost(next) || lost(previous)) {
         say("parameter server {} (rank {}) {}; server {} failed before it: a shard lost both "
             "copies, the workers will fail",
-            s, r.rank, describeRank(status, r.where.local), lost(next) ? next : previous);
+            s, r.rank, describeRankStatus(status, r.where.local), lost(next) ? next : previous);
       } else {
         say("parameter server {} (rank {}) {}; the workers go on with its shard's backup on "
             "server {}",
-            s, r.rank, describeRank(status, r.where.local), next);
+            s, r.rank, describeRankStatus(status, r.where.local), next);
       }
-      return;
-    }
-    if (failed && !stopping_ && o_.elastic) {
-      // Note [Elastic failures]: the survivors go on without it (comm/membership.h).
-      elasticFailures_.push_back(&r);
       return;
     }
     if (failed && !stopping_) {
@@ -714,97 +636,13 @@ class Job {
       say("rank {} ({}) was stopped ({}) and its peers timed out waiting for it (rank {} {}, "
           "{:.1f} s after the stop); stopping the {} rank{} still running",
           stopped_->rank, stopped_->where.host, signalName(stopped_->stopSignal),
-          firstFailed_->rank, describeRank(firstFailed_->status, firstFailed_->where.local),
+          firstFailed_->rank, describeRankStatus(firstFailed_->status, firstFailed_->where.local),
           secondsBetween(stopped_->stoppedAt, firstFailed_->failedAt), left, left == 1 ? "" : "s");
     } else {
       say("rank {} ({}) {}; stopping the other {} rank{}", failed_->rank, failed_->where.host,
-          describeRank(failed_->status, failed_->where.local), left, left == 1 ? "" : "s");
+          describeRankStatus(failed_->status, failed_->where.local), left, left == 1 ? "" : "s");
     }
     stopAll(SIGTERM);
-  }
-
-  // Each failure of an elastic job once: restarted as a new member while restarts are left.
-  void restartFailed() {
-    for (; reported_ < elasticFailures_.size(); ++reported_) {
-      const Rank* f = elasticFailures_[reported_];
-      const std::string what = describeRank(f->status, f->where.local);
-      const int slot = restarts_ < o_.maxRestarts ? slotForRestart(*f) : -1;
-      if (slot >= 0) {
-        const int member = newMember();
-        ++restarts_;
-        say("rank {} (member {}) {}; restarting it as member {}{} (restart {} of {})", f->rank,
-            f->member, what, member,
-            slot == f->rank ? "" : fmt::format(", rank {} on {}", slot, places_[slot].host),
-            restarts_, o_.maxRestarts);
-        start(slot, member);  // ranks_ is a deque: `f` stays valid
-      } else if (restarts_ < o_.maxRestarts) {
-        say("rank {} (member {}) {}; no discovered slot is free to restart it on, the other "
-            "workers go on without it",
-            f->rank, f->member, what);
-      } else {
-        say("rank {} (member {}) {}; the other workers go on without it", f->rank, f->member, what);
-      }
-    }
-  }
-
-  // Its own slot while that is still offered, else a free one (one where no worker failed
-  // first: Note [Failed slots]); -1: none.
-  int slotForRestart(const Rank& f) {
-    if (!discovery_ || (slots_.offers(f.where) && !slots_.occupied(f.where))) return f.rank;
-    auto p = slots_.freeSlot(false);
-    if (!p) p = slots_.freeSlot(true);
-    return p ? addPlace(*p) : -1;
-  }
-
-  int addPlace(const Placement& p) {
-    places_.push_back(p);
-    return static_cast<int>(places_.size()) - 1;
-  }
-
-  // Note [Host discovery]: the job follows what the discovery program lists. A slot that left
-  // has its worker stopped (the others see it fail and go on without it); free slots get new
-  // workers that join, up to MAX, until a worker has finished. A run that failed changes
-  // nothing (said once per distinct reason).
-  void discover() {
-    const auto now = Clock::now();
-    for (auto& r : ranks_) {
-      if (r.running && r.removed && now >= r.killAt) ::kill(-r.pid, SIGKILL);
-    }
-    if (!discovery_ || stopping_) return;
-    auto result = discovery_->poll();
-    if (!result) return;
-    if (result->error) {
-      if (*result->error != lastDiscoveryError_) {
-        say("{}; the hosts stay as they were", *result->error);
-      }
-      lastDiscoveryError_ = *result->error;
-      return;
-    }
-    lastDiscoveryError_.clear();
-    const std::string listed = SlotPool::describe(result->hosts),
-                      was = SlotPool::describe(slots_.offered());
-    if (listed != was) say("host discovery: {} (was {})", listed, was);
-    slots_.offer(result->hosts);
-    for (auto& r : ranks_) {
-      if (!r.running || r.removed || slots_.offers(r.where)) continue;
-      r.removed = true;
-      r.killAt = now + std::chrono::duration_cast<Clock::duration>(
-                           std::chrono::duration<double>(o_.graceSeconds));
-      say("rank {} (member {}): {} no longer offers its slot; stopping it", r.rank, r.member,
-          r.where.host);
-      ::kill(-r.pid, SIGTERM);
-      ::kill(-r.pid, SIGCONT);
-    }
-    if (finishing_) return;
-    int alive = 0;
-    for (auto& r : ranks_) alive += r.running && !r.removed;
-    for (; alive < maxWorkers_; ++alive) {
-      auto p = slots_.freeSlot(false);
-      if (!p) break;
-      const int r = addPlace(*p), member = newMember();
-      say("rank {} (member {}) starts on {} to join the running job", r, member, p->host);
-      start(r, member);
-    }
   }
 
   void stopAll(int sig) {
@@ -838,18 +676,18 @@ class Job {
         say("job failed: rank {} (host {}, pid {}) was stopped ({}) and never continued; the "
             "other ranks timed out waiting for it (the first to fail: rank {}, {}).{}",
             stopped_->rank, stopped_->where.host, stopped_->pid, signalName(stopped_->stopSignal),
-            firstFailed_->rank, describeRank(firstFailed_->status, firstFailed_->where.local),
+            firstFailed_->rank, describeRankStatus(firstFailed_->status, firstFailed_->where.local),
             last);
         return 128 + stopped_->stopSignal;
       }
       say("job failed: rank {} (host {}, pid {}) failed first: {}.{}", failed_->rank,
-          failed_->where.host, failed_->pid, describeRank(failed_->status, failed_->where.local),
-          last);
+          failed_->where.host, failed_->pid,
+          describeRankStatus(failed_->status, failed_->where.local), last);
       return exitCodeOf(failed_->status);
     }
     if (interrupted_) return 128 + interrupted_;
     if (timedOut_) return 124;
-    if (o_.elastic) return finishElastic();
+    if (elastic_) return elastic_->finish();
     // A rank that failed while the job was already stopping is still a failure.
     for (auto& r : ranks_) {
       if (!r.tolerated && !(WIFEXITED(r.status) && WEXITSTATUS(r.status) == 0)) {
@@ -858,31 +696,6 @@ class Job {
     }
     if (o_.verbose) say("all {} ranks exited 0", ranks_.size());
     return 0;
-  }
-
-  // Note [Elastic failures]: failures were the job's business while it ran; at the end it
-  // succeeded if enough workers finished.
-  int finishElastic() {
-    int ok = 0;
-    for (auto& r : ranks_) ok += WIFEXITED(r.status) && WEXITSTATUS(r.status) == 0;
-    const int minimum = comm::ElasticRange::parse(*o_.elastic).minSize;
-    if (ok >= minimum) {
-      if (o_.verbose) {
-        say("{} worker{} finished; {} failed along the way, {} restart{}", ok, ok == 1 ? "" : "s",
-            elasticFailures_.size(), restarts_, restarts_ == 1 ? "" : "s");
-      }
-      return 0;
-    }
-    const Rank* first = elasticFailures_.empty() ? nullptr : elasticFailures_.front();
-    for (auto& r : ranks_) {
-      if (!first && !(WIFEXITED(r.status) && WEXITSTATUS(r.status) == 0)) first = &r;
-    }
-    say("job failed: {} worker{} finished, fewer than the minimum {}{}", ok, ok == 1 ? "" : "s",
-        minimum,
-        first ? fmt::format("; the first to fail: rank {} (member {}), {}", first->rank,
-                            first->member, describeRank(first->status, first->where.local))
-              : "");
-    return first ? exitCodeOf(first->status) : 1;
   }
 
   const LaunchOptions& o_;
@@ -909,19 +722,10 @@ class Job {
   std::optional<Clock::time_point> settleAt_;
   std::vector<Rank*> candidates_;
   std::optional<Clock::time_point> drainUntil;
-  std::vector<Rank*> elasticFailures_;  // stable: ranks_ is a deque that only grows
-  size_t reported_ = 0;
-  int restarts_ = 0;
-  int initialRanks_ = 0;          // started at launch: SHOAL_WORLD_SIZE, membership's first view
-  bool joinFileWritten_ = false;  // --join-file: written by this job, so removed by it
-  int nextMember_ = 0;      // elastic member ids: 0..initialRanks_-1 at launch, then one per start
-  int maxWorkers_ = 0;      // elastic jobs: MAX
-  bool finishing_ = false;  // a worker exited 0: no new workers
-  std::set<int> logged_;    // slots whose log file was started
-  // Host discovery (Note [Host discovery]).
-  std::unique_ptr<HostDiscovery> discovery_;
-  SlotPool slots_;  // what discovery offers, and which slots are taken or failed
-  std::string lastDiscoveryError_;
+  int initialRanks_ = 0;  // started at launch: SHOAL_WORLD_SIZE, membership's first view
+  std::set<int> logged_;  // slots whose log file was started
+  // Elastic jobs only. Last: destroyed first, so the join file goes before the store does.
+  std::unique_ptr<ElasticSupervisor> elastic_;
 };
 
 }  // namespace

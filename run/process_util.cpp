@@ -67,6 +67,15 @@ std::string describeStatus(int status) {
   return fmt::format("exited with code {}", WEXITSTATUS(status));
 }
 
+std::string describeRankStatus(int status, bool local) {
+  std::string s = describeStatus(status);
+  if (!local && WIFEXITED(status) && WEXITSTATUS(status) > 128 && WEXITSTATUS(status) < 128 + 65) {
+    const int sig = WEXITSTATUS(status) - 128;
+    s += fmt::format(" (on its host: killed by signal {} ({}))", sig, strsignal(sig));
+  }
+  return s;
+}
+
 int exitCodeOf(int status) {
   return WIFSIGNALED(status) ? 128 + WTERMSIG(status) : WEXITSTATUS(status);
 }

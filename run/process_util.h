@@ -24,6 +24,11 @@ std::vector<std::string> environmentWithout(const std::vector<std::string>& drop
 // "exited with code N" / "killed by signal N (Name)" for a waitpid status.
 std::string describeStatus(int status);
 
+// describeStatus for a rank the launcher started; a remote rank's status is ssh's, which passes on
+// the remote shell's (128 + N for signal N), so that is said too: "exited with code 137 (on its
+// host: killed by signal 9 (Killed))".
+std::string describeRankStatus(int status, bool local);
+
 // The shell's convention: the exit code, or 128 + the signal.
 int exitCodeOf(int status);
 

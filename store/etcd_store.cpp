@@ -110,6 +110,58 @@ bool tokenRefused(int status, const std::string& body) {
   return status == 401 || body.find("invalid auth token") != std::string::npos;
 }
 
+// One request's connection to etcd: plain TCP, or TLS over it when `tls` is given, so that a
+// request is written once for both.
+class Connection {
+ public:
+  // Connected, and for TLS past the handshake (verification included), by `deadline`.
+  Connection(const HostPort& address, const std::shared_ptr<const tls::ClientContext>& tls,
+             const Deadline& deadline, const std::string& what)
+      : fd_(connectTcp(address, deadline, what)), what_(what) {
+    if (tls) {
+      secure_.emplace(tls, fd_.get(), address.host, what);
+      secure_->handshake(deadline);
+    }
+  }
+
+  void writeAll(const std::string& data, const Deadline& deadline) {
+    if (secure_) {
+      secure_->writeAll(data.data(), data.size(), deadline);
+    } else {
+      shoal::writeAll(fd_.get(), data.data(), data.size(), deadline, what_);
+    }
+  }
+
+  // At least one byte and at most n; 0 at the end of the reply. StoreError ("no reply within")
+  // when nothing came by `deadline`.
+  size_t read(char* buf, size_t n, const Deadline& deadline) {
+    if (secure_) {
+      try {
+        return secure_->read(buf, n, deadline);
+      } catch (const TimeoutError&) {
+        noReply(deadline);
+      }
+    }
+    while (true) {
+      if (!pollFor(fd_.get(), POLLIN, deadline)) noReply(deadline);
+      const ssize_t r = ::read(fd_.get(), buf, n);
+      if (r < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+      if (r < 0) throwSystemError("read from " + what_, errno);
+      return static_cast<size_t>(r);
+    }
+  }
+
+ private:
+  [[noreturn]] void noReply(const Deadline& deadline) const {
+    SHOAL_THROW(StoreError, "{}: no reply within {:.1f} s", what_, deadline.timeoutSeconds());
+  }
+
+  Fd fd_;
+  // Declared after fd_: destroyed (its TLS state freed) before the socket closes.
+  std::optional<tls::ClientConnection> secure_;
+  std::string what_;
+};
+
 }  // namespace
 
 bool EtcdAddress::matches(const std::string& url) {
@@ -237,43 +289,17 @@ std::pair<int, std::string> EtcdStore::request(const std::string& path, const st
   // A connection refused (an etcd member restarting) is tried again until the deadline.
   while (true) {
     try {
-      Fd fd = connectTcp(address_.address, deadline, what);
-      // Declared after fd: destroyed (its TLS state freed) before the socket closes.
-      std::optional<tls::ClientConnection> secure;
-      if (tlsContext_) {
-        secure.emplace(tlsContext_, fd.get(), address_.address.host, what);
-        secure->handshake(deadline);
-      }
+      Connection connection(address_.address, tlsContext_, deadline, what);
       const std::string request = fmt::format(
           "POST {} HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\n{}Content-Length: "
           "{}\r\nConnection: close\r\n\r\n{}",
           path, address_.address.str(),
           token.empty() ? std::string() : "Authorization: " + token + "\r\n", body.size(), body);
-      if (secure) {
-        secure->writeAll(request.data(), request.size(), deadline);
-      } else {
-        writeAll(fd.get(), request.data(), request.size(), deadline, what);
-      }
-      const auto noReply = [&] {
-        SHOAL_THROW(StoreError, "{}: no reply within {:.1f} s", what, deadline.timeoutSeconds());
-      };
+      connection.writeAll(request, deadline);
       std::string reply;
       char buf[16384];
       while (true) {
-        size_t n = 0;
-        if (secure) {
-          try {
-            n = secure->read(buf, sizeof buf, deadline);
-          } catch (const TimeoutError&) {
-            noReply();
-          }
-        } else {
-          if (!pollFor(fd.get(), POLLIN, deadline)) noReply();
-          const ssize_t r = ::read(fd.get(), buf, sizeof buf);
-          if (r < 0 && (errno == EINTR || errno == EAGAIN)) continue;
-          if (r < 0) throwSystemError("read from " + what, errno);
-          n = static_cast<size_t>(r);
-        }
+        const size_t n = connection.read(buf, sizeof buf, deadline);
         if (n == 0) break;
         if (reply.size() + n > kMaxReply) {
           SHOAL_THROW(StoreError, "{}: a reply above {} bytes", what, kMaxReply);
