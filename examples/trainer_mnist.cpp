@@ -62,6 +62,7 @@ struct Flags {
   int64_t stages = 1;
   int64_t tensor = 1;
   int64_t microBatches = 4;
+  int64_t chunks = 1;
   std::string schedule = "1f1b";
   double dropout = 0.25;
   std::string metrics;
@@ -128,6 +129,7 @@ int trainMain(const Flags& f) {
   o.pipelineStages = static_cast<int>(f.stages);
   o.tensorParallel = static_cast<int>(f.tensor);
   o.pipeline.microBatches = static_cast<int>(f.microBatches);
+  o.pipeline.chunks = static_cast<int>(f.chunks);
   o.pipeline.schedule = f.schedule;
 
   const auto trainSet = load(f.dataDir, "train", f.trainSubset);
@@ -270,6 +272,8 @@ int main(int argc, char** argv) {
   numbers.integer(app, "--staleness", f.staleness, 0, 1000000, "ps ssp: steps ahead allowed");
   numbers.integer(app, "--stages", f.stages, 1, 1024, "pipeline, hybrid: pipeline stages");
   numbers.integer(app, "--tensor", f.tensor, 1, 1024, "tensor, hybrid: tensor-parallel ranks");
+  numbers.integer(app, "--chunks", f.chunks, 1, 1024,
+                  "pipeline, hybrid: model chunks per rank (interleaved: 2 or more)");
   numbers.integer(app, "--micro-batches", f.microBatches, 1, 1 << 16,
                   "pipeline, hybrid: micro-batches per step");
   numbers.number(app, "--dropout", f.dropout, 0, 0.99, "dropout before the last layer");

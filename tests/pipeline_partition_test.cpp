@@ -274,5 +274,31 @@ TEST(SplitAdvice, MovesLayersOffTheStageThatMeasuredSlow) {
                      "finite and >= 0");
 }
 
+// Interleaved (2 ranks x 2 chunks): judged by each rank's sum of its chunks. Virtual stage 3
+// (rank 1's second chunk) measured 6 ms for 2 layers, the others 2: rank 1 carries 8 ms, rank 0
+// 4. Rescaled, the layers cost 1, 1, 1, 1, 1, 1, 3, 3 (14 ms); cut into 4 virtual stages the
+// slowest is 3 ms, and the ranks carry at most 6.
+TEST(SplitAdvice, InterleavedIsJudgedByEachRanksChunks) {
+  const std::vector<double> profiled(8, 1.0);
+  const auto a = train::pipeline::adviseSplit(profiled, {0, 2, 4, 6, 8}, {2, 2, 2, 6}, 2);
+  EXPECT_EQ(train::pipeline::rankLoads({2, 2, 2, 6}, 2), (std::vector<double>{4, 8}));
+  EXPECT_DOUBLE_EQ(a.currentSlowestMs, 8.0);
+  EXPECT_TRUE(a.better());
+  EXPECT_EQ(a.suggested.size(), 5u);
+  EXPECT_LE(a.suggestedSlowestMs, 6.0);
+  EXPECT_NE(a.describe().find("virtual stages measured 2.00, 2.00, 2.00, 6.00 ms per step, 2 "
+                              "chunks per rank: ranks 4.00, 8.00 ms (slowest: rank 1"),
+            std::string::npos)
+      << a.describe();
+  // Virtual stages that are uneven but whose ranks' sums are equal: nothing to gain.
+  const auto even = train::pipeline::adviseSplit(profiled, {0, 2, 4, 6, 8}, {2, 4, 4, 2}, 2);
+  EXPECT_DOUBLE_EQ(even.currentSlowestMs, 6.0);
+  EXPECT_FALSE(even.better());
+  expectOneLineError(invalidArgumentOf([] {
+                       train::pipeline::adviseSplit({1, 1, 1}, {0, 1, 2, 3}, {1, 1, 1}, 2);
+                     }),
+                     "3 virtual stages are not 2 chunks per rank");
+}
+
 }  // namespace
 }  // namespace shoal::test

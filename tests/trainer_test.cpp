@@ -171,6 +171,14 @@ TEST(Trainer, GridStrategiesClipMixedPrecisionAndResume) {
                           "--strategy pipeline --stages 2 --epochs 2 --precision bf16");
   expectLearns(bf16);
   EXPECT_NE(bf16.output.find("pipeline stages measured"), std::string::npos) << bf16.output;
+  // Interleaved: advised over its virtual stages, judged by each rank's chunks.
+  const auto interleaved =
+      train("-n 2", "--strategy pipeline --stages 2 --chunks 2 --schedule interleaved --epochs 2");
+  expectLearns(interleaved);
+  EXPECT_NE(interleaved.output.find("pipeline virtual stages measured"), std::string::npos)
+      << interleaved.output;
+  EXPECT_NE(interleaved.output.find("2 chunks per rank: ranks"), std::string::npos)
+      << interleaved.output;
   const std::string json = readFile(traced.path + "/job.json");
   for (const char* span :
        {"\"Forward(mb 0, chunk 0)\"", "\"Backward(mb 3, chunk 0)\"", "\"forward and backward\""}) {

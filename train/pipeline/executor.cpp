@@ -120,6 +120,7 @@ void Executor::runList(const std::vector<Action>& list, int64_t step,
     if (list[i].kind == ActionKind::kBackward) lastBackward = i;
   }
   stats_ = StepStats();
+  stats_.chunkComputeSeconds.assign(chunks_.size(), 0.0);
   trace_.clear();
   trace_.reserve(list.size());
   inFlight_ = 0;
@@ -144,6 +145,8 @@ void Executor::runList(const std::vector<Action>& list, int64_t step,
     trace_.push_back({a, t0, t1 - t0});
     if (a.kind == ActionKind::kForward || a.kind == ActionKind::kBackward) {
       stats_.computeSeconds += static_cast<double>(t1 - t0) * 1e-6;
+      stats_.chunkComputeSeconds[static_cast<size_t>(a.chunk)] +=
+          static_cast<double>(t1 - t0) * 1e-6;
     }
     stats_.peakActivationBytes = std::max(stats_.peakActivationBytes, heapBytes() - heapAtStart);
   }

@@ -40,8 +40,9 @@ struct TraceEvent {
 };
 
 struct StepStats {
-  double seconds = 0;               // the whole step on this rank, transfers and waits included
-  double computeSeconds = 0;        // its Forward and Backward actions
+  double seconds = 0;         // the whole step on this rank, transfers and waits included
+  double computeSeconds = 0;  // its Forward and Backward actions
+  std::vector<double> chunkComputeSeconds;  // the same, per chunk of this rank
   int peakInFlight = 0;             // micro-batches between their forward and backward, at most
   int64_t peakActivationBytes = 0;  // heap bytes above the step's start, sampled per action
   double idleFraction() const { return seconds > 0 ? 1.0 - computeSeconds / seconds : 0.0; }

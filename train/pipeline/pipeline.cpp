@@ -188,7 +188,10 @@ torch::Tensor Pipeline::step(const torch::Tensor& inputs, const torch::Tensor& t
   }
   stats_ = executor_->stats();
   stats_.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  computeSeconds_ += stats_.computeSeconds;
+  chunkComputeSeconds_.resize(stats_.chunkComputeSeconds.size(), 0.0);
+  for (size_t c = 0; c < chunkComputeSeconds_.size(); ++c) {
+    chunkComputeSeconds_[c] += stats_.chunkComputeSeconds[c];
+  }
   ++stepsMeasured_;
   if (options_.broadcastLoss || hasLastStage()) return torch::tensor(loss, torch::kFloat64);
   return torch::Tensor();
@@ -200,13 +203,24 @@ namespace shoal::train::pipeline {
 
 SplitAdvice Pipeline::splitAdvice() {
   SHOAL_CHECK(stepsMeasured_ > 0, "pipeline split advice: no step measured yet");
-  SHOAL_CHECK(schedule_.chunks == 1,
-              "pipeline split advice: {} chunks per rank (interleaved) are not supported",
-              schedule_.chunks);
-  const double mine = 1e3 * computeSeconds_ / static_cast<double>(stepsMeasured_);
-  std::vector<double> perStage(static_cast<size_t>(grid_.stages));
-  comm::allgather(*grid_.pipe, &mine, perStage.data(), 1, DataType::kFloat64);
-  return adviseSplit(plan_.layerMs, plan_.boundaries, perStage);
+  const size_t chunks = static_cast<size_t>(schedule_.chunks);
+  SHOAL_ASSERT(chunkComputeSeconds_.size() == chunks, "{} chunk times for {} chunks",
+               chunkComputeSeconds_.size(), chunks);
+  std::vector<double> mine(chunks);
+  for (size_t c = 0; c < chunks; ++c) {
+    mine[c] = 1e3 * chunkComputeSeconds_[c] / static_cast<double>(stepsMeasured_);
+  }
+  // Gathered rank-major (rank r's chunks at r * chunks), reordered by virtual stage.
+  std::vector<double> gathered(static_cast<size_t>(grid_.stages) * chunks);
+  comm::allgather(*grid_.pipe, mine.data(), gathered.data(), chunks, DataType::kFloat64);
+  std::vector<double> perVirtualStage(gathered.size());
+  for (int r = 0; r < grid_.stages; ++r) {
+    for (int c = 0; c < schedule_.chunks; ++c) {
+      perVirtualStage[static_cast<size_t>(schedule_.virtualStage(r, c))] =
+          gathered[static_cast<size_t>(r) * chunks + static_cast<size_t>(c)];
+    }
+  }
+  return adviseSplit(plan_.layerMs, plan_.boundaries, perVirtualStage, schedule_.chunks);
 }
 
 torch::Tensor Pipeline::predict(const torch::Tensor& inputs) {

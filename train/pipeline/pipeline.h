@@ -110,10 +110,11 @@ class Pipeline {
   // broadcastLoss): the same span on every rank, so idleFraction() is the bubble of the step.
   const StepStats& lastStats() const { return stats_; }
 
-  // Each stage's compute time per step, measured over every step() so far, and a better split
-  // if the times call for one (train/pipeline/split_advice.h). Collective over the pipeline
+  // Each (virtual) stage's compute time per step, measured over every step() so far, and a
+  // better split if the times call for one (train/pipeline/split_advice.h; interleaved: over
+  // the virtual stages, judged by each rank's sum of its chunks). Collective over the pipeline
   // group (one all-gather); blocking, bounded by its timeout. InvalidArgument before the first
-  // step, or with more than one chunk per rank (interleaved).
+  // step.
   SplitAdvice splitAdvice();
   const std::vector<TraceEvent>& lastTrace() const { return executor_->trace(); }
 
@@ -129,7 +130,7 @@ class Pipeline {
   std::optional<DistributedDataParallel::NoSyncGuard> noSync_;
   int64_t step_ = 0;
   StepStats stats_;
-  double computeSeconds_ = 0;  // summed over the steps measured
+  std::vector<double> chunkComputeSeconds_;  // per chunk, summed over the steps measured
   int64_t stepsMeasured_ = 0;
 };
 

@@ -23,7 +23,7 @@ class HybridStrategy final : public DistributionStrategy {
       : grid_(*in.grid),
         optimizerOptions_(in.options.optimizer),
         keep_(in.options.keep),
-        advise_(in.options.pipeline.printPlan && in.options.pipeline.chunks == 1) {
+        advise_(in.options.pipeline.printPlan) {
     SHOAL_CHECK(in.sequential, "strategy {} needs the model as a torch::nn::Sequential",
                 toString(in.options.strategy));
     HybridOptions o;
