@@ -10,6 +10,12 @@ that reached it finished; then medians over seeds.
 
   /usr/bin/python3 bench/sweep_vs_optuna.py [--shoal build/shoal] [--program build/fashion_mnist]
       [--seeds 1,2,3] [--trials 8] [--parallel 2] [--out bench/results/sweep_vs_optuna]
+      [--surrogate [TABLE]] [--shoal-tpe multivariate|univariate] [--optuna-tpe ...]
+
+--surrogate runs the trials on bench/sweep_surrogate.py, which replays fashion_mnist's measured
+answers (bench/testdata/fashion_surface.json) in a fraction of the time (its epochs last
+SWEEP_SURROGATE_TIME_SCALE of the real ones, 0.1 by default): 20 seeds in minutes, where the
+real program affords 4 in a quarter of an hour. Ends with the paired per-seed difference.
 
 Needs python3-optuna (Debian). Keep the machine otherwise idle: trials are timed.
 """
@@ -24,6 +30,9 @@ import tempfile
 import time
 
 import optuna
+
+DEFAULT_TABLE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "testdata",
+                             "fashion_surface.json")
 
 SPACE_LR = (1e-4, 0.3)
 SPACE_BATCH = [32, 64, 128]
@@ -48,7 +57,7 @@ def run_shoal(a, seed, workdir):
         "metric": "test_accuracy", "direction": "max",
         "trials": a.trials, "parallel": a.parallel, "ranks_per_trial": 1,
         "trial_time_limit": 300, "algorithm": "tpe", "seed": seed, "grace": 2,
-        "tpe": {"startup_trials": a.startup},
+        "tpe": {"startup_trials": a.startup, "multivariate": a.shoal_tpe == "multivariate"},
         "early_stopping": {"type": "asha", "min_epochs": 1, "reduction_factor": a.eta,
                            "max_epochs": a.epochs},
         "env": {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"},
@@ -88,7 +97,8 @@ def run_shoal(a, seed, workdir):
 
 def run_optuna(a, seed, workdir):
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    sampler = optuna.samplers.TPESampler(seed=seed, n_startup_trials=a.startup)
+    sampler = optuna.samplers.TPESampler(seed=seed, n_startup_trials=a.startup,
+                                         multivariate=a.optuna_tpe == "multivariate")
     pruner = optuna.pruners.SuccessiveHalvingPruner(min_resource=1, reduction_factor=a.eta)
     study = optuna.create_study(direction="maximize", sampler=sampler, pruner=pruner)
     t0 = time.monotonic()
@@ -162,10 +172,20 @@ def main():
     p.add_argument("--epochs", type=int, default=2)
     p.add_argument("--eta", type=int, default=3)
     p.add_argument("--train-subset", type=int, default=2048)
+    p.add_argument("--shoal-tpe", choices=["multivariate", "univariate"], default="multivariate",
+                   help="shoal's TPE variant (multivariate is shoal's default)")
+    p.add_argument("--optuna-tpe", choices=["multivariate", "univariate"], default="univariate",
+                   help="Optuna's TPE variant (univariate is Optuna's default)")
+    p.add_argument("--surrogate", nargs="?", const=DEFAULT_TABLE, metavar="TABLE",
+                   help="trials replay a table measured from the real program "
+                        "(bench/sweep_surrogate.py) instead of training: many seeds in minutes")
     p.add_argument("--out", default="bench/results/sweep_vs_optuna")
     a = p.parse_args()
     a.shoal = os.path.abspath(a.shoal)
     a.program = os.path.abspath(a.program)
+    if a.surrogate:
+        a.program = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sweep_surrogate.py")
+        os.environ["SWEEP_SURROGATE_TABLE"] = os.path.abspath(a.surrogate)
     rows = []
     with tempfile.TemporaryDirectory(prefix="sweep-bench-") as workdir:
         for seed in [int(s) for s in a.seeds.split(",")]:
@@ -181,8 +201,20 @@ def main():
     for tool in ["shoal", "optuna"]:
         mine = [r for r in rows if r["tool"] == tool]
         print(f"{tool}: median best {statistics.median(r['best'] for r in mine):.4f}, "
+              f"mean best {statistics.mean(r['best'] for r in mine):.4f}, "
               f"median seconds to best {statistics.median(r['seconds_to_best'] for r in mine):.1f}, "
               f"median sweep seconds {statistics.median(r['seconds'] for r in mine):.1f}")
+    # Per seed, shoal's best minus Optuna's: the paired comparison the target is about.
+    by_seed = {}
+    for r in rows:
+        by_seed.setdefault(r["seed"], {})[r["tool"]] = r["best"]
+    diffs = [d["shoal"] - d["optuna"] for d in by_seed.values() if len(d) == 2]
+    if len(diffs) >= 2:
+        se = statistics.stdev(diffs) / len(diffs) ** 0.5
+        print(f"shoal - optuna per seed: mean {100 * statistics.mean(diffs):+.2f} points "
+              f"(standard error {100 * se:.2f}), shoal better in {sum(d > 0 for d in diffs)}, "
+              f"tied in {sum(d == 0 for d in diffs)}, worse in {sum(d < 0 for d in diffs)} "
+              f"of {len(diffs)} seeds")
 
 
 if __name__ == "__main__":
