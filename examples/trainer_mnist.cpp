@@ -7,6 +7,7 @@
 //   shoal run -n 4 -- trainer_mnist --strategy pipeline --stages 2 --micro-batches 4
 //   shoal run -n 4 -- trainer_mnist --strategy hybrid --stages 2 --tensor 2
 //   shoal run -n 2 -- trainer_mnist --optimizer adamw --weight-decay 0.01 --validate-every 50
+//   shoal run -n 2 -- trainer_mnist --strategy ddp --compression powersgd:2,warmup=10
 //   shoal run -n 2 -- trainer_mnist --strategy zero2 --save model.pt  # the whole model, one file
 //   trainer_mnist --evaluate-from model.pt                            # ... run by one process
 //
@@ -66,6 +67,8 @@ struct Flags {
   std::string schedule = "1f1b";
   double dropout = 0.25;
   std::string metrics;
+  std::string compression = "none";
+  bool noOverlap = false;
   std::string save;
   std::string evaluateFrom;
 };
@@ -125,6 +128,11 @@ int trainMain(const Flags& f) {
   o.checkpointEvery = f.checkpointEvery;
   o.resume = f.resume;
   o.psMode = ps::parseMode(f.psMode);
+  // One flag for both: the all-reduce's hook (ddp, zero1) or the parameter-server client's.
+  const auto compression = compress::CompressionSpec::parse(f.compression);
+  (o.strategy == train::Strategy::kParameterServer ? o.psClient.compression : o.compression) =
+      compression;
+  o.overlap = !f.noOverlap;
   o.staleness = static_cast<int>(f.staleness);
   o.pipelineStages = static_cast<int>(f.stages);
   o.tensorParallel = static_cast<int>(f.tensor);
@@ -280,6 +288,11 @@ int main(int argc, char** argv) {
   app.add_option("--schedule", f.schedule, "pipeline, hybrid: gpipe, 1f1b or interleaved")
       ->capture_default_str();
   app.add_option("--metrics", f.metrics, "append one JSON line per epoch to this file");
+  app.add_option("--compression", f.compression,
+                 "gradient compression (ddp, zero1, ps): none, fp16, bf16, topk:DENSITY, "
+                 "powersgd:RANK, onebit; optionally ,warmup=STEPS")
+      ->capture_default_str();
+  app.add_flag("--no-overlap", f.noOverlap, "ddp: all-reduce after backward, not during it");
   app.add_option("--save", f.save,
                  "after training, write the whole model here (ddp, zero1, zero2 and the grid "
                  "strategies; a sealed file)");

@@ -107,6 +107,27 @@ TEST(Trainer, AccumulationClippingAndBf16) {
   expectLearns(train("-n 2", "--strategy zero2 --epochs 2 --precision bf16 --clip 5"));
 }
 
+// Gradient compression as a Trainer option: the all-reduce's hook under ddp and zero1. fp16 keeps
+// plain DDP's losses up to its rounding; rank-1 PowerSGD changes them (so the hook is really
+// in the path) and still learns.
+TEST(Trainer, CompressedAllreduceUnderDdpAndZero1) {
+  const auto plain = train("-n 2", "--strategy ddp --epochs 2");
+  const auto fp16 = train("-n 2", "--strategy ddp --epochs 2 --compression fp16");
+  const auto powersgd = train("-n 2", "--strategy zero1 --epochs 2 --compression powersgd:1");
+  expectLearns(plain);
+  expectLearns(fp16);
+  expectLearns(powersgd);
+  const auto a = epochs(plain.output), b = epochs(fp16.output), c = epochs(powersgd.output);
+  ASSERT_EQ(a.size(), 2u);
+  ASSERT_EQ(b.size(), 2u);
+  ASSERT_EQ(c.size(), 2u);
+  for (size_t e = 0; e < 2; ++e) {
+    EXPECT_NEAR(b[e].trainLoss, a[e].trainLoss, 2e-2 * a[e].trainLoss) << "epoch " << e;
+  }
+  EXPECT_GT(std::abs(c[0].trainLoss - a[0].trainLoss), 1e-3 * a[0].trainLoss)
+      << plain.output << powersgd.output;
+}
+
 TEST(Trainer, ParameterServerModes) {
   expectLearns(train("-n 2 --servers 1", "--strategy ps --ps-mode sync --epochs 2"));
   expectLearns(train("-n 2 --servers 1", "--strategy ps --ps-mode async --epochs 2 --lr 5e-4"));
@@ -274,6 +295,9 @@ TEST(Trainer, BadConfigurationIsOneLineAndExitCodeTwo) {
       {"-n 1", "--resume", "resume needs checkpointDir"},
       {"-n 2 --servers 1", "--strategy ps --optimizer adamw",
        "parameter server does not support adamw"},
+      {"-n 2", "--strategy zero2 --compression fp16",
+       "compression fp16 is the all-reduce's (strategies ddp and zero1); strategy zero2"},
+      {"-n 2", "--compression topk:2", "topk"},
   };
   for (const auto& c : cases) {
     const auto r = train(c.launch, c.flags);

@@ -86,6 +86,12 @@ void validateOptions(const TrainerOptions& o) {
               "Trainer: checkpointEvery must be >= 0 and keep >= 1");
   SHOAL_CHECK(!o.resume || !o.checkpointDir.empty() || o.strategy == Strategy::kParameterServer,
               "Trainer: resume needs checkpointDir");
+  SHOAL_CHECK(
+      !o.compression.enabled() || o.strategy == Strategy::kDdp || o.strategy == Strategy::kZero1,
+      "Trainer: compression {} is the all-reduce's (strategies ddp and zero1); strategy "
+      "{} cannot use it{}",
+      o.compression.toString(), toString(o.strategy),
+      o.strategy == Strategy::kParameterServer ? " (ps: psClient.compression)" : "");
   validateGridOptions(o);
 }
 

@@ -65,6 +65,7 @@
 #include <string_view>
 #include <vector>
 
+#include "comm/compress/spec.h"
 #include "comm/group.h"
 #include "ps/client.h"
 #include "ps/config.h"
@@ -129,6 +130,12 @@ struct TrainerOptions {
   int keep = 2;
   bool resume = false;
   size_t bucketBytes = 25u << 20;  // ddp and zero1-2 gradient buckets
+  // Gradient compression of the all-reduce (ddp and zero1: their communication hook,
+  // train/ddp/compression_hook.h: fp16, bf16, topk, powersgd, onebit, with an optional
+  // uncompressed warm-up). zero2-3 reduce-scatter and the grid strategies take none
+  // (InvalidArgument); ps compresses with psClient.compression.
+  compress::CompressionSpec compression;
+  bool overlap = true;  // ddp: buckets all-reduce while backward still runs
   // Strategy::kParameterServer: the consistency (sync, async, ssp with staleness) and the
   // client's compression.
   ps::Mode psMode = ps::Mode::kSync;

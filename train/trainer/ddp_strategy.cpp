@@ -1,6 +1,7 @@
 // Strategy::kDdp: DistributedDataParallel, a libtorch optimizer over the replica, sharded
 // checkpoints (train/ddp_checkpoint.h) that reload at any world size and into any ZeRO stage.
 #include "train/ddp.h"
+#include "train/ddp/compression_hook.h"
 #include "train/ddp_checkpoint.h"
 #include "train/trainer/distribution_strategy.h"
 
@@ -14,6 +15,10 @@ class DdpStrategy final : public DistributionStrategy {
       : module_(in.module), optimizerOptions_(in.options.optimizer) {
     DdpOptions o;
     o.bucketBytes = in.options.bucketBytes;
+    o.overlap = in.options.overlap;
+    if (in.options.compression.enabled()) {
+      o.commHook = ddp::compressionHook(in.options.compression);
+    }
     ddp_ = std::make_unique<DistributedDataParallel>(module_, in.workers, o);
     optimizer_ = makeOptimizer(module_->parameters(), optimizerOptions_);
   }

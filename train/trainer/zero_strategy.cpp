@@ -2,6 +2,7 @@
 // (1), the gradients (2) and the parameters (3), steps its own optimizer over the shards, clips
 // over every shard, and writes sharded checkpoints that reload at any world size.
 #include "common/error.h"
+#include "train/ddp/compression_hook.h"
 #include "train/trainer/distribution_strategy.h"
 #include "train/zero/zero.h"
 
@@ -19,6 +20,9 @@ class ZeroStrategy final : public DistributionStrategy {
     o.bucketBytes = in.options.bucketBytes;
     o.optimizer = in.options.optimizer;
     o.clipNorm = in.options.clipNorm;
+    if (in.options.compression.enabled()) {
+      o.commHook = ddp::compressionHook(in.options.compression);  // stage 1 (validated)
+    }
     if (in.sequential) {
       zero_ = std::make_unique<zero::ZeroDataParallel>(*in.sequential, in.workers, o);
       ownsForward_ = true;
