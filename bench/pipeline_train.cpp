@@ -136,7 +136,7 @@ int main(int argc, char** argv) {
                 .count());
         if (pipe) {
           idle.push_back(pipe->lastStats().idleFraction());
-          computeMs.push_back(pipe->lastStats().computeSeconds * 1e3);
+          computeMs.push_back(pipe->lastStats().computeSeconds() * 1e3);
           peakInFlight = std::max(peakInFlight, pipe->lastStats().peakInFlight);
           peakBytes = std::max(peakBytes, pipe->lastStats().peakActivationBytes);
         }

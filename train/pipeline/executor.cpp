@@ -144,7 +144,6 @@ void Executor::runList(const std::vector<Action>& list, int64_t step,
     const int64_t t1 = nowUs();
     trace_.push_back({a, t0, t1 - t0});
     if (a.kind == ActionKind::kForward || a.kind == ActionKind::kBackward) {
-      stats_.computeSeconds += static_cast<double>(t1 - t0) * 1e-6;
       stats_.chunkComputeSeconds[static_cast<size_t>(a.chunk)] +=
           static_cast<double>(t1 - t0) * 1e-6;
     }

@@ -21,6 +21,7 @@
 
 #include <functional>
 #include <memory>
+#include <numeric>
 #include <vector>
 
 #include "common/trace.h"
@@ -40,12 +41,15 @@ struct TraceEvent {
 };
 
 struct StepStats {
-  double seconds = 0;         // the whole step on this rank, transfers and waits included
-  double computeSeconds = 0;  // its Forward and Backward actions
-  std::vector<double> chunkComputeSeconds;  // the same, per chunk of this rank
+  double seconds = 0;  // the whole step on this rank, transfers and waits included
+  std::vector<double> chunkComputeSeconds;  // its Forward and Backward actions, per chunk
   int peakInFlight = 0;             // micro-batches between their forward and backward, at most
   int64_t peakActivationBytes = 0;  // heap bytes above the step's start, sampled per action
-  double idleFraction() const { return seconds > 0 ? 1.0 - computeSeconds / seconds : 0.0; }
+  // Forward and Backward over all of this rank's chunks.
+  double computeSeconds() const {
+    return std::accumulate(chunkComputeSeconds.begin(), chunkComputeSeconds.end(), 0.0);
+  }
+  double idleFraction() const { return seconds > 0 ? 1.0 - computeSeconds() / seconds : 0.0; }
 };
 
 struct ExecutorHooks {
