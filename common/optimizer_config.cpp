@@ -40,6 +40,7 @@ LrSchedule::LrSchedule(double baseLr, int workers, bool linearScaling, int64_t w
                        int64_t totalSteps)
     : base_(baseLr),
       target_(linearScaling ? baseLr * workers : baseLr),
+      scaled_(linearScaling),
       warmup_(warmupSteps),
       total_(totalSteps) {
   SHOAL_CHECK(baseLr > 0 && workers >= 1 && warmupSteps >= 0 && totalSteps >= 0,
@@ -49,6 +50,11 @@ LrSchedule::LrSchedule(double baseLr, int workers, bool linearScaling, int64_t w
 
 double LrSchedule::at(int64_t step) const {
   if (step < warmup_) {
+    // Scaled: from the one-worker rate up to the scaled one. Unscaled: from nearly zero (else
+    // a warm-up without scaling would do nothing).
+    if (!scaled_) {
+      return target_ * static_cast<double>(step + 1) / static_cast<double>(warmup_);
+    }
     return base_ + (target_ - base_) * static_cast<double>(step) / static_cast<double>(warmup_);
   }
   if (total_ <= warmup_) return target_;

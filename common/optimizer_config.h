@@ -34,8 +34,10 @@ struct OptimizerOptions {
 class LrSchedule {
  public:
   // The rate at a step: baseLr (x workers with linear scaling), reached linearly over
-  // warmupSteps starting from baseLr (the one-worker rate), then, with totalSteps > 0, a cosine
-  // decay to zero at totalSteps. InvalidArgument for a non-positive rate or negative steps.
+  // warmupSteps starting from baseLr (the one-worker rate) with scaling, or from
+  // baseLr / warmupSteps without (train::Trainer's schedule is the same), then, with
+  // totalSteps > 0, a cosine decay to zero at totalSteps. InvalidArgument for a non-positive
+  // rate or negative steps.
   LrSchedule(double baseLr, int workers, bool linearScaling, int64_t warmupSteps,
              int64_t totalSteps = 0);
   double at(int64_t step) const;
@@ -44,6 +46,7 @@ class LrSchedule {
  private:
   double base_;
   double target_;
+  bool scaled_;
   int64_t warmup_;
   int64_t total_;
 };

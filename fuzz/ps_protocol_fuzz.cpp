@@ -1,9 +1,9 @@
-// The parameter server's hello as the server decodes it (ps/protocol.h, ps/server.cpp): the
-// training settings line, a newline, then the model's keys. The server parses both, builds the
+// The parameter server's hello as the server decodes it (ps/protocol.h, ps/server_requests.cpp):
+// the training settings line, a newline, then the model's keys. The server parses both, builds the
 // partition and allocates its shard from them, so this target does the same.
 //
-// The per-request checks (key, dtype, shape, byte counts) live inside ps/server.cpp's server
-// class and are reached only through a running server; see fuzz/README.md.
+// The per-request checks (key, dtype, shape, byte counts) live inside the parameter server's class
+// (ps/server_state.h) and are reached only through a running server; see fuzz/README.md.
 //
 // Oracle: bad text ends in a typed error; text that parses re-encodes to text that parses to
 // the same keys.

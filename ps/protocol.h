@@ -10,7 +10,7 @@
 //
 // The reply may start before the request's payload has all arrived: a push-pull the server can
 // answer up front gets its reply header at once and the values piece by piece as the push is
-// applied (Note [Streamed push-pull] in ps/server.cpp). The server keeps reading the payload
+// applied (Note [Streamed push-pull] in ps/server_stream.cpp). The server keeps reading the payload
 // while it waits for room to send, so a worker may send the whole payload before it reads
 // anything (submitExchange sends it and receives the reply header in one batch).
 //

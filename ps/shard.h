@@ -1,6 +1,6 @@
 // One server's part of the model: values, optimizer state and one receive slot per worker, with
 // the update rules of the consistency modes. Not thread-safe: the server serializes calls
-// (ps/server.cpp), except that each worker's slot is written only by that worker's thread.
+// (ps/server_state.h), except that each worker's slot is written only by that worker's thread.
 #pragma once
 
 #include <cstdint>

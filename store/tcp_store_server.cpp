@@ -336,11 +336,14 @@ void TcpStoreServer::serve() {
   std::vector<Client*> owners;
   // Out of descriptors (EMFILE): stop polling the listener for a moment instead of spinning.
   Clock::time_point acceptPausedUntil{};
-  auto drop = [&](Client& c, const std::string& why) {
-    SHOAL_LOG_WARN("store server: dropping a client: {}", why);
+  auto release = [&](Client& c) {
     server.forget(c);
     c.tls.reset();
     c.fd.reset();
+  };
+  auto drop = [&](Client& c, const std::string& why) {
+    SHOAL_LOG_WARN("store server: dropping a client: {}", why);
+    release(c);
   };
   const size_t inBound = size_t{server.maxFrame()} + 4;
   // How many bytes to read from a client now. Before requests, exactly what the handshake still
@@ -523,7 +526,15 @@ void TcpStoreServer::serve() {
         continue;
       }
       if (!c.parked && after >= c.deadline) {
-        drop(c, c.authenticated() ? "idle for too long" : "no handshake in time");
+        if (c.authenticated()) {
+          // Housekeeping, not a fault: a job's clients keep pooled connections they may never
+          // use again (a training job talks to the store at start-up and on rare events).
+          SHOAL_LOG_DEBUG("store server: closing a client connection idle for {} s",
+                          std::chrono::duration_cast<std::chrono::seconds>(o.idleTimeout).count());
+          release(c);
+        } else {
+          drop(c, "no handshake in time");
+        }
       }
     }
     // Clients accepted this round were not polled yet; their greeting goes out next round.

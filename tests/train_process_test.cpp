@@ -1,13 +1,16 @@
 // The Fashion-MNIST example as a job: killed mid-training and resumed, it ends with exactly the
 // parameters of an uninterrupted run; a damaged checkpoint is refused with the file named and
-// an intact one offered. Also the data reader on damaged files, and the sampler.
+// an intact one offered. Also the
+// data reader on damaged files, and the sampler.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <zlib.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <tuple>
 
@@ -50,9 +53,8 @@ TEST(TrainJob, KilledAndResumedEndsExactlyAsUninterrupted) {
 
   auto resumed = runShell(trainCommand(b, "--resume latest --save-params " + b + "/final.pt"));
   ASSERT_EQ(resumed.code, 0) << resumed.output;
-  EXPECT_NE(
-      resumed.output.find("resumed from " + b + "/ckpt-00000020.pt: epoch 2, batch 4, step 20"),
-      std::string::npos)
+  EXPECT_NE(resumed.output.find("resumed from " + b + ": epoch 2, batch 4, step 20"),
+            std::string::npos)
       << resumed.output;
 
   auto expected = loadParams(a + "/final.pt"), got = loadParams(b + "/final.pt");
@@ -61,16 +63,26 @@ TEST(TrainJob, KilledAndResumedEndsExactlyAsUninterrupted) {
     EXPECT_TRUE(torch::equal(expected[i], got[i]))
         << "tensor " << i << " differs by " << (expected[i] - got[i]).abs().max().item<double>();
   }
-  // Only the newest three are kept.
-  EXPECT_EQ(train::Checkpointer(b, 3).list().size(), 3u);
+  // Only the newest three are kept: one folder per step, a shard per rank.
+  std::vector<std::string> steps;
+  for (const auto& e : std::filesystem::directory_iterator(b)) {
+    if (e.is_directory()) steps.push_back(e.path().string());
+  }
+  std::sort(steps.begin(), steps.end());
+  ASSERT_EQ(steps.size(), 3u);
+  EXPECT_EQ(steps.back(), b + "/step-00000032");
 
-  // A truncated newest checkpoint: refused, named, and the newest intact one offered.
-  auto all = train::Checkpointer(b, 3).list();
-  std::filesystem::resize_file(all.back(), std::filesystem::file_size(all.back()) / 2);
+  // A truncated shard of the newest checkpoint: refused on every rank, the file and the rank
+  // that wrote it named, the newest intact one offered, nothing trained.
+  const std::string shard = steps.back() + "/rank-1-of-2.shard";
+  std::filesystem::resize_file(shard, std::filesystem::file_size(shard) / 2);
   auto refused = runShell(trainCommand(b, "--resume latest"));
   EXPECT_NE(refused.code, 0);
-  EXPECT_NE(refused.output.find(all.back() + ": truncated"), std::string::npos) << refused.output;
-  EXPECT_NE(refused.output.find("the newest intact one is " + all[all.size() - 2]),
+  EXPECT_NE(refused.output.find("checkpoint " + shard + " (written by rank 1 of 2)"),
+            std::string::npos)
+      << refused.output;
+  EXPECT_NE(refused.output.find("(truncated or replaced); the newest intact checkpoint is " +
+                                steps[1] + " (move " + steps[2] + " away to resume from it)"),
             std::string::npos)
       << refused.output;
 }
@@ -92,6 +104,18 @@ TEST(TrainConfigErrors, NonsenseFlagsAndVariablesExitWithTwo) {
       {{}, {{"SHOAL_TIMEOUT", "1e300"}}, "SHOAL_TIMEOUT='1e300': expected a finite number"},
       {{}, {{"SHOAL_TIMEOUT", ""}}, "SHOAL_TIMEOUT is set but empty"},
       {{}, {{"SHOAL_BACKEND", "mpi"}}, "SHOAL_BACKEND=mpi needs a job started by mpirun"},
+      // The Trainer's own checks, before any data is read.
+      {{"--mode", "zero1", "--autotune"},
+       {},
+       "Trainer: autotune chooses ddp's buckets; strategy zero1 has none to tune"},
+      {{"--reference-batch", "48"}, {}, "Trainer: referenceBatch 48 needs linearScaling"},
+      {{"--lr-scaling", "--reference-batch", "48"},
+       {},
+       "Trainer: referenceBatch 48 must divide the global batch 64"},
+      {{"--mode", "zero2", "--compression", "fp16"},
+       {},
+       "Trainer: compression fp16 is the all-reduce's (strategies ddp and zero1); strategy zero2 "
+       "cannot use it"},
   };
   for (const auto& [flags, env, expected] : cases) {
     TempDir dir;
@@ -102,6 +126,27 @@ TEST(TrainConfigErrors, NonsenseFlagsAndVariablesExitWithTwo) {
     const std::string out = p.output();
     EXPECT_EQ(out.rfind("fashion_mnist: error: " + expected, 0), 0u) << out;
     EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 1) << out;
+  }
+}
+
+// Linear scaling: the rate x the workers, or x (global batch / reference batch); without decay
+// the rate after warm-up is exactly that (the metrics line's lr).
+TEST(TrainJob, LinearScalingMultipliesTheRate) {
+  for (const auto& [flags, expected] : std::vector<std::pair<std::string, double>>{
+           {"--lr-scaling", 0.002},                       // 2 workers
+           {"--lr-scaling --reference-batch 16", 0.004},  // 2 x 32 / 16
+           {"", 0.001}}) {
+    TempDir dir;
+    const auto r = runShell(fmt::format(
+        "OPENBLAS_NUM_THREADS=1 timeout 300 {} run -n 2 --timeout 60 -- {} --epochs 1 "
+        "--train-subset 256 --batch 32 --lr 0.001 --lr-decay none -q --metrics {}/m.jsonl {}",
+        SHOAL_BIN, FASHION_MNIST_BIN, dir.path, flags));
+    ASSERT_EQ(r.code, 0) << r.output;
+    std::ifstream in(dir.path + "/m.jsonl");
+    std::string line;
+    ASSERT_TRUE(std::getline(in, line)) << r.output;
+    const auto lr = nlohmann::json::parse(line).at("lr").get<double>();
+    EXPECT_NEAR(lr, expected, 1e-12) << flags << ": " << line;
   }
 }
 

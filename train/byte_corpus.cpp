@@ -10,6 +10,7 @@
 #include <string_view>
 
 #include "common/error.h"
+#include "common/splitmix.h"
 
 namespace shoal::train {
 namespace {
@@ -54,15 +55,6 @@ void forEachEntry(std::string_view content, Fn&& fn) {
     at = end + 1;
   }
   flush();
-}
-
-// SplitMix64's finalizer: a bijection on 64 bits that mixes every input bit into every output
-// bit, so window positions of neighbouring steps and rows are unrelated.
-uint64_t mix(uint64_t z) {
-  z += 0x9e3779b97f4a7c15ull;
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
 }
 
 }  // namespace
@@ -147,9 +139,10 @@ torch::Tensor ByteCorpus::batch(int64_t batchSize, int64_t seqLen, uint64_t step
   const auto starts = static_cast<uint64_t>(length - seqLen);  // windows that fit
   auto out = torch::empty({batchSize, seqLen + 1}, torch::kLong);
   auto a = out.accessor<int64_t, 2>();
-  const uint64_t base = mix(mix(mix(options_.seed) ^ static_cast<uint64_t>(split)) ^ step);
+  const uint64_t base =
+      splitmix64(splitmix64(splitmix64(options_.seed) ^ static_cast<uint64_t>(split)) ^ step);
   for (int64_t r = 0; r < batchSize; ++r) {
-    const uint64_t pos = mix(base ^ static_cast<uint64_t>(r)) % starts;
+    const uint64_t pos = splitmix64(base ^ static_cast<uint64_t>(r)) % starts;
     for (int64_t j = 0; j <= seqLen; ++j) {
       a[r][j] = static_cast<unsigned char>(t[pos + j]);
     }

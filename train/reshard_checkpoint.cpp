@@ -68,7 +68,30 @@ std::optional<int64_t> ShardReader::latestStep(const std::string& dir) {
   return std::nullopt;
 }
 
-ShardReader::ShardReader(const std::string& dir, int64_t step)
+namespace {
+
+// For the error of a damaged step: the newest older committed step that opens, so the user
+// learns what a resume could use instead (never loaded silently: the error stands).
+std::string offerOlder(const std::string& dir, int64_t step) {
+  const auto all = stepFolders(dir);
+  for (auto it = all.rbegin(); it != all.rend(); ++it) {
+    if (it->first >= step || !fs::exists(it->second + "/manifest")) continue;
+    try {
+      ShardReader older(dir, it->first);
+      return fmt::format("; the newest intact checkpoint is {} (move {} away to resume from it)",
+                         it->second, stepFolder(dir, step));
+    } catch (const InvalidArgument&) {
+      // Damaged too: look further back.
+    }
+  }
+  return "; no older intact checkpoint in " + dir;
+}
+
+}  // namespace
+
+// A function-try-block: any structural damage found while opening is reported with the newest
+// older step that is intact.
+ShardReader::ShardReader(const std::string& dir, int64_t step) try
     : stepDir_(stepFolder(dir, step)), step_(step) {
   const std::string manifestPath = stepDir_ + "/manifest";
   if (!fs::exists(manifestPath)) {
@@ -133,6 +156,8 @@ ShardReader::ShardReader(const std::string& dir, int64_t step)
       return std::tie(a.offset, a.rank) < std::tie(b.offset, b.rank);
     });
   }
+} catch (const InvalidArgument& e) {
+  throw InvalidArgument(e.what() + offerOlder(dir, step));
 }
 
 void ShardReader::readIndex(int rank, const Manifest& m) {

@@ -70,7 +70,8 @@ std::string saveShards(comm::Group& group, const std::string& dir, int64_t step,
 // constructed: read() opens the files it needs per call.
 //
 // Errors: InvalidArgument, one line naming the file (and for a rank file, the rank that wrote
-// it) and what is wrong.
+// it) and what is wrong; when opening finds a step damaged, the line also names the newest
+// older step in `dir` that opens (or says there is none): offered, never loaded in its place.
 class ShardReader {
  public:
   // The newest committed step in `dir` (a step folder with a manifest), or nothing if none

@@ -1,11 +1,14 @@
 #include "train/trainer.h"
 
+#include <fmt/format.h>
+
 #include <chrono>
 #include <cmath>
-#include <numbers>
+#include <utility>
 
 #include "comm/collectives.h"
 #include "common/error.h"
+#include "common/splitmix.h"
 #include "common/trace.h"
 #include "train/distributed_sampler.h"
 #include "train/hybrid_parallel.h"
@@ -26,6 +29,13 @@ constexpr std::pair<std::string_view, Strategy> kStrategies[] = {
     {"hybrid", Strategy::kHybrid},
 };
 
+// A bad option is the user's configuration: the message alone, without SHOAL_CHECK's source
+// expression.
+template <typename... Args>
+void require(bool cond, fmt::format_string<Args...> format, Args&&... args) {
+  if (!cond) throw InvalidArgument(fmt::format(format, std::forward<Args>(args)...));
+}
+
 bool isZero(Strategy s) {
   return s == Strategy::kZero1 || s == Strategy::kZero2 || s == Strategy::kZero3;
 }
@@ -37,62 +47,83 @@ bool onGrid(Strategy s) {
 
 void validateGridOptions(const TrainerOptions& o) {
   const std::string_view name = toString(o.strategy);
-  SHOAL_CHECK(o.pipelineStages >= 1 && o.tensorParallel >= 1,
-              "Trainer: pipelineStages and tensorParallel must be at least 1, not {} and {}",
-              o.pipelineStages, o.tensorParallel);
+  require(o.pipelineStages >= 1 && o.tensorParallel >= 1,
+          "Trainer: pipelineStages and tensorParallel must be at least 1, not {} and {}",
+          o.pipelineStages, o.tensorParallel);
   if (!onGrid(o.strategy)) {
-    SHOAL_CHECK(o.pipelineStages == 1 && o.tensorParallel == 1,
-                "Trainer: strategy {} does not split the model; pipelineStages {} and "
-                "tensorParallel {} need strategy pipeline, tensor or hybrid",
-                name, o.pipelineStages, o.tensorParallel);
+    require(o.pipelineStages == 1 && o.tensorParallel == 1,
+            "Trainer: strategy {} does not split the model; pipelineStages {} and "
+            "tensorParallel {} need strategy pipeline, tensor or hybrid",
+            name, o.pipelineStages, o.tensorParallel);
     return;
   }
-  SHOAL_CHECK(o.strategy != Strategy::kPipeline || (o.pipelineStages >= 2 && o.tensorParallel == 1),
-              "Trainer: strategy pipeline needs pipelineStages >= 2 and tensorParallel 1 (not {} "
-              "and {}; hybrid combines them)",
-              o.pipelineStages, o.tensorParallel);
-  SHOAL_CHECK(o.strategy != Strategy::kTensor || (o.tensorParallel >= 2 && o.pipelineStages == 1),
-              "Trainer: strategy tensor needs tensorParallel >= 2 and pipelineStages 1 (not {} "
-              "and {}; hybrid combines them)",
-              o.tensorParallel, o.pipelineStages);
-  SHOAL_CHECK(o.accumulate == 1,
-              "Trainer: strategy {} accumulates over the pipeline's micro-batches; accumulate "
-              "must be 1, not {}",
-              name, o.accumulate);
-  SHOAL_CHECK(o.pipelineStages == 1 || o.pipeline.microBatches <= o.batch,
-              "Trainer: {} pipeline micro-batches do not fit in a batch of {} per replica",
-              o.pipeline.microBatches, o.batch);
-  SHOAL_CHECK(o.precision != Precision::kFloat16 || o.clipNorm == 0,
-              "Trainer: fp16 with clipping is not supported (the gradients are still loss-scaled "
-              "when the clip would apply); use bf16 or leave clipNorm 0");
+  require(o.strategy != Strategy::kPipeline || (o.pipelineStages >= 2 && o.tensorParallel == 1),
+          "Trainer: strategy pipeline needs pipelineStages >= 2 and tensorParallel 1 (not {} "
+          "and {}; hybrid combines them)",
+          o.pipelineStages, o.tensorParallel);
+  require(o.strategy != Strategy::kTensor || (o.tensorParallel >= 2 && o.pipelineStages == 1),
+          "Trainer: strategy tensor needs tensorParallel >= 2 and pipelineStages 1 (not {} "
+          "and {}; hybrid combines them)",
+          o.tensorParallel, o.pipelineStages);
+  require(o.accumulate == 1,
+          "Trainer: strategy {} accumulates over the pipeline's micro-batches; accumulate "
+          "must be 1, not {}",
+          name, o.accumulate);
+  require(o.pipelineStages == 1 || o.pipeline.microBatches <= o.batch,
+          "Trainer: {} pipeline micro-batches do not fit in a batch of {} per replica",
+          o.pipeline.microBatches, o.batch);
+  require(o.precision != Precision::kFloat16 || o.clipNorm == 0,
+          "Trainer: fp16 with clipping is not supported (the gradients are still loss-scaled "
+          "when the clip would apply); use bf16 or leave clipNorm 0");
 }
 
 void validateOptions(const TrainerOptions& o) {
-  SHOAL_CHECK(o.epochs >= 1, "Trainer: epochs must be at least 1, not {}", o.epochs);
-  SHOAL_CHECK(o.stepsPerEpoch >= 0 && o.validateEvery >= 0,
-              "Trainer: stepsPerEpoch and validateEvery must be >= 0, not {} and {}",
-              o.stepsPerEpoch, o.validateEvery);
-  SHOAL_CHECK(o.batch >= 1, "Trainer: batch must be at least 1, not {}", o.batch);
-  SHOAL_CHECK(o.accumulate >= 1, "Trainer: accumulate must be at least 1, not {}", o.accumulate);
-  SHOAL_CHECK(o.clipNorm >= 0 && std::isfinite(o.clipNorm),
-              "Trainer: clipNorm must be a finite number >= 0, not {}", o.clipNorm);
-  SHOAL_CHECK(o.optimizer.lr > 0 && std::isfinite(o.optimizer.lr),
-              "Trainer: the learning rate must be positive, not {}", o.optimizer.lr);
-  SHOAL_CHECK(o.precision != Precision::kFloat16 || onGrid(o.strategy),
-              "Trainer: precision fp16 needs loss scaling and fp16 weights, which the Trainer "
-              "drives only under pipeline, tensor or hybrid; use fp32 or bf16, or "
-              "train/mixed_precision.h directly");
-  SHOAL_CHECK(o.checkpointEvery >= 0 && o.keep >= 1,
-              "Trainer: checkpointEvery must be >= 0 and keep >= 1");
-  SHOAL_CHECK(!o.resume || !o.checkpointDir.empty() || o.strategy == Strategy::kParameterServer,
-              "Trainer: resume needs checkpointDir");
-  SHOAL_CHECK(
+  require(o.epochs >= 1, "Trainer: epochs must be at least 1, not {}", o.epochs);
+  require(o.stepsPerEpoch >= 0 && o.validateEvery >= 0,
+          "Trainer: stepsPerEpoch and validateEvery must be >= 0, not {} and {}", o.stepsPerEpoch,
+          o.validateEvery);
+  require(o.batch >= 1, "Trainer: batch must be at least 1, not {}", o.batch);
+  require(o.accumulate >= 1, "Trainer: accumulate must be at least 1, not {}", o.accumulate);
+  require(o.clipNorm >= 0 && std::isfinite(o.clipNorm),
+          "Trainer: clipNorm must be a finite number >= 0, not {}", o.clipNorm);
+  require(o.optimizer.lr > 0 && std::isfinite(o.optimizer.lr),
+          "Trainer: the learning rate must be positive, not {}", o.optimizer.lr);
+  require(o.precision != Precision::kFloat16 || onGrid(o.strategy),
+          "Trainer: precision fp16 needs loss scaling and fp16 weights, which the Trainer "
+          "drives only under pipeline, tensor or hybrid; use fp32 or bf16, or "
+          "train/mixed_precision.h directly");
+  require(o.checkpointEvery >= 0 && o.keep >= 1,
+          "Trainer: checkpointEvery must be >= 0 and keep >= 1");
+  require(!o.resume || !o.checkpointDir.empty() || o.strategy == Strategy::kParameterServer,
+          "Trainer: resume needs checkpointDir");
+  require(
       !o.compression.enabled() || o.strategy == Strategy::kDdp || o.strategy == Strategy::kZero1,
       "Trainer: compression {} is the all-reduce's (strategies ddp and zero1); strategy "
       "{} cannot use it{}",
       o.compression.toString(), toString(o.strategy),
       o.strategy == Strategy::kParameterServer ? " (ps: psClient.compression)" : "");
+  require(!o.autotune || o.strategy == Strategy::kDdp,
+          "Trainer: autotune chooses ddp's buckets; strategy {} has none to tune",
+          toString(o.strategy));
+  require(o.stragglerWindow >= 0, "Trainer: stragglerWindow must be >= 0, not {}",
+          o.stragglerWindow);
+  require(o.referenceBatch >= 0 && (o.referenceBatch == 0 || o.linearScaling),
+          "Trainer: referenceBatch {} needs linearScaling (it says what to scale by)",
+          o.referenceBatch);
+  require(o.referenceBatch == 0 || o.strategy != Strategy::kParameterServer,
+          "Trainer: the parameter servers scale the rate by the workers; referenceBatch {} "
+          "is not theirs",
+          o.referenceBatch);
   validateGridOptions(o);
+}
+
+// One well-mixed seed from three numbers: nearby steps and replicas get unrelated streams.
+uint64_t mixSeed(uint64_t seed, uint64_t stream, uint64_t step) {
+  return splitmix64(splitmix64(splitmix64(seed) ^ stream) ^ step);
+}
+
+double secondsSince(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
 }
 
 // Sums over the workers: [sum of losses, count] or [sum, correct, count].
@@ -142,11 +173,11 @@ Trainer::Trainer(const TrainerContext& ctx, std::shared_ptr<torch::nn::Module> m
       forward_(std::move(forward)),
       loss_(std::move(loss)),
       options_(std::move(options)) {
-  SHOAL_CHECK(module_ && forward_ && loss_, "Trainer: module, forward and loss must all be given");
-  SHOAL_CHECK(options_.strategy != Strategy::kZero3 && !onGrid(options_.strategy),
-              "strategy {} needs the model as a torch::nn::Sequential (the Trainer's Sequential "
-              "or ModelBuilder constructor)",
-              toString(options_.strategy));
+  require(module_ && forward_ && loss_, "Trainer: module, forward and loss must all be given");
+  require(options_.strategy != Strategy::kZero3 && !onGrid(options_.strategy),
+          "strategy {} needs the model as a torch::nn::Sequential (the Trainer's Sequential "
+          "or ModelBuilder constructor)",
+          toString(options_.strategy));
   init(ctx);
 }
 
@@ -156,19 +187,19 @@ Trainer::Trainer(const TrainerContext& ctx, torch::nn::Sequential module, LossFn
       sequential_(module),
       loss_(std::move(loss)),
       options_(std::move(options)) {
-  SHOAL_CHECK(loss_, "Trainer: the loss must be given");
+  require(static_cast<bool>(loss_), "Trainer: the loss must be given");
   forward_ = [seq = *sequential_](const torch::Tensor& x) mutable { return seq->forward(x); };
-  SHOAL_CHECK(options_.tensorParallel == 1,
-              "strategy {} with tensorParallel {}: the model's layers must be built on the "
-              "Trainer's grid (the ModelBuilder constructor)",
-              toString(options_.strategy), options_.tensorParallel);
+  require(options_.tensorParallel == 1,
+          "strategy {} with tensorParallel {}: the model's layers must be built on the "
+          "Trainer's grid (the ModelBuilder constructor)",
+          toString(options_.strategy), options_.tensorParallel);
   init(ctx);
 }
 
 Trainer::Trainer(const TrainerContext& ctx, const ModelBuilder& build, LossFn loss,
                  TrainerOptions options)
     : loss_(std::move(loss)), options_(std::move(options)) {
-  SHOAL_CHECK(build && loss_, "Trainer: the model builder and the loss must be given");
+  require(build && loss_, "Trainer: the model builder and the loss must be given");
   init(ctx);
   this->build(build);
 }
@@ -176,7 +207,7 @@ Trainer::Trainer(const TrainerContext& ctx, const ModelBuilder& build, LossFn lo
 Trainer::Trainer(const TrainerContext& ctx, const ModelBuilder& build, GridLossFn loss,
                  TrainerOptions options)
     : options_(std::move(options)) {
-  SHOAL_CHECK(build && loss, "Trainer: the model builder and the loss must be given");
+  require(build && loss, "Trainer: the model builder and the loss must be given");
   init(ctx);
   // The grid lives in this Trainer, which can be neither copied nor moved.
   loss_ = [loss = std::move(loss), grid = &*grid_](
@@ -187,7 +218,7 @@ Trainer::Trainer(const TrainerContext& ctx, const ModelBuilder& build, GridLossF
 void Trainer::build(const ModelBuilder& build) {
   torch::manual_seed(options_.seed);  // the same initial weights on every rank
   sequential_ = build(*grid_);
-  SHOAL_CHECK(!sequential_->is_empty(), "Trainer: the model builder returned an empty model");
+  require(!sequential_->is_empty(), "Trainer: the model builder returned an empty model");
   module_ = sequential_->ptr();
   forward_ = [seq = *sequential_](const torch::Tensor& x) mutable { return seq->forward(x); };
 }
@@ -196,18 +227,18 @@ Trainer::~Trainer() = default;
 
 void Trainer::init(const TrainerContext& ctx) {
   validateOptions(options_);
-  SHOAL_CHECK(ctx.world, "Trainer: the context has no world group");
+  require(ctx.world != nullptr, "Trainer: the context has no world group");
   ctx_ = ctx;
   const int numWorkers = ctx.world->size() - ctx.numServers;
-  SHOAL_CHECK(ctx.numServers >= 0 && numWorkers >= 1,
-              "Trainer: {} parameter servers in a world of {} leave no worker", ctx.numServers,
-              ctx.world->size());
-  SHOAL_CHECK(ctx.numServers == 0 || options_.strategy == Strategy::kParameterServer,
-              "Trainer: the job has {} parameter servers but the strategy is {} (use ps)",
-              ctx.numServers, toString(options_.strategy));
-  SHOAL_CHECK(ctx.world->rank() < numWorkers,
-              "Trainer: rank {} is a parameter server; its program serves (ps::serve) instead",
-              ctx.world->rank());
+  require(ctx.numServers >= 0 && numWorkers >= 1,
+          "Trainer: {} parameter servers in a world of {} leave no worker", ctx.numServers,
+          ctx.world->size());
+  require(ctx.numServers == 0 || options_.strategy == Strategy::kParameterServer,
+          "Trainer: the job has {} parameter servers but the strategy is {} (use ps)",
+          ctx.numServers, toString(options_.strategy));
+  require(ctx.world->rank() < numWorkers,
+          "Trainer: rank {} is a parameter server; its program serves (ps::serve) instead",
+          ctx.world->rank());
   // The workers' own group (losses, validation): the world includes the servers.
   workers_ = ctx.numServers > 0
                  ? ctx.world->connect("trainer-workers", ctx.world->rank(), numWorkers)
@@ -217,10 +248,29 @@ void Trainer::init(const TrainerContext& ctx) {
                                        .tensor = options_.tensorParallel,
                                        .order = options_.gridOrder});
   }
+  if (options_.linearScaling) {
+    const int replicas = onGrid(options_.strategy) ? grid_->dataSize : workers_->size();
+    lrScale_ = replicas;
+    if (options_.referenceBatch > 0) {
+      const int64_t global = options_.batch * options_.accumulate * replicas;
+      require(global % options_.referenceBatch == 0,
+              "Trainer: referenceBatch {} must divide the global batch {} (batch x accumulate "
+              "x {} replicas)",
+              options_.referenceBatch, global, replicas);
+      lrScale_ = static_cast<int>(global / options_.referenceBatch);
+    }
+  }
+  if (options_.stragglerWindow > 0) {
+    // Phases under a millisecond per step on the median rank are not judged: a data phase of
+    // 0.2 ms against 0.1 ms is 2x and harmless beside steps of tens of milliseconds.
+    stragglers_.emplace(workers_, comm::StragglerOptions{.phases = {"compute", "data"},
+                                                         .window = options_.stragglerWindow,
+                                                         .minSeconds = 1e-3});
+  }
 }
 
 void Trainer::addCallback(std::shared_ptr<Callback> callback) {
-  SHOAL_CHECK(callback, "Trainer: null callback");
+  require(callback != nullptr, "Trainer: null callback");
   callbacks_.push_back(std::move(callback));
 }
 
@@ -254,22 +304,22 @@ torch::Tensor Trainer::forward(const torch::Tensor& input) {
   return strategy_ && strategy_->ownsForward() ? strategy_->forward(input) : forward_(input);
 }
 
+// The parameter servers' schedule (common/optimizer_config.h), scaled by lrScale_.
 double Trainer::learningRate(int64_t step) const {
-  const double base = options_.optimizer.lr;
-  if (options_.warmupSteps > 0 && step < options_.warmupSteps) {
-    return base * static_cast<double>(step + 1) / static_cast<double>(options_.warmupSteps);
-  }
-  if (!options_.cosineDecay || totalSteps_ <= options_.warmupSteps) return base;
-  const double t = static_cast<double>(step - options_.warmupSteps) /
-                   static_cast<double>(totalSteps_ - options_.warmupSteps);
-  return base * 0.5 * (1 + std::cos(std::numbers::pi * std::min(t, 1.0)));
+  return LrSchedule(options_.optimizer.lr, lrScale_, options_.linearScaling, options_.warmupSteps,
+                    options_.cosineDecay ? totalSteps_ : 0)
+      .at(step);
+}
+
+CommunicationTotals Trainer::communication() const {
+  return strategy_ ? strategy_->communication() : CommunicationTotals{};
 }
 
 std::vector<EpochMetrics> Trainer::fit(const TensorDataset& train,
                                        const TensorDataset* validation) {
-  SHOAL_CHECK(train.inputs.defined() && train.targets.defined() && train.size() > 0 &&
-                  train.targets.size(0) == train.size(),
-              "Trainer::fit: the training set needs inputs and targets of the same length > 0");
+  require(train.inputs.defined() && train.targets.defined() && train.size() > 0 &&
+              train.targets.size(0) == train.size(),
+          "Trainer::fit: the training set needs inputs and targets of the same length > 0");
   comm::Group& g = *workers_;
   // The grid strategies: every worker takes the same global batches (each replica its share of
   // them inside the strategy), whole ones only, so that every share is a full batch.
@@ -278,9 +328,8 @@ std::vector<EpochMetrics> Trainer::fit(const TensorDataset& train,
   DistributedSampler sampler(train.size(), global ? 0 : g.rank(), global ? 1 : g.size(),
                              {.seed = options_.seed});
   const int64_t available = global ? sampler.perRank() / batch : sampler.batches(batch);
-  SHOAL_CHECK(available >= 1,
-              "Trainer::fit: {} training samples do not make one global batch of {}", train.size(),
-              batch);
+  require(available >= 1, "Trainer::fit: {} training samples do not make one global batch of {}",
+          train.size(), batch);
   // The micro-batches of an epoch: its first stepsPerEpoch steps' worth when capped.
   const int64_t micro = options_.stepsPerEpoch > 0
                             ? std::min(available, options_.stepsPerEpoch * options_.accumulate)
@@ -298,13 +347,14 @@ std::vector<EpochMetrics> Trainer::fit(const TensorDataset& train,
       at_ = *p;
     }
   }
-  // Dropout differs per replica: its own stream, from the seed and the step reached. A stage's
-  // tensor-parallel ranks share it, so their copies of a whole activation stay the same (a split
-  // activation takes tensor::ShardedDropout, which draws a mask per rank from this stream).
+  // Dropout differs per replica: its own stream, from the seed, the replica and the step,
+  // seeded at every step so that a run resumed at any step draws what an uninterrupted one
+  // does. A stage's tensor-parallel ranks share it, so their copies of a whole activation stay
+  // the same (a split activation takes tensor::ShardedDropout, which draws a mask per rank from
+  // this stream).
   const int stream =
       global ? grid_->dataRank * grid_->pipelineSize + grid_->pipelineRank : g.rank();
-  torch::manual_seed(options_.seed * 7919 + static_cast<uint64_t>(stream) * 104729 +
-                     static_cast<uint64_t>(at_.step) + 1);
+  for (auto& c : callbacks_) c->onFitStart(at_);
 
   // The job's timeline (SHOAL_TRACE; common/trace.h): data, forward, backward, optimizer step,
   // checkpoint and validation spans beside the collectives they cause.
@@ -318,18 +368,36 @@ std::vector<EpochMetrics> Trainer::fit(const TensorDataset& train,
   for (; at_.epoch < options_.epochs; ++at_.epoch, at_.batchInEpoch = 0) {
     const auto started = std::chrono::steady_clock::now();
     const auto order = torch::tensor(sampler.indices(at_.epoch), torch::kInt64);
-    double sums[2] = {0, 0};  // loss, micro-batches
+    double sums[3] = {0, 0, 0};  // loss, micro-batches, samples
+    double trainSeconds = 0;     // in this epoch's steps
     double stepLoss = 0;
-    for (int64_t b = at_.batchInEpoch; b < micro; ++b) {
+    StepInfo info;  // this step's, filled as its micro-batches run
+    std::chrono::steady_clock::time_point stepStart;
+    double waitedBefore = 0;
+    const int64_t first = at_.batchInEpoch;
+    for (int64_t b = first; b < micro; ++b) {
       const int64_t groupStart = b - b % options_.accumulate;
       const int64_t inGroup = std::min(options_.accumulate, micro - groupStart);
       const bool last = b + 1 == groupStart + inGroup;
+      if (b == groupStart || b == first) {
+        // A step's time starts at its first micro-batch (checkpoints and validations between
+        // steps are not the step's).
+        stepStart = std::chrono::steady_clock::now();
+        waitedBefore = strategy_->commWaitSeconds();
+        torch::manual_seed(
+            mixSeed(options_.seed, static_cast<uint64_t>(stream), static_cast<uint64_t>(at_.step)));
+      }
       torch::Tensor x, y;
       {
         TraceScope span(trace, "data", "train");
+        const auto dataStart = std::chrono::steady_clock::now();
         const auto idx = order.slice(0, b * batch, std::min((b + 1) * batch, order.size(0)));
         x = train.inputs.index_select(0, idx);
         y = train.targets.index_select(0, idx);
+        info.dataSeconds += secondsSince(dataStart);
+        info.samples += x.size(0);
+        // The grid strategies give every worker the whole global batch: counted once.
+        if (!global || g.rank() == 0) sums[2] += static_cast<double>(x.size(0));
       }
       double value = 0;
       if (strategy_->ownsStep()) {
@@ -365,7 +433,16 @@ std::vector<EpochMetrics> Trainer::fit(const TensorDataset& train,
         strategy_->step(at_.step, lr, options_.clipNorm);
       }
       ++at_.step;
-      for (auto& c : callbacks_) c->onStep({at_.epoch, at_.step, stepLoss, lr});
+      info.epoch = at_.epoch;
+      info.step = at_.step;
+      info.loss = stepLoss;
+      info.lr = lr;
+      info.batchInEpoch = b + 1;
+      info.batchesInEpoch = micro;
+      finishStep(info, stepStart, waitedBefore);
+      trainSeconds += info.seconds;
+      for (auto& c : callbacks_) c->onStep(info);
+      info = StepInfo{};
       stepLoss = 0;
       if (!options_.checkpointDir.empty() && options_.checkpointEvery > 0 &&
           at_.step % options_.checkpointEvery == 0 && at_.batchInEpoch < micro) {
@@ -377,11 +454,13 @@ std::vector<EpochMetrics> Trainer::fit(const TensorDataset& train,
         validatedAt = at_.step;
       }
     }
-    sumOverWorkers(g, sums, 2);
+    sumOverWorkers(g, sums, 3);
     EpochMetrics m;
     m.epoch = at_.epoch;
     m.step = at_.step;
     m.trainLoss = sums[1] > 0 ? sums[0] / sums[1] : 0;
+    m.samples = static_cast<int64_t>(sums[2]);
+    m.trainSeconds = trainSeconds;
     if (validation) {
       // Not again when the epoch's last step has just validated.
       if (validatedAt != at_.step) lastValidation = validateAndReport(*validation, sinceValidation);
@@ -402,14 +481,32 @@ std::vector<EpochMetrics> Trainer::fit(const TensorDataset& train,
   return history;
 }
 
+void Trainer::finishStep(StepInfo& info, std::chrono::steady_clock::time_point started,
+                         double waitedBefore) {
+  info.seconds = secondsSince(started);
+  info.commWaitSeconds = std::max(0.0, strategy_->commWaitSeconds() - waitedBefore);
+  // The autotuner compares the steps without their data (the same for every candidate).
+  if (auto choice = strategy_->noteStepTime(std::max(0.0, info.seconds - info.dataSeconds))) {
+    info.autotuneChoice = choice->index;
+    info.autotuned = std::move(choice->description);
+  }
+  if (stragglers_) {
+    // Waiting for a straggler makes everyone's communication slow: it is no phase of its own.
+    const double phases[2] = {std::max(0.0, info.seconds - info.dataSeconds - info.commWaitSeconds),
+                              info.dataSeconds};
+    lastStragglers_ = stragglers_->step(phases);
+    info.stragglers = lastStragglers_ ? &*lastStragglers_ : nullptr;
+  }
+}
+
 EpochMetrics Trainer::validate(const TensorDataset& data) {
-  SHOAL_CHECK(
-      data.inputs.defined() && data.targets.defined() && data.targets.size(0) == data.size(),
-      "Trainer::validate: the data needs inputs and targets of the same length");
-  SHOAL_CHECK(data.size() > 0, "Trainer::validate: the data is empty");
+  require(data.inputs.defined() && data.targets.defined() && data.targets.size(0) == data.size(),
+          "Trainer::validate: the data needs inputs and targets of the same length");
+  require(data.size() > 0, "Trainer::validate: the data is empty");
   ensureStrategy(totalSteps_, data.inputs);
   comm::Group& g = *workers_;
   TraceScope span(g.options().trace, "validate", "train");
+  strategy_->beforeValidation(at_.step);
   torch::NoGradGuard noGrad;
   module_->eval();
   double sums[3] = {0, 0, 0};  // loss x samples, correct, samples
@@ -463,18 +560,18 @@ EpochMetrics Trainer::validateAndReport(const TensorDataset& data, double since[
 
 FullState Trainer::gatherFullState() {
   if (onGrid(options_.strategy)) {
-    SHOAL_CHECK(strategy_,
-                "Trainer::gatherFullState: strategy {} splits the model in fit(); "
-                "gather after it",
-                toString(options_.strategy));
+    require(strategy_ != nullptr,
+            "Trainer::gatherFullState: strategy {} splits the model in fit(); "
+            "gather after it",
+            toString(options_.strategy));
     return strategy_->hybrid()->gatherFullState();
   }
   // A replica is whole on every worker (ZeRO-1 and 2 shard only gradients and optimizer state).
-  SHOAL_CHECK(options_.strategy == Strategy::kDdp || options_.strategy == Strategy::kZero1 ||
-                  options_.strategy == Strategy::kZero2,
-              "Trainer::gatherFullState: strategy {} keeps no whole model on a worker (zero3: "
-              "consolidate a checkpoint, train/reshard_checkpoint.h)",
-              toString(options_.strategy));
+  require(options_.strategy == Strategy::kDdp || options_.strategy == Strategy::kZero1 ||
+              options_.strategy == Strategy::kZero2,
+          "Trainer::gatherFullState: strategy {} keeps no whole model on a worker (zero3: "
+          "consolidate a checkpoint, train/reshard_checkpoint.h)",
+          toString(options_.strategy));
   return train::gatherFullState(*module_);
 }
 

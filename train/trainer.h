@@ -67,6 +67,7 @@
 
 #include "comm/compress/spec.h"
 #include "comm/group.h"
+#include "comm/straggler_monitor.h"
 #include "ps/client.h"
 #include "ps/config.h"
 #include "train/checkpoint.h"
@@ -119,6 +120,11 @@ struct TrainerOptions {
   // when cosineDecay (ps: the servers apply the same schedule).
   int64_t warmupSteps = 0;
   bool cosineDecay = false;
+  // Linear scaling (large batches): the rate x the number of workers, or, with referenceBatch
+  // > 0, x (global batch / referenceBatch), which must divide it; reached over warmupSteps from
+  // the unscaled rate. ps: the servers scale by the workers (referenceBatch is refused).
+  bool linearScaling = false;
+  int64_t referenceBatch = 0;
   // With validation data, fit() also validates every validateEvery optimizer steps (counted over
   // the whole run, resumed ones included), besides each epoch's end (0: only there).
   int64_t validateEvery = 0;
@@ -136,6 +142,19 @@ struct TrainerOptions {
   // (InvalidArgument); ps compresses with psClient.compression.
   compress::CompressionSpec compression;
   bool overlap = true;  // ddp: buckets all-reduce while backward still runs
+  // ddp: the bucket size (1, 4 or 25 MiB) and overlap (on, off) chosen by successive halving
+  // over the first steps (comm/autotuner.h: every rank agrees; collective at each trial's end),
+  // training all along (every choice computes the same average); the choice reaches the
+  // callbacks (StepInfo::autotuned). Replaces bucketBytes and overlap. Other strategies:
+  // InvalidArgument.
+  bool autotune = false;
+  // > 0: every stragglerWindow optimizer steps the workers compare their mean compute and data
+  // time per step (comm/straggler_monitor.h: one all-gather of two numbers; a rank slow in two
+  // windows in a row is named in a warning by rank 0) and the callbacks get the report
+  // (StepInfo::stragglers). Compute is the step's time less its data and its wait for the
+  // communication at its end (ddp's last buckets); a phase under 1 ms per step on the median
+  // rank is not judged. 0: off.
+  int stragglerWindow = 0;
   // Strategy::kParameterServer: the consistency (sync, async, ssp with staleness) and the
   // client's compression.
   ps::Mode psMode = ps::Mode::kSync;
@@ -179,6 +198,10 @@ struct EpochMetrics {
   double validationLoss = -1;        // -1 without validation data
   double validationPerplexity = -1;  // exp(validationLoss): per token for a language model
   double validationAccuracy = -1;    // argmax == target, when targets are class indices
+  int64_t samples = 0;               // trained on by the job in the epoch (onEpoch)
+  // Of `seconds`, the time worker 0 spent in the epoch's steps (no validation or checkpoints
+  // between them): samples / trainSeconds is the job's training throughput (onEpoch).
+  double trainSeconds = 0;
   // Wall time of the epoch (onEpoch), or since the previous validation or the start of fit()
   // (onValidation); validation included.
   double seconds = 0;
@@ -189,6 +212,29 @@ struct StepInfo {
   int64_t step = 0;  // optimizer steps done, this one included
   double loss = 0;   // this rank's mean over the step's micro-batches
   double lr = 0;
+  int64_t batchInEpoch = 0;    // micro-batches of the epoch done, this step's included
+  int64_t batchesInEpoch = 0;  // micro-batches in the epoch
+  int64_t samples = 0;         // this rank's samples in the step
+  // This rank's wall time of the step (data, compute, communication), of which taking the
+  // batches from the dataset, and of which waiting for the communication at its end (ddp: the
+  // last buckets; 0 for the other strategies).
+  double seconds = 0;
+  double dataSeconds = 0;
+  double commWaitSeconds = 0;
+  // The straggler report on the steps that end a window (stragglerWindow > 0); null otherwise.
+  // Valid during the call.
+  const comm::StragglerReport* stragglers = nullptr;
+  // autotune: the choice and every candidate's time (comm::Autotuner::describe()) on the step
+  // that made it, with its index into the candidates; empty and -1 otherwise.
+  std::string autotuned;
+  int autotuneChoice = -1;
+};
+
+// What a strategy sent since fit() began: ddp, this rank's bytes on the workers' group (checks
+// and buffers included; 0 on MPI); ps, the gradient payload pushed. Others: zero.
+struct CommunicationTotals {
+  uint64_t bytesSent = 0;
+  int64_t steps = 0;  // synchronized steps they cover
 };
 
 // Called on every worker rank, on the training thread. onStep must not communicate on the
@@ -200,6 +246,9 @@ struct StepInfo {
 class Callback {
  public:
   virtual ~Callback() = default;
+  // Once per fit(), before its first step, with the progress it starts from (a resumed run's
+  // checkpoint, or the parameter servers' step; epoch 0, step 0 otherwise).
+  virtual void onFitStart(const Progress&) {}
   virtual void onStep(const StepInfo&) {}
   virtual void onValidation(const EpochMetrics&) {}
   virtual void onEpoch(const EpochMetrics&) {}
@@ -254,6 +303,8 @@ class Trainer {
   // otherwise).
   const ProcessGrid* grid() const { return grid_ ? &*grid_ : nullptr; }
   const Progress& progress() const { return at_; }
+  // What the strategy sent so far (zero before fit()).
+  CommunicationTotals communication() const;
   // The pipeline of the grid strategies with pipelineStages > 1, once fit() made it (null
   // otherwise): its plan, its last step's timeline (lastTrace(), for
   // train/pipeline/trace.h's writeChromeTrace) and statistics. Valid while the Trainer lives.
@@ -273,6 +324,10 @@ class Trainer {
   void ensureStrategy(int64_t totalSteps, const torch::Tensor& sample);
   torch::Tensor forward(const torch::Tensor& input);
   double learningRate(int64_t step) const;
+  // The step's times, the autotuner's and the straggler monitor's turn (collective at the ends
+  // of their trials and windows).
+  void finishStep(StepInfo& info, std::chrono::steady_clock::time_point started,
+                  double waitedBefore);
 
   std::shared_ptr<torch::nn::Module> module_;
   std::optional<torch::nn::Sequential> sequential_;
@@ -283,6 +338,9 @@ class Trainer {
   std::shared_ptr<comm::Group> workers_;
   std::optional<ProcessGrid> grid_;
   std::unique_ptr<DistributionStrategy> strategy_;
+  std::optional<comm::StragglerMonitor> stragglers_;  // stragglerWindow > 0
+  std::optional<comm::StragglerReport> lastStragglers_;
+  int lrScale_ = 1;  // linearScaling's factor
   std::vector<std::shared_ptr<Callback>> callbacks_;
   Progress at_;
   int64_t totalSteps_ = 0;                            // known once fit() sees the data

@@ -5,17 +5,10 @@
 #include <mutex>
 
 #include "common/error.h"
+#include "common/splitmix.h"
 
 namespace shoal::train::tensor {
 namespace {
-
-// splitmix64's finaliser: nearby inputs (one draw, consecutive ranks) give unrelated seeds.
-uint64_t mix(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
 
 // One draw from the shared stream (libtorch's default CPU generator).
 uint64_t sharedDraw() {
@@ -32,7 +25,7 @@ ShardedDropoutImpl::ShardedDropoutImpl(double p, TensorGroup tg) : p_(p), tg_(st
 
 torch::Tensor ShardedDropoutImpl::forward(const torch::Tensor& x) {
   if (!is_training() || p_ == 0) return x;
-  const uint64_t seed = mix(sharedDraw() ^ mix(static_cast<uint64_t>(tg_.rank())));
+  const uint64_t seed = splitmix64(sharedDraw() ^ splitmix64(static_cast<uint64_t>(tg_.rank())));
   at::Generator own = at::make_generator<at::CPUGeneratorImpl>(seed);
   const torch::Tensor keep =
       torch::empty(x.sizes(), torch::TensorOptions().dtype(torch::kFloat)).bernoulli_(1 - p_, own);

@@ -38,6 +38,20 @@ class DistributionStrategy {
   virtual std::optional<int64_t> serverStep() const { return std::nullopt; }
   // After the last epoch of fit() (ps: the servers are told this worker is done).
   virtual void finish() {}
+  // Before a validation (ps: the servers' current parameters, which asynchronous workers' own
+  // copies lag behind).
+  virtual void beforeValidation(int64_t /*step*/) {}
+  // What the strategy sent so far, and the seconds it waited for communication at the ends of
+  // steps (ddp's last buckets), both since construction.
+  virtual CommunicationTotals communication() const { return {}; }
+  virtual double commWaitSeconds() const { return 0; }
+  // Notes a finished step's wall time (ddp under autotune: its trials). Returns the autotuner's
+  // choice on the step that made it.
+  struct Choice {
+    int index = -1;
+    std::string description;
+  };
+  virtual std::optional<Choice> noteStepTime(double /*seconds*/) { return std::nullopt; }
 
   // The grid strategies (pipeline, tensor, hybrid) run a whole step's forward and backward
   // themselves, on the global batch every worker is given (each replica takes its share), under

@@ -18,6 +18,7 @@ class PsStrategy final : public DistributionStrategy {
     config.staleness = o.staleness;
     config.optimizer = o.optimizer;
     config.warmupSteps = o.warmupSteps;
+    config.linearScaling = o.linearScaling;
     config.totalSteps = o.cosineDecay ? in.totalSteps : 0;
     ps::ClientOptions client = o.psClient;
     client.replicas = in.ctx.psReplicas;
@@ -40,6 +41,11 @@ class PsStrategy final : public DistributionStrategy {
   std::optional<int64_t> serverStep() const override { return trainer_->startStep(); }
   // Goodbye to the servers: they end when every worker said it.
   void finish() override { trainer_->finish(); }
+  void beforeValidation(int64_t step) override { trainer_->refresh(step); }
+  CommunicationTotals communication() const override {
+    const ps::Traffic t = trainer_->traffic();
+    return {t.pushedBytes, static_cast<int64_t>(t.pushes)};
+  }
 
  private:
   std::shared_ptr<torch::nn::Module> module_;
