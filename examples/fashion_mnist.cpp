@@ -271,7 +271,7 @@ int trainMain(const Flags& f) {
   std::ofstream metrics = openMetrics(f, g);
 
   auto read = [&](const char* split, int64_t subset) {
-    const auto d = train::readIdxDataset(f.dataDir, split).first(subset);
+    const auto d = train::readIdxDataset(f.dataDir, split, subset);
     return train::TensorDataset{d.images, d.labels};
   };
   const auto trainSet = read("train", f.trainSubset);

@@ -51,7 +51,7 @@ struct Flags {
 };
 
 train::TensorDataset load(const std::string& dir, const char* split, int64_t subset) {
-  const auto d = train::readIdxDataset(dir, split).first(subset);
+  const auto d = train::readIdxDataset(dir, split, subset);
   return {d.images, d.labels};
 }
 

@@ -93,7 +93,7 @@ torch::nn::Sequential makeModel(const train::ProcessGrid& grid, double dropout) 
 }
 
 train::TensorDataset load(const std::string& dir, const char* split, int64_t subset) {
-  const auto d = train::readIdxDataset(dir, split).first(subset);
+  const auto d = train::readIdxDataset(dir, split, subset);
   return {d.images, d.labels};
 }
 

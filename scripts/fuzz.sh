@@ -19,10 +19,9 @@ ALL=(frame store_protocol auth ps_protocol sealed_file shard_restore checkpoint 
 
 configure() {
   bash scripts/setup.sh
-  local launcher=()
-  if command -v ccache >/dev/null; then launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache); fi
+  source scripts/compiler_cache.sh
   cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-    -DCMAKE_CXX_COMPILER=clang++-16 -DSHOAL_FUZZ=ON -DSHOAL_BUILD_BENCH=OFF "${launcher[@]}" >/dev/null
+    -DCMAKE_CXX_COMPILER=clang++-16 -DSHOAL_FUZZ=ON -DSHOAL_BUILD_BENCH=OFF "${LAUNCHER[@]}" >/dev/null
 }
 
 if [ "${1:-}" = "--seeds" ]; then

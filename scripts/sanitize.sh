@@ -31,13 +31,12 @@ ROOT=$PWD
 MODE=${1:-}
 shift || true
 JOBS=${SHOAL_BUILD_JOBS:-$(nproc)}
-launcher=()
-if command -v ccache >/dev/null; then launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache); fi
+source scripts/compiler_cache.sh
 
 configure() {  # build dir, sanitizers
   bash scripts/setup.sh
   cmake -S "$ROOT" -B "$1" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSHOAL_SANITIZE="$2" \
-    -DSHOAL_BUILD_BENCH=OFF -DSHOAL_WITH_TORCH=OFF -DSHOAL_WITH_MPI=OFF "${launcher[@]}" >/dev/null
+    -DSHOAL_BUILD_BENCH=OFF -DSHOAL_WITH_TORCH=OFF -DSHOAL_WITH_MPI=OFF "${LAUNCHER[@]}" >/dev/null
 }
 
 case "$MODE" in

@@ -1,22 +1,37 @@
 #!/usr/bin/env bash
-# Set-up, build, and every test. The README's test command.
+# Set-up, build, and the tests. The README's test command.
 #
-# Three stages, each run even if an earlier one failed, so one CI run shows every failure:
-#   normal  the normal build (build/) and the whole ctest suite (arguments go to this ctest);
+# Two tiers:
+#   default  (CI) the normal stage without the tests named in EXTENDED below: larger or repeated
+#            shapes of what a default test already covers (7- and 8-rank collective matrices,
+#            4-rank repeats of 2- and 3-rank equivalences, the install-and-build-outside check).
+#            About 10 minutes of tests on 2 cores after the build.
+#   full     SHOAL_TEST_FULL=1: every test, and all three stages.
+# Stages, each run even if an earlier one failed, so one run shows every failure:
+#   normal  the normal build (build/) and the ctest suite (arguments go to this ctest);
 #   asan    the engine's tests under AddressSanitizer + UndefinedBehaviorSanitizer
 #           (scripts/sanitize.sh asan, build-asan/);
 #   fuzz    the fuzz targets from the committed seed corpus (scripts/fuzz.sh, build-fuzz/):
 #           SHOAL_FUZZ_RUNS inputs each (default 40000, seed 1: repeatable), at most
 #           SHOAL_FUZZ_SECONDS (default 30); SHOAL_FUZZ_TARGETS overrides which.
-# SHOAL_TEST_STAGES picks stages (default: all three). The asan stage leaves out the tests whose
-# assertions are deadlines (fault injection, the stopped store host, the stopped rank): the
-# sanitizers slow every rank 2-3x, and those tests already run in the normal stage. ThreadSanitizer (scripts/sanitize.sh tsan) and long fuzzing runs
-# are not part of this script.
+# SHOAL_TEST_STAGES picks stages (default: normal; with SHOAL_TEST_FULL=1, all three). The asan
+# stage leaves out the tests whose assertions are deadlines (fault injection, the stopped store
+# host, the stopped rank): the sanitizers slow every rank 2-3x, and those tests already run in the
+# normal stage. ThreadSanitizer (scripts/sanitize.sh tsan) and long fuzzing runs are not part of
+# this script.
 # Exit status: non-zero if any stage failed. The last lines repeat each stage's summary (ctest's
 # "tests passed" and FAILED lines, one line per fuzz target) and say how long each stage took.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-STAGES=${SHOAL_TEST_STAGES:-normal,asan,fuzz}
+FULL=${SHOAL_TEST_FULL:-}
+if [ -n "$FULL" ]; then
+  STAGES=${SHOAL_TEST_STAGES:-normal,asan,fuzz}
+else
+  STAGES=${SHOAL_TEST_STAGES:-normal}
+fi
+# The full tier's extra tests (a ctest regex), each a larger or repeated shape of a default one.
+EXTENDED='CollectiveMatrix\.EveryCollectiveAlgorithmTypeAndOp/(tcp|shm)_n[78]( |$)|HierarchicalMatrix\.MatchesTheReference/2x2( |$)|^install_outside_project$|^ZeroEquals\..*FourRanks$|^ZeroMemory\..*FourRanks'
+if [ -n "$FULL" ]; then EXTENDED=''; fi
 for s in ${STAGES//,/ }; do
   case "$s" in
     normal | asan | fuzz) ;;
@@ -64,7 +79,8 @@ normal() {
   # Two tests at a time (SHOAL_TEST_JOBS): most of a multi-process test is ranks waiting on each
   # other, and every timing assertion is a generous upper bound (oversubscription is normal).
   bash scripts/build.sh &&
-    (cd build && ctest --output-on-failure --timeout 900 -j "${SHOAL_TEST_JOBS:-2}" "$@")
+    (cd build && ctest --output-on-failure --timeout 900 -j "${SHOAL_TEST_JOBS:-2}" \
+      ${EXTENDED:+-E "$EXTENDED"} "$@")
 }
 
 stage normal normal "$@"

@@ -229,6 +229,12 @@ TEST(IdxDataset, DamagedFilesAreNamedAndExplained) {
   auto ok = train::readIdxDataset(dir.path, "x");
   EXPECT_EQ(ok.size(), 2);
   EXPECT_EQ(ok.labels[1].item<int64_t>(), 2);
+  // A limit keeps the first samples, converted as the whole set is; one beyond the size is all.
+  const auto one = train::readIdxDataset(dir.path, "x", 1);
+  ASSERT_EQ(one.size(), 1);
+  EXPECT_EQ(one.labels[0].item<int64_t>(), 1);
+  EXPECT_TRUE(torch::equal(one.images[0], ok.images[0]));
+  EXPECT_EQ(train::readIdxDataset(dir.path, "x", 5).size(), 2);
   writeGz(images, idxHeader(0x803, {2, 2, 2}) + std::string(7, '\1'));
   expectError("the header promises 8 bytes of data, the file has 7 (truncated)");
   writeGz(images, idxHeader(0x802, {2, 2, 2}) + std::string(8, '\1'));

@@ -134,7 +134,7 @@ IdxFile readIdx(const std::string& path, int dims) {
 
 }  // namespace
 
-IdxDataset readIdxDataset(const std::string& dir, const std::string& prefix) {
+IdxDataset readIdxDataset(const std::string& dir, const std::string& prefix, int64_t limit) {
   const std::string imagesPath = dir + "/" + prefix + "-images-idx3-ubyte.gz";
   const std::string labelsPath = dir + "/" + prefix + "-labels-idx1-ubyte.gz";
   auto images = readIdx(imagesPath, 3);
@@ -151,12 +151,14 @@ IdxDataset readIdxDataset(const std::string& dir, const std::string& prefix) {
                   int(labels.data[i]), i);
     }
   }
+  const int64_t n = limit > 0 ? std::min<int64_t>(limit, ishape[0]) : ishape[0];
   IdxDataset d;
-  auto raw =
-      torch::from_blob(images.data.data(), {ishape[0], 1, ishape[1], ishape[2]}, torch::kUInt8);
-  // Fashion-MNIST's training-set mean and standard deviation.
-  d.images = (raw.to(torch::kFloat32) / 255.0f - 0.2860f) / 0.3530f;
-  d.labels = torch::from_blob(labels.data.data(), {lshape[0]}, torch::kUInt8).to(torch::kInt64);
+  auto raw = torch::from_blob(images.data.data(), {n, 1, ishape[1], ishape[2]}, torch::kUInt8);
+  // Fashion-MNIST's training-set mean and standard deviation. In place: one float copy of the
+  // images, not one per operation.
+  d.images = raw.to(torch::kFloat32);
+  d.images.div_(255.0f).sub_(0.2860f).div_(0.3530f);
+  d.labels = torch::from_blob(labels.data.data(), {n}, torch::kUInt8).to(torch::kInt64);
   return d;
 }
 
