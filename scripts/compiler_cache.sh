@@ -6,8 +6,10 @@
 #                              directory, so a fresh clone somewhere else (as CI makes) reuses what
 #                              an earlier build of the same sources stored;
 #   CCACHE_NOHASHDIR           the same for builds with debug info (the asan and fuzz builds);
-#   CCACHE_SLOPPINESS          what ccache needs to cache files compiled with the precompiled
-#                              <torch/torch.h> (cmake/torch_pch.cmake).
+#   CCACHE_SLOPPINESS          what ccache needs for precompiled headers. cmake/torch_pch.cmake
+#                              leaves its header out under a launcher (hashing the 600 MB file
+#                              cost more than it saved), so today this only relaxes ccache's
+#                              file-time checks; kept so the cache stays keyed as it was filled.
 # A cache miss costs nothing but the compile; SHOAL_NO_CCACHE=1 leaves ccache out.
 LAUNCHER=()
 if [ -z "${SHOAL_NO_CCACHE:-}" ] && command -v ccache >/dev/null; then
