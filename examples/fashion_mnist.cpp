@@ -290,7 +290,7 @@ int trainMain(const Flags& f) {
         train::TrackingOptions{.rank = g.rank(), .lead = lead, .commWait = f.mode == "ddp"}));
   }
   if (lead) {
-    if (!f.quiet) trainer.addCallback(std::make_shared<train::ProgressBar>(f.epochs, g.size()));
+    if (!f.quiet) trainer.addCallback(std::make_shared<train::ProgressBar>(f.epochs));
     trainer.addCallback(std::make_shared<Report>(f, trainer, std::move(metrics)));
   }
   if (f.crashAtStep > 0 && g.rank() == g.size() - 1) {

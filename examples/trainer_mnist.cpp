@@ -161,13 +161,16 @@ int trainMain(const Flags& f) {
           100 * m.validationAccuracy);
       std::fflush(stdout);
     }
+    int64_t jobSamples = 0;  // this epoch's, every replica's (what a samples/s rate counts)
+    void onStep(const train::StepInfo& s) override { jobSamples += s.jobSamples; }
     void onEpoch(const train::EpochMetrics& m) override {
+      const int64_t samples = std::exchange(jobSamples, 0);
       if (!lead) return;
       fmt::print(
           "epoch {}: step {}, train loss {:.4f}, validation loss {:.4f}, accuracy {:.2f}%, "
-          "{:.1f} s\n",
-          m.epoch + 1, m.step, m.trainLoss, m.validationLoss, 100 * m.validationAccuracy,
-          m.seconds);
+          "{:.1f} s, {} samples trained by the job\n",
+          m.epoch + 1, m.step, m.trainLoss, m.validationLoss, 100 * m.validationAccuracy, m.seconds,
+          samples);
       std::fflush(stdout);
       if (metrics.is_open()) {
         metrics << nlohmann::json{{"epoch", m.epoch + 1},

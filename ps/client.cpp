@@ -1,6 +1,7 @@
 #include "ps/client.h"
 
 #include <algorithm>
+#include <exception>
 #include <mutex>
 #include <optional>
 
@@ -16,6 +17,7 @@ struct Client::Stats {
   std::mutex mu;
   std::vector<int64_t> leads;
   Traffic traffic;
+  bool failed = false;  // a call failed
 };
 
 namespace {
@@ -23,6 +25,18 @@ namespace {
 // Margin over the world timeout: a server that gives up waiting for other workers says so
 // (naming them) before this worker's own deadline passes.
 constexpr auto kReplyMargin = std::chrono::seconds(15);
+
+// A request the server refused (InvalidArgument: a wrong shape, a step already applied): the
+// server keeps serving this worker.
+bool refused(const std::exception_ptr& error) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const InvalidArgument&) {
+    return true;
+  } catch (...) {
+    return false;
+  }
+}
 
 // A Work that finishes once every part did, with the first error; onSuccess runs before it
 // finishes when none failed, then onFinish (if any) with the outcome, before any waiter wakes.
@@ -365,6 +379,20 @@ Client::Client(comm::Group& world, int worker, int numWorkers, int numServers,
 
 Client::~Client() {
   if (finished_) return;
+  bool failed = std::uncaught_exceptions() > 0;
+  {
+    std::lock_guard<std::mutex> lock(stats_->mu);
+    failed = failed || stats_->failed;
+  }
+  if (failed) {
+    // Leaving after a failure: a goodbye would tell the servers that this worker is done, and
+    // a synchronous step would then wait for its next push until the timeout, holding every
+    // other worker. Leaving fails their waits at once, naming this worker.
+    for (const auto& link : links_) {
+      if (link) link->interrupt();
+    }
+    return;
+  }
   try {
     finish();
   } catch (const std::exception&) {
@@ -462,6 +490,13 @@ std::shared_ptr<comm::Work> Client::allExchanges(int kind,
     onFinish = [sink = world_.options().trace, span = std::move(*span), xs,
                 k](std::exception_ptr error) { endCallSpan(*sink, span, k, xs, error); };
   }
+  onFinish = [stats = stats_, trace = std::move(onFinish)](std::exception_ptr error) {
+    if (error && !refused(error)) {
+      std::lock_guard<std::mutex> lock(stats->mu);
+      stats->failed = true;
+    }
+    if (trace) trace(error);
+  };
   auto count = [xs = std::move(xs), stats = stats_, pushes, pulls, leads] {
     int64_t lead = 0;
     Traffic t;

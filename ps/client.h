@@ -76,7 +76,10 @@ class Client {
   Client(comm::Group& world, int worker, int numWorkers, int numServers, std::vector<KeySpec> keys,
          const TrainingConfig& config, const ClientOptions& options = {});
   // Says goodbye to the servers if finish() was not called (errors are swallowed here; call
-  // finish() to see them).
+  // finish() to see them). After a failed call (not a refusal) or while an exception unwinds,
+  // it leaves instead (Group::interrupt on every link): the servers then fail the other
+  // workers' waits at once, naming this worker, rather than holding a synchronous step for
+  // its next push until the timeout.
   ~Client();
 
   const Partition& partition() const { return partition_; }

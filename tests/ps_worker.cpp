@@ -18,11 +18,12 @@
 //                                          reference kernels (ps/server_optimizer.h) and compares
 //                                          what it pulls bit for bit (asynchronous: the workers
 //                                          push in turn): "reference exact over K elements"
-//   ps_worker train --dir D [--steps N] [--kill-server-at K] [--resume]
+//   ps_worker train --dir D [--steps N] [--kill-server-at K] [--fail-worker-at K] [--resume]
 //                                          deterministic synchronous training with shard
 //                                          checkpoints every 5 steps; worker 0 SIGKILLs server 1
-//                                          after step K; prints "final digest X" (and with
-//                                          replicated shards "failovers F")
+//                                          after step K; --fail-worker-at: the last worker
+//                                          throws after step K; prints "final digest X" (and
+//                                          with replicated shards "failovers F")
 // Shards are replicated when the job is (shoal run --ps-replicas 2).
 // Errors are printed as "ERROR <Type>: <message>" (exit 1).
 #include <signal.h>
@@ -56,6 +57,7 @@ struct Args {
   int pushes = 2000;
   int steps = 30;
   int killServerAt = -1;
+  int failWorkerAt = -1;
   std::vector<int> killServers{1};  // which servers --kill-server-at kills
   bool resume = false;
   int replicas = 1;  // the job's (World::psReplicas)
@@ -84,6 +86,8 @@ Args parse(int argc, char** argv) {
       a.steps = std::stoi(next());
     else if (f == "--kill-server-at")
       a.killServerAt = std::stoi(next());
+    else if (f == "--fail-worker-at")
+      a.failWorkerAt = std::stoi(next());
     else if (f == "--kill-servers") {
       a.killServers.clear();
       std::string list = next();
@@ -386,6 +390,9 @@ int train(comm::Group& world, int me, int workers, const Args& a) {
     }
     c.pushPull(grads.data(), values.data(), t)->wait();
     if (me == 0 && t == a.killServerAt) killServers(a, fmt::format("after step {}", t));
+    if (me == workers - 1 && t == a.failWorkerAt) {
+      SHOAL_THROW(InternalError, "worker {} fails on purpose after step {}", me, t);
+    }
   }
   c.finish();
   if (a.replicas > 1) std::printf("failovers %lu\n", static_cast<unsigned long>(c.failovers()));

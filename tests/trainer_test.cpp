@@ -27,17 +27,19 @@ struct Epoch {
   double accuracy;  // percent
   int step;
   std::string validationLoss;  // as printed
+  int64_t jobSamples;          // trained by the whole job in the epoch (every replica's)
 };
 
-// Rank 0's "epoch N: step S, train loss L, validation loss V, accuracy A%" lines.
+// Rank 0's "epoch N: step S, train loss L, validation loss V, accuracy A%, T s, J samples
+// trained by the job" lines.
 std::vector<Epoch> epochs(const std::string& output) {
   static const std::regex line(
-      R"(epoch (\d+): step (\d+), train loss ([0-9.]+), validation loss ([0-9.]+), accuracy ([0-9.]+)%)");
+      R"(epoch (\d+): step (\d+), train loss ([0-9.]+), validation loss ([0-9.]+), accuracy ([0-9.]+)%, [0-9.]+ s, (\d+) samples trained by the job)");
   std::vector<Epoch> e;
   for (auto it = std::sregex_iterator(output.begin(), output.end(), line);
        it != std::sregex_iterator(); ++it) {
     e.push_back({std::stoi((*it)[1]), std::stod((*it)[3]), std::stod((*it)[5]), std::stoi((*it)[2]),
-                 (*it)[4]});
+                 (*it)[4], std::stoll((*it)[6])});
   }
   return e;
 }
@@ -80,6 +82,10 @@ TEST(Trainer, DdpAndZeroStagesLearnTheSameFromTheSameSeed) {
     const auto r = train("-n 2", fmt::format("--strategy {} --epochs 2", strategy));
     expectLearns(r);
     runs.push_back(epochs(r.output));
+  }
+  for (size_t s = 0; s < runs.size(); ++s) {
+    // The 1,200 samples of the subset, each epoch: the two workers' shares, counted once.
+    for (const Epoch& e : runs[s]) EXPECT_EQ(e.jobSamples, 1200) << "strategy " << s;
   }
   for (size_t s = 1; s < runs.size(); ++s) {
     for (size_t e = 0; e < 2 && e < runs[s].size(); ++e) {
@@ -156,6 +162,11 @@ void expectSameLosses(const ShellRun& a, const ShellRun& b, double relative, con
   ASSERT_EQ(x.size(), 2u) << a.output;
   ASSERT_EQ(y.size(), 2u) << b.output;
   for (size_t e = 0; e < x.size(); ++e) EXPECT_NEAR(x[e], y[e], relative * y[e]) << "epoch " << e;
+  // They trained on the same samples, however many ranks each replica spans: the subset's
+  // 1,200 per epoch (a progress bar's rate counts these).
+  for (const auto* r : {&a, &b}) {
+    for (const Epoch& e : epochs(r->output)) EXPECT_EQ(e.jobSamples, 1200) << r->output;
+  }
 }
 
 // Without dropout (whose masks depend on how the batch is cut), each grid strategy computes what a

@@ -396,6 +396,7 @@ std::vector<EpochMetrics> Trainer::fit(const TensorDataset& train,
         y = train.targets.index_select(0, idx);
         info.dataSeconds += secondsSince(dataStart);
         info.samples += x.size(0);
+        info.jobSamples += global ? x.size(0) : x.size(0) * g.size();
         // The grid strategies give every worker the whole global batch: counted once.
         if (!global || g.rank() == 0) sums[2] += static_cast<double>(x.size(0));
       }

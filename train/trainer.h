@@ -215,6 +215,9 @@ struct StepInfo {
   int64_t batchInEpoch = 0;    // micro-batches of the epoch done, this step's included
   int64_t batchesInEpoch = 0;  // micro-batches in the epoch
   int64_t samples = 0;         // this rank's samples in the step
+  // The whole job's samples in the step: every data replica's (ddp, zero, ps: each worker
+  // trains its own share; the grid strategies: the global batch, which every worker takes).
+  int64_t jobSamples = 0;
   // This rank's wall time of the step (data, compute, communication), of which taking the
   // batches from the dataset, and of which waiting for the communication at its end (ddp: the
   // last buckets; 0 for the other strategies).

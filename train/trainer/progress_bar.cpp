@@ -22,13 +22,13 @@ void ProgressBar::onStep(const StepInfo& s) {
     start_ = now;
     tty_ = ::isatty(1) != 0;
   }
-  samples_ += s.samples;
+  samples_ += s.jobSamples;
   lossSum_ += s.loss;
   ++steps_;
   const int64_t total = std::max<int64_t>(s.batchesInEpoch, 1);
   const int64_t done = s.batchInEpoch;
   const double elapsed = std::chrono::duration<double>(now - start_).count();
-  const double rate = elapsed > 0 ? static_cast<double>(samples_ * workers_) / elapsed : 0;
+  const double rate = elapsed > 0 ? static_cast<double>(samples_) / elapsed : 0;
   const int64_t ranHere = done - firstBatch_;
   const double eta =
       ranHere > 0 ? elapsed * static_cast<double>(total - done) / static_cast<double>(ranHere) : 0;
