@@ -17,6 +17,7 @@
 #include "common/error.h"
 #include "common/socket.h"
 #include "run/elastic_supervisor.h"
+#include "run/failure_blame.h"
 #include "run/job_flight.h"
 #include "run/output_forwarder.h"
 #include "run/process_util.h"
@@ -529,11 +530,9 @@ class Job {
     }
   }
 
-  // Exits arrive without an order (a remote rank's exit even travels through ssh), so the first
-  // failure is chosen after a settling window of 1 s: preferably a rank killed by a signal (its
-  // peers fail because it vanished), else the lowest rank among those that failed in the window.
-  // The window also lets the survivors report why they fail (each names the rank where the
-  // failure started) before they are stopped, even on a loaded machine.
+  // Failures are collected for a settling window of 1 s before one is blamed
+  // (run/failure_blame.h). The window also lets the survivors report why they fail (each names
+  // the rank where the failure started) before they are stopped, even on a loaded machine.
   void reap() {
     // By pid, not waitpid(-1): the host discovery program is reaped by its own code.
     for (auto& r : ranks_) {
@@ -603,32 +602,27 @@ class Job {
     }
   }
 
-  // Note [Stopped ranks]: a stopped rank neither exits nor answers, so its peers fail when
-  // their operation times out, each naming it as the silent rank. The first of them to exit is
-  // not the cause: a local rank that was stopped before the first failure (and is still
-  // stopped) is blamed instead, the earliest stopped one if several. A stopped remote rank is
-  // invisible here; then the first failed rank is named, and its output names the silent one.
+  // The settling window is over: blame a rank (run/failure_blame.h) and stop the others.
   void settle() {
     if (!settleAt_ || Clock::now() < *settleAt_) return;
     settleAt_.reset();
     if (stopping_ || candidates_.empty()) return;
-    auto order = [](const Rank* r) {
-      const bool signalled = WIFSIGNALED(r->status) || (WIFEXITED(r->status) && !r->where.local &&
-                                                        WEXITSTATUS(r->status) > 128);
-      return std::make_pair(signalled ? 0 : 1, r->rank);
-    };
-    firstFailed_ =
-        *std::min_element(candidates_.begin(), candidates_.end(),
-                          [&](const Rank* a, const Rank* b) { return order(a) < order(b); });
-    Clock::time_point firstFailure = firstFailed_->failedAt;
-    for (const Rank* c : candidates_) firstFailure = std::min(firstFailure, c->failedAt);
-    failed_ = firstFailed_;
+    std::vector<RankFailure> failures;
+    for (const Rank* c : candidates_) {
+      failures.push_back({c->rank, c->status, c->where.local, c->failedAt});
+    }
+    std::vector<RankStop> stops;
+    std::vector<Rank*> stoppedRanks;
     for (auto& r : ranks_) {
-      if (r.running && r.stopSignal != 0 && r.stoppedAt <= firstFailure &&
-          (!stopped_ || r.stoppedAt < stopped_->stoppedAt)) {
-        stopped_ = &r;
+      if (r.running && r.stopSignal != 0) {
+        stops.push_back({r.rank, r.stoppedAt});
+        stoppedRanks.push_back(&r);
       }
     }
+    const Blame blame = blameFailure(failures, stops);
+    firstFailed_ = candidates_[blame.firstFailed];
+    failed_ = firstFailed_;
+    if (blame.stopped) stopped_ = stoppedRanks[*blame.stopped];
     int left = 0;
     for (auto& o : ranks_) left += o.running;
     if (stopped_) {
@@ -717,7 +711,7 @@ class Job {
   int interrupted_ = 0;
   Rank* failed_ = nullptr;       // the rank the summary blames
   Rank* firstFailed_ = nullptr;  // the first rank seen failing
-  Rank* stopped_ = nullptr;      // set when a stopped rank is blamed: Note [Stopped ranks]
+  Rank* stopped_ = nullptr;      // set when a stopped rank is blamed (run/failure_blame.h)
   std::optional<Clock::time_point> killAt_;
   std::optional<Clock::time_point> settleAt_;
   std::vector<Rank*> candidates_;
