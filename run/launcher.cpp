@@ -19,11 +19,12 @@
 #include "run/elastic_supervisor.h"
 #include "run/failure_blame.h"
 #include "run/job_flight.h"
+#include "run/job_trace.h"
 #include "run/output_forwarder.h"
 #include "run/process_util.h"
+#include "run/rank_environment.h"
 #include "run/run_directory.h"
 #include "run/spawner.h"
-#include "run/trace_merge.h"
 #include "store/etcd_store.h"
 #include "store/tcp_store.h"
 #include "transport/auth.h"
@@ -45,13 +46,6 @@ double secondsBetween(std::chrono::steady_clock::time_point a,
   return std::chrono::duration<double>(b - a).count();
 }
 
-// The names of `vars`, and `more`.
-std::vector<std::string> namesOf(const std::vector<std::pair<std::string, std::string>>& vars,
-                                 std::vector<std::string> more) {
-  for (auto& [k, _] : vars) more.push_back(k);
-  return more;
-}
-
 struct Rank : LaunchedRank {
   Clock::time_point failedAt;  // when its failing exit was seen
   // Non-zero while the rank is stopped (SIGSTOP, SIGTSTP, ...): a local rank only, since for a
@@ -65,35 +59,6 @@ struct Rank : LaunchedRank {
   std::deque<std::string> tail;
   std::unique_ptr<OutputForwarder> outFwd, errFwd;
 };
-
-// Where the ranks of a job traced into `tracePath` write their files.
-std::string traceDirOf(const std::string& tracePath) {
-  return std::filesystem::absolute(tracePath).string() + ".ranks";
-}
-
-// Created, and without rank files of an earlier job or attempt (a rank that dies writes none,
-// and an old one must not be merged in its place).
-void prepareTraceDir(const std::string& dir) {
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (ec) SHOAL_THROW(InvalidArgument, "--trace: cannot create '{}': {}", dir, ec.message());
-  for (const auto& file : rankTraceFiles(dir)) std::filesystem::remove(file, ec);
-}
-
-// The rank files into options.tracePath, with a summary line; a failure to merge is said, and
-// does not change the job's exit code.
-void mergeJobTrace(const LaunchOptions& o, int ranks) {
-  std::string line;
-  try {
-    TraceMergeOptions mo;
-    mo.expectedRanks = o.elastic ? 0 : ranks;
-    line = describe(mergeTraceDir(traceDirOf(o.tracePath), o.tracePath, mo), o.tracePath);
-  } catch (const Error& e) {
-    line = fmt::format("trace: {}", e.what());
-  }
-  line = "shoal run: " + line + "\n";
-  [[maybe_unused]] ssize_t w = ::write(2, line.data(), line.size());
-}
 
 class Job {
  public:
@@ -113,7 +78,7 @@ class Job {
     // find every thread blocking it, or it goes to that thread instead of the signalfd.
     blockSignals();
     startStore();
-    if (elastic_) elastic_->writeJoinFile(jobVariables());
+    if (elastic_) elastic_->writeJoinFile(joinVariables(o_, environment()));
     for (size_t r = 0; r < places_.size(); ++r) start(static_cast<int>(r), static_cast<int>(r));
     if (o_.verbose) {
       say("{} rank{} started; store at {}", places_.size(), places_.size() == 1 ? "" : "s",
@@ -203,7 +168,7 @@ class Job {
         SHOAL_THROW(InvalidArgument, "-x: malformed variable name '{}'", k);
       }
     }
-    if (!o_.tracePath.empty()) prepareTraceDir(traceDirOf(o_.tracePath));
+    if (!o_.tracePath.empty()) prepareTraceRanksDir(traceRanksDir(o_.tracePath));
   }
 
   // Before anything starts: can we reach the host, and is the program there?
@@ -302,68 +267,15 @@ class Job {
     ::signal(SIGPIPE, SIG_IGN);  // a rank's pipe closing must not kill the launcher
   }
 
-  // What a worker started by hand needs to join the job (run/join_file.h): the variables every
-  // worker gets but those of its slot, with the secret (the launcher's own workers get it apart
-  // from the others: on stdin through ssh) and the store's SHOAL_ENCRYPT.
-  Variables jobVariables() const {
-    Variables v = {
-        {"SHOAL_WORLD_SIZE", std::to_string(initialRanks_)},
-        {"SHOAL_NUM_HOSTS", std::to_string(numHosts_)},
-        {"SHOAL_STORE_ADDR", storeAddr_},
-        {"SHOAL_SECRET", secret_},
-        {"SHOAL_ELASTIC", o_.elastic.value_or("")},
-    };
-    if (o_.encrypt != EncryptMode::kAuto) {
-      v.emplace_back("SHOAL_ENCRYPT", std::string(toString(o_.encrypt)));
-    }
-    if (o_.opTimeoutSeconds)
-      v.emplace_back("SHOAL_TIMEOUT", fmt::format("{}", *o_.opTimeoutSeconds));
-    for (auto& kv : o_.env) v.push_back(kv);
-    return v;
-  }
-
-  // The last `servers` launch slots serve. An elastic job has no servers (checked at start):
-  // its slots past the launch size (discovery's growth) are workers too.
-  bool worker(int r) const { return r < workers_ || o_.elastic.has_value(); }
-
-  std::vector<std::pair<std::string, std::string>> rankVariables(int r, int member) const {
-    const Placement& p = places_[static_cast<size_t>(r)];
-    const auto storePort = store_ ? std::to_string(store_->port()) : std::string();
-    std::vector<std::pair<std::string, std::string>> v = {
-        {"SHOAL_RANK", std::to_string(r)},
-        {"SHOAL_WORLD_SIZE", std::to_string(initialRanks_)},
-        {"SHOAL_LOCAL_RANK", std::to_string(p.localRank)},
-        {"SHOAL_LOCAL_WORLD_SIZE", std::to_string(p.localSize)},
-        {"SHOAL_NUM_HOSTS", std::to_string(numHosts_)},
-        {"SHOAL_STORE_ADDR", storeAddr_},
-        {"RANK", std::to_string(r)},
-        {"WORLD_SIZE", std::to_string(initialRanks_)},
-        {"LOCAL_RANK", std::to_string(p.localRank)},
-        {"LOCAL_WORLD_SIZE", std::to_string(p.localSize)},
-
-        {"SHOAL_NUM_SERVERS", std::to_string(o_.servers)},
-        {"SHOAL_PS_REPLICAS", std::to_string(o_.psReplicas)},
-        {"SHOAL_ROLE", worker(r) ? "worker" : "server"},
-        {"SHOAL_ROLE_RANK", std::to_string(worker(r) ? r : r - workers_)},
-        {"SHOAL_RESTART_COUNT", std::to_string(attempt_)},
-        {"TORCHELASTIC_RESTART_COUNT", std::to_string(attempt_)},
-    };
-    if (store_) {
-      v.emplace_back("MASTER_ADDR", storeHost_);
-      v.emplace_back("MASTER_PORT", storePort);
-    }
-    if (o_.opTimeoutSeconds)
-      v.emplace_back("SHOAL_TIMEOUT", fmt::format("{}", *o_.opTimeoutSeconds));
-    if (!o_.tracePath.empty()) {
-      v.emplace_back("SHOAL_TRACE", traceDirOf(o_.tracePath));
-      if (o_.traceEvents > 0) v.emplace_back("SHOAL_TRACE_EVENTS", std::to_string(o_.traceEvents));
-    }
-    if (o_.elastic) {
-      v.emplace_back("SHOAL_ELASTIC", *o_.elastic);
-      v.emplace_back("SHOAL_ELASTIC_MEMBER", std::to_string(member));
-    }
-    for (auto& kv : o_.env) v.push_back(kv);
-    return v;
+  JobEnvironment environment() const {
+    return {.worldSize = initialRanks_,
+            .numHosts = numHosts_,
+            .workers = workers_,
+            .storeAddress = storeAddr_,
+            .storeHost = store_ ? storeHost_ : std::string(),
+            .storePort = store_ ? std::to_string(store_->port()) : std::string(),
+            .secret = secret_,
+            .attempt = attempt_};
   }
 
   void start(int r, int member) {
@@ -382,7 +294,7 @@ class Job {
     rk.outFwd = std::make_unique<OutputForwarder>(r, 1, rk.log.get(), &rk.tail);
     rk.errFwd = std::make_unique<OutputForwarder>(r, 2, rk.log.get(), &rk.tail);
 
-    auto vars = rankVariables(r, member);
+    auto vars = rankVariables(o_, environment(), rk.where, r, member);
     SpawnOptions so;
     if (rk.where.local) {
       so.argv = o_.command;
@@ -393,7 +305,7 @@ class Job {
     } else {
       so.argv = ssh_;
       so.argv.push_back(rk.where.host);
-      so.argv.push_back(remoteScript(vars));
+      so.argv.push_back(remoteRankCommand(o_, program_, vars));
       so.env = environmentWithout({});
       so.stdinPipe = true;  // the secret, then held open as the rank's lifeline
     }
@@ -409,20 +321,6 @@ class Job {
     }
     rk.pid = child.pid;
     rk.running = true;
-  }
-
-  // What a remote rank runs: Shoal's configuration travels with it (ssh forwards no
-  // environment), then the rank's own variables.
-  std::string remoteScript(const std::vector<std::pair<std::string, std::string>>& vars) const {
-    std::vector<std::string> assignments;
-    for (auto& kv : environmentWithout(namesOf(vars, {"SHOAL_SECRET"}))) {
-      if (kv.rfind("SHOAL_", 0) == 0) assignments.push_back(kv);
-    }
-    for (auto& [k, v] : vars) assignments.push_back(k + "=" + v);
-    std::vector<std::string> command = o_.command;
-    command[0] = program_;
-    return remoteRankScript(std::filesystem::current_path().string(), assignments, command,
-                            o_.graceSeconds);
   }
 
   void loop() {
@@ -751,7 +649,9 @@ int launch(const LaunchOptions& given) {
     }
     if (code != 0) flight.report(ranks);
     if (!retry) {
-      if (!options.tracePath.empty()) mergeJobTrace(options, ranks);
+      if (!options.tracePath.empty()) {
+        mergeJobTrace(options.tracePath, options.elastic ? 0 : ranks);
+      }
       runDir.finish(code, ranks);
       return code;
     }

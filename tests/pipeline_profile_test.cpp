@@ -1,6 +1,8 @@
 // Per-layer profiling for the stage partitioner: the residual MLP's layers measured one by one
 // (times positive, equal blocks alike, sizes right), the model left exactly as found, and the
 // automatic two-stage split balanced against brute force over the measured costs.
+#include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -50,22 +52,42 @@ TEST(PipelineProfile, ResidualMlpLayersAreMeasured) {
   EXPECT_EQ(profile[1].parameters, 28 * 28 * kHidden + kHidden);
   EXPECT_EQ(profile[kBlocks + 3].outputShape, (std::vector<int64_t>{kBatch, 10}));
 
-  // The blocks are the same computation: each within a factor of 2 of their median, however
-  // busy the machine (each time is itself a median of 9).
-  std::vector<double> blocks;
   for (int b = 0; b < kBlocks; ++b) {
     const LayerProfile& p = profile[2 + b];
     EXPECT_EQ(p.parameters, 2 * (kHidden * kHidden + kHidden) + 2 * kHidden) << p.name;
     EXPECT_EQ(p.outputBytes, kBatch * kHidden * 4) << p.name;
     EXPECT_EQ(p.outputShape, (std::vector<int64_t>{kBatch, kHidden})) << p.name;
-    blocks.push_back(p.ms);
   }
+}
+
+// The blocks named in `profile` whose time is not within a factor of 2 of the blocks' median.
+std::vector<std::string> unlikeBlocks(const std::vector<LayerProfile>& profile) {
+  std::vector<double> blocks;
+  for (int b = 0; b < kBlocks; ++b) blocks.push_back(profile[2 + b].ms);
   std::sort(blocks.begin(), blocks.end());
   const double medianBlock = (blocks[kBlocks / 2 - 1] + blocks[kBlocks / 2]) / 2;
+  std::vector<std::string> unlike;
   for (int b = 0; b < kBlocks; ++b) {
-    EXPECT_GT(profile[2 + b].ms, medianBlock / 2) << profile[2 + b].name;
-    EXPECT_LT(profile[2 + b].ms, medianBlock * 2) << profile[2 + b].name;
+    const LayerProfile& p = profile[2 + b];
+    if (!(p.ms > medianBlock / 2 && p.ms < medianBlock * 2)) {
+      unlike.push_back(
+          fmt::format("{} {:.3f} ms (median block {:.3f} ms)", p.name, p.ms, medianBlock));
+    }
   }
+  return unlike;
+}
+
+// The blocks are the same computation, so they measure alike: each within a factor of 2 of
+// their median. Each time is a median of 9 sweeps, but a loaded machine (ctest -j3 on 2 cores)
+// has still made one block 6x slower in one profile; a profiler that misattributes time would
+// do it in every profile, so three profiles are allowed before failing.
+TEST(PipelineProfile, EqualBlocksMeasureAlike) {
+  std::vector<std::string> unlike;
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    unlike = unlikeBlocks(residualMlpProfile());
+    if (unlike.empty()) break;
+  }
+  EXPECT_TRUE(unlike.empty()) << fmt::format("{}", fmt::join(unlike, "; "));
 }
 
 TEST(PipelineProfile, LeavesTheModelAsFound) {
