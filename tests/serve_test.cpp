@@ -1,11 +1,15 @@
 // shoal-serve as users run it: a real process on port 0, its URL read from its stdout, answers
 // compared with a direct forward of the same model in this process; bad input, a full queue,
 // reload of a renamed-in file, health, metrics and a graceful stop. Every wait has a deadline.
+#include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <gtest/gtest.h>
 #include <httplib.h>
 #include <torch/torch.h>
 
+#include <cstdio>
 #include <filesystem>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <regex>
 #include <thread>
@@ -169,22 +173,41 @@ TEST(Serve, PredictionsMatchADirectForwardAndStopIsGraceful) {
   const torch::Tensor many = torch::randn({kClients * kEach, kPixels});
   const torch::Tensor manyExpected = forward(model, many);
   std::atomic<int> good{0};
+  std::mutex failuresMu;
+  std::vector<std::string> failures, retried;
   std::vector<std::thread> clients;
   for (int c = 0; c < kClients; ++c) {
     clients.emplace_back([&, c] {
       auto cli = s.client();
       for (int i = 0; i < kEach; ++i) {
         const int k = c * kEach + i;
-        auto r = cli->Post("/v1/predict", json{{"inputs", instancesJson(many[k])[0]}}.dump(),
-                           "application/json");
-        if (!r || r->status != 200) continue;
+        const std::string request = json{{"inputs", instancesJson(many[k])[0]}}.dump();
+        auto r = cli->Post("/v1/predict", request, "application/json");
+        if (!r) {
+          // A request that failed in the client's connection (seen once in CI, 1 of 160, under
+          // load; the server had not counted it) is sent again on a new connection, once; the
+          // error is noted, and more than 2 of them fail the test.
+          std::lock_guard<std::mutex> lock(failuresMu);
+          retried.push_back(httplib::to_string(r.error()));
+          cli = s.client();
+          r = cli->Post("/v1/predict", request, "application/json");
+        }
+        if (!r || r->status != 200) {
+          std::lock_guard<std::mutex> lock(failuresMu);
+          failures.push_back(r ? fmt::format("status {}", r->status)
+                               : httplib::to_string(r.error()));
+          continue;
+        }
         if (maxDiff(json::parse(r->body)["outputs"], manyExpected.slice(0, k, k + 1)) <= 1e-5)
           ++good;
       }
     });
   }
   for (auto& t : clients) t.join();
-  EXPECT_EQ(good.load(), kClients * kEach);
+  EXPECT_EQ(good.load(), kClients * kEach) << fmt::format("{}", fmt::join(failures, "; "));
+  EXPECT_LE(retried.size(), 2u) << fmt::format("{}", fmt::join(retried, "; "));
+  if (!retried.empty())
+    std::printf("retried: %s\n", fmt::format("{}", fmt::join(retried, "; ")).c_str());
   const double batches = s.metric("shoal_serve_batch_instances_count");
   const double served = s.metric("shoal_serve_batch_requests_total");
   EXPECT_EQ(served, kClients * kEach + 2);
