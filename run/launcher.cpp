@@ -272,7 +272,7 @@ class Job {
             .numHosts = numHosts_,
             .workers = workers_,
             .storeAddress = storeAddr_,
-            .storeHost = store_ ? storeHost_ : std::string(),
+            .storeHost = storeHost_,  // set only for a store hosted here
             .storePort = store_ ? std::to_string(store_->port()) : std::string(),
             .secret = secret_,
             .attempt = attempt_};

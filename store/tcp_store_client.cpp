@@ -124,15 +124,10 @@ std::vector<std::string> TcpStore::request(uint8_t cmd, const std::vector<std::s
     } catch (const TimeoutError& e) {
       // A late reply would be taken for the next request's: start over on a new connection.
       conn_.reset();
-      if (!connected) {
-        // The deadline ran out while connecting again after a refusal (a busy store): the
-        // refusal says more than the last attempt's timeout.
-        if (!lastError.empty()) {
-          SHOAL_THROW(StoreError, "{}: unreachable within {:.1f} s: {}", what,
-                      deadline.timeoutSeconds(), lastError);
-        }
-        SHOAL_THROW(StoreError, "{} (store unreachable)", e.what());
-      }
+      // The deadline ran out while connecting again after a refusal (a busy store): the
+      // refusal, said below, tells more than the last attempt's timeout.
+      if (!connected && !lastError.empty()) break;
+      if (!connected) SHOAL_THROW(StoreError, "{} (store unreachable)", e.what());
       throw;
     } catch (const PeerError& e) {
       conn_.reset();
