@@ -60,10 +60,12 @@ ShellRun job(const std::string& launcher, const std::string& args) {
 // One worker SIGKILLs itself in step `step`; the 3 survivors finish 40 steps. Their parameters
 // must equal 4 ranks trained to the step they continued from, saved, and 3 ranks trained on
 // from that file to step 40: the same state, the same data order, nothing lost or repeated.
-void shrinkEqualsReference(int member, int step, bool after) {
-  SCOPED_TRACE(fmt::format("member {} dies in step {} {} its all-reduce", member, step,
-                           after ? "after" : "before"));
-  const std::string common = "--samples 600 --batch 8";
+// `engine`: the worker's flags for how it trains ("": DDP; "--zero 2": ZeRO stage 2, whose
+// reference goes through a sharded checkpoint).
+void shrinkEqualsReference(int member, int step, bool after, const std::string& engine = "") {
+  SCOPED_TRACE(fmt::format("member {} dies in step {} {} its communication ({})", member, step,
+                           after ? "after" : "before", engine.empty() ? "DDP" : engine));
+  const std::string common = "--samples 600 --batch 8 " + engine;
   auto r = job("--elastic 2:4 -n 4", fmt::format("{} --steps 40 --die {}:{}:{}", common, member,
                                                  step, after ? "after" : "before"));
   ASSERT_EQ(r.code, 0) << r.output;
@@ -112,9 +114,11 @@ TEST(ElasticShrink, RandomRankAndStep) {
   shrinkEqualsReference(member, step, after);
 }
 
-TEST(ElasticRestart, KilledWorkerRejoinsAndTheJobEndsAtFour) {
+// Member 2 dies in step 8 and is restarted by the launcher: it joins as member 4, gets the
+// running state, and the job ends at 4 workers that agree.
+void killedWorkerRejoins(const std::string& engine) {
   auto r = job("--elastic 2:4 -n 4 --max-restarts 1",
-               "--steps 30 --samples 600 --batch 8 --until-world 4 --die 2:8:before");
+               "--steps 30 --samples 600 --batch 8 --until-world 4 --die 2:8:before " + engine);
   ASSERT_EQ(r.code, 0) << r.output;
   auto done = doneLines(r.output);
   ASSERT_EQ(done.size(), 4u) << r.output;
@@ -128,6 +132,68 @@ TEST(ElasticRestart, KilledWorkerRejoinsAndTheJobEndsAtFour) {
   }
   EXPECT_TRUE(joined) << r.output;
   EXPECT_NE(r.output.find("restarting it as member 4"), std::string::npos) << r.output;
+}
+
+TEST(ElasticRestart, KilledWorkerRejoinsAndTheJobEndsAtFour) {
+  killedWorkerRejoins("");
+}
+
+// ZeRO (train/zero/zero_elastic.h): the dead rank's shard comes from the copy its next rank
+// kept; after the all-gather, the survivors may have to go back one step for it.
+TEST(ElasticZero, Stage2LastRankDiesBeforeItsReduceScatter) {
+  shrinkEqualsReference(3, 6, false, "--zero 2");
+}
+
+TEST(ElasticZero, Stage1RankZeroDiesAfterItsAllGather) {
+  shrinkEqualsReference(0, 11, true, "--zero 1");
+}
+
+TEST(ElasticZero, Stage2RandomRankAndStep) {
+  std::random_device seed;
+  std::mt19937 gen(seed());
+  const int member = static_cast<int>(gen() % 4);
+  const int step = 2 + static_cast<int>(gen() % 35);
+  const bool after = gen() % 2;
+  shrinkEqualsReference(member, step, after, "--zero 2");
+}
+
+// Ranks 1 and 3 of 4 keep each other's neighbours' copies: both can die at once.
+TEST(ElasticZero, TwoRanksThatAreNotNeighboursDieTogether) {
+  auto r = job("--elastic 2:4 -n 4",
+               "--zero 2 --steps 30 --samples 600 --batch 8 --die 1:6:before --die 3:6:before");
+  ASSERT_EQ(r.code, 0) << r.output;
+  auto done = doneLines(r.output);
+  ASSERT_EQ(done.size(), 2u) << r.output;
+  for (const auto& d : done) {
+    EXPECT_EQ(d.world, 2);
+    EXPECT_EQ(d.step, 30);
+    EXPECT_EQ(d.resumed, 5);
+    EXPECT_EQ(d.digest, done[0].digest) << "replicas differ";
+  }
+}
+
+// Neighbours 1 and 2 take shard 1 and its only copy with them: every survivor says so.
+TEST(ElasticZero, NeighboursDyingTogetherLoseAShardAndTheJobFailsSayingSo) {
+  auto r = job("--elastic 2:4 -n 4",
+               "--zero 2 --steps 30 --samples 600 --batch 8 --die 1:6:before --die 2:6:before");
+  EXPECT_NE(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("[0] ERROR InvalidArgument: elastic ZeRO: the survivors do not hold "
+                          "every shard"),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("[3] ERROR InvalidArgument: elastic ZeRO"), std::string::npos)
+      << r.output;
+}
+
+TEST(ElasticZero, KilledWorkerRejoinsAndGetsAShard) {
+  killedWorkerRejoins("--zero 2");
+}
+
+TEST(ElasticZero, AOneFileCheckpointIsRefused) {
+  auto r = job("--elastic 1:1 -n 1", "--zero 2 --steps 3 --checkpoint /nonexistent/state");
+  EXPECT_NE(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("sharded over the ranks and has no one-file form"), std::string::npos)
+      << r.output;
 }
 
 TEST(ElasticMinimum, TwoDieTheJobWaitsThenFailsWithTheStateWritten) {

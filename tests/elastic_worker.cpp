@@ -10,7 +10,8 @@
 //            workers, if given), committing
 //            after each step. --die MEMBER:STEP:before|after makes member MEMBER SIGKILL itself
 //            in step STEP: after its forward (its peers fail inside that step's all-reduce) or
-//            after the all-reduce (before the commit). Repeatable. --progress-every N: rank 0
+//            after the optimizer step (its all-reduce, or ZeRO's all-gather, done; before the
+//            commit). Repeatable. --progress-every N: rank 0
 //            prints "STEP <n>" every N steps (tests wait for it before acting on the job).
 //            --checkpoint PATH: where the state goes when the job gives up below the minimum;
 //            --resume PATH starts from it. --started-file PATH: rank 0 creates PATH after a
@@ -21,6 +22,9 @@
 //            no elasticity: from --load PATH (or the start) until step --steps, then --save PATH
 //            (rank 0). Two plain jobs chained through a file are the reference an elastic run
 //            that shrank must equal bit for bit.
+//   --zero STAGE: the same with ZeroDataParallel (stage 1 or 2, the same SGD) instead of DDP:
+//            elastic through zero::ElasticZero; plain --load/--save take a sharded checkpoint
+//            folder (written by every rank).
 //
 // Every rank prints at the end one line:
 //   DONE member M rank R world W step S resumed P changes C recovery T digest D
@@ -32,6 +36,8 @@
 #include <CLI/CLI.hpp>
 #include <cstdint>
 #include <cstdio>
+#include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -42,6 +48,7 @@
 #include "train/ddp.h"
 #include "train/elastic.h"
 #include "train/elastic_sampler.h"
+#include "train/zero/zero_elastic.h"
 
 namespace {
 
@@ -61,6 +68,7 @@ struct Options {
   std::vector<std::string> die;
   std::string checkpoint, resume, load, save, startedFile;
   int startedAt = 0;
+  int zeroStage = 0;
   std::string lrScaling = "none";
   bool plain = false;
 };
@@ -107,16 +115,41 @@ Death parseDeath(const std::string& text) {
   return d;
 }
 
-// One step at `p` on `group`: this rank's share of the samples, the scaled summed loss,
-// DDP's average, the optimizer. `member`'s planned deaths happen here.
-ElasticProgress trainStep(comm::Group& group, train::DistributedDataParallel& ddp,
-                          torch::nn::Module& model, torch::optim::Optimizer& opt,
+// How a step's gradients are averaged and applied: DDP and the optimizer, or ZeRO.
+struct Engine {
+  std::function<void()> beforeForward;
+  std::function<void(const torch::Tensor&)> backward;
+  std::function<void()> step;
+};
+
+Engine ddpEngine(train::DistributedDataParallel& ddp, torch::optim::Optimizer& opt) {
+  return {[&] {
+            opt.zero_grad();
+            ddp.beforeForward();
+          },
+          [&](const torch::Tensor& loss) { ddp.backward(loss); }, [&] { opt.step(); }};
+}
+
+Engine zeroEngine(train::zero::ZeroDataParallel& zero) {
+  return {[&] { zero.beforeForward(); }, [&](const torch::Tensor& loss) { zero.backward(loss); },
+          [&] { zero.step(); }};
+}
+
+train::zero::ZeroOptions zeroOptions(int stage) {
+  train::zero::ZeroOptions o;
+  o.stage = stage;
+  o.optimizer = {OptimizerKind::kSgd, 0.05, 0.9};
+  return o;
+}
+
+// One step at `p` on `group`: this rank's share of the samples, the scaled summed loss, the
+// engine's average and step. `member`'s planned deaths happen here.
+ElasticProgress trainStep(comm::Group& group, const Engine& engine, torch::nn::Module& model,
                           const train::ElasticSampler& sampler, const Data& data, int64_t batch,
                           const ElasticProgress& p, int member, const std::vector<Death>& deaths) {
   const auto s = sampler.step(p.epoch, p.position, group.rank(), group.size(), batch);
   auto idx = torch::tensor(s.indices, torch::kInt64);
-  opt.zero_grad();
-  ddp.beforeForward();
+  engine.beforeForward();
   auto out = model.as<torch::nn::Sequential>()->forward(data.x.index_select(0, idx));
   auto loss = torch::nn::functional::cross_entropy(
                   out, data.y.index_select(0, idx),
@@ -125,11 +158,11 @@ ElasticProgress trainStep(comm::Group& group, train::DistributedDataParallel& dd
   for (const auto& d : deaths) {
     if (d.member == member && d.step == p.step + 1 && !d.afterAllreduce) ::raise(SIGKILL);
   }
-  ddp.backward(loss);
+  engine.backward(loss);
+  engine.step();
   for (const auto& d : deaths) {
     if (d.member == member && d.step == p.step + 1 && d.afterAllreduce) ::raise(SIGKILL);
   }
-  opt.step();
   return p.after(s.nextPosition, sampler.size());
 }
 
@@ -170,12 +203,28 @@ int runWorker(Options o) {
 
   if (o.plain) {
     ElasticProgress p;
-    if (!o.load.empty()) p = loadState(o.load, *model, opt);
-    train::DistributedDataParallel ddp(model.ptr(), world.group);
-    while (p.step < o.steps) {
-      p = trainStep(*world.group, ddp, *model, opt, sampler, data, o.batch, p, member, deaths);
+    std::optional<train::DistributedDataParallel> ddp;
+    std::optional<train::zero::ZeroDataParallel> zero;
+    Engine engine;
+    if (o.zeroStage > 0) {
+      zero.emplace(std::shared_ptr<torch::nn::Module>(model.ptr()), world.group,
+                   zeroOptions(o.zeroStage));
+      if (!o.load.empty()) {
+        const auto loaded = zero->load(o.load);
+        SHOAL_CHECK(loaded.has_value(), "--load {}: no checkpoint", o.load);
+        p = {loaded->step, loaded->epoch, loaded->batchInEpoch};
+      }
+      engine = zeroEngine(*zero);
+    } else {
+      if (!o.load.empty()) p = loadState(o.load, *model, opt);
+      ddp.emplace(model.ptr(), world.group);
+      engine = ddpEngine(*ddp, opt);
     }
-    if (!o.save.empty() && world.rank == 0) saveState(o.save, *model, opt, p);
+    while (p.step < o.steps) {
+      p = trainStep(*world.group, engine, *model, sampler, data, o.batch, p, member, deaths);
+    }
+    if (!o.save.empty() && zero) zero->save(o.save, {p.epoch, p.position, p.step});
+    if (!o.save.empty() && !zero && world.rank == 0) saveState(o.save, *model, opt, p);
     comm::barrier(*world.group);
     std::printf(
         "DONE member %d rank %d world %d step %lld resumed -1 changes 0 recovery 0 digest %s\n",
@@ -184,18 +233,34 @@ int runWorker(Options o) {
   }
 
   SHOAL_CHECK(world.elastic.has_value(), "elastic mode needs shoal run --elastic");
-  train::ElasticState state(*world.elastic, world.group, *model, opt,
-                            {.admitEvery = 1,
-                             .checkpointPath = o.checkpoint,
-                             .lrScaling = o.lrScaling == "linear" ? train::LrScaling::kLinear
-                                          : o.lrScaling == "sqrt" ? train::LrScaling::kSqrt
-                                                                  : train::LrScaling::kNone});
+  const train::ElasticOptions elastic{
+      .admitEvery = 1,
+      .checkpointPath = o.checkpoint,
+      .lrScaling = o.lrScaling == "linear" ? train::LrScaling::kLinear
+                   : o.lrScaling == "sqrt" ? train::LrScaling::kSqrt
+                                           : train::LrScaling::kNone};
+  std::optional<train::zero::ElasticZero> keeper;
+  std::optional<train::ElasticState> stateHolder;
+  if (o.zeroStage > 0) {
+    keeper.emplace(model.ptr(), zeroOptions(o.zeroStage));
+    stateHolder.emplace(*world.elastic, world.group, *keeper, elastic);
+  } else {
+    stateHolder.emplace(*world.elastic, world.group, *model, opt, elastic);
+  }
+  train::ElasticState& state = *stateHolder;
   if (!o.resume.empty()) state.load(o.resume);
   state.run([&](comm::Group& group) {
-    train::DistributedDataParallel ddp(model.ptr(), group.shared_from_this());
+    std::optional<train::DistributedDataParallel> ddp;
+    Engine engine;
+    if (keeper) {
+      engine = zeroEngine(keeper->zero());
+    } else {
+      ddp.emplace(model.ptr(), group.shared_from_this());
+      engine = ddpEngine(*ddp, opt);
+    }
     for (auto p = state.progress(); p.step < o.steps || group.size() < o.untilWorld ||
                                     (o.untilShrunkTo > 0 && group.size() > o.untilShrunkTo);) {
-      p = trainStep(group, ddp, *model, opt, sampler, data, o.batch, p, member, deaths);
+      p = trainStep(group, engine, *model, sampler, data, o.batch, p, member, deaths);
       state.commit(p);
       if (!o.startedFile.empty() && group.rank() == 0 &&
           (o.startedAt == 0 || group.size() == o.startedAt)) {
@@ -211,8 +276,11 @@ int runWorker(Options o) {
     }
   });
   const auto& s = state.stats();
-  std::printf("LR member %d world %d lr %.17g\n", member, state.group()->size(),
-              opt.param_groups()[0].options().get_lr());
+  // (ZeRO's optimizer is its own: not printed.)
+  if (!keeper) {
+    std::printf("LR member %d world %d lr %.17g\n", member, state.group()->size(),
+                opt.param_groups()[0].options().get_lr());
+  }
   std::printf(
       "DONE member %d rank %d world %d step %lld resumed %lld changes %d recovery %.3f "
       "digest %s\n",
@@ -243,6 +311,7 @@ int main(int argc, char** argv) {
   app.add_option("--load", o.load);
   app.add_option("--save", o.save);
   app.add_flag("--plain", o.plain);
+  app.add_option("--zero", o.zeroStage)->check(CLI::Range(1, 2));
   CLI11_PARSE(app, argc, argv);
   try {
     return runWorker(o);

@@ -16,7 +16,8 @@
 //
 // The contract:
 // - commit(p) is the step boundary: it copies the model's parameters and buffers, the
-//   optimizer's state and the progress into this rank's snapshot (memory, no disk), and every
+//   optimizer's state and the progress into this rank's snapshot (memory, no disk; what is
+//   copied is the keeper's, train/elastic_keeper.h), and every
 //   `admitEvery` commits asks the store (rank 0, then one broadcast) whether workers wait to
 //   join.
 // - A PeerError or TimeoutError out of the function (a peer died, stalled, or left) ends this
@@ -24,7 +25,9 @@
 //   comm/membership.h), form its group, and the function runs again with it. Survivors that
 //   committed different steps (a peer died inside the last step's all-reduce after some ranks
 //   got its result) all continue from the most advanced one, whose state is broadcast; so do
-//   joiners. The function must start from progress(), not from its own counters.
+//   joiners. The function must start from progress(), not from its own counters. (With a
+//   sharded keeper, train/zero/zero_elastic.h, the survivors continue from the newest step whose
+//   shards they still hold between them.)
 // - Joiners: at a commit where workers wait, every rank leaves the function (run() catches it),
 //   the new view has them, they receive the state, and the function runs again.
 // - Other exceptions (the user's, InvalidArgument, MismatchError, ...) leave run() unchanged.
@@ -48,19 +51,9 @@
 #include <vector>
 
 #include "comm/membership.h"
-#include "train/optimizer_state.h"
+#include "train/elastic_keeper.h"
 
 namespace shoal::train {
-
-// Where training is: completed steps, the epoch, and how many samples of it all ranks together
-// have taken (train/elastic_sampler.h's position).
-struct ElasticProgress {
-  int64_t step = 0;
-  int64_t epoch = 0;
-  int64_t position = 0;
-  // One step later, at `nextPosition`; a new epoch when it reached `epochSize`.
-  ElasticProgress after(int64_t nextPosition, int64_t epochSize) const;
-};
 
 // How the learning rate follows the world size (ElasticOptions::lrScaling).
 enum class LrScaling {
@@ -93,10 +86,15 @@ struct ElasticStats {
 class ElasticState {
  public:
   // `group` is the current view's group (World::group). The model and optimizer must outlive
-  // this object.
+  // this object: every rank keeps all of their state (train/elastic_replicated.h).
   ElasticState(comm::ElasticContext context, std::shared_ptr<comm::Group> group,
                torch::nn::Module& model, torch::optim::Optimizer& optimizer,
                ElasticOptions options = {});
+  // The state is held by `keeper` (e.g. zero::ElasticZero: each rank a shard), which must
+  // outlive this object. InvalidArgument for a checkpointPath when the keeper cannot write one
+  // file (not whole()).
+  ElasticState(comm::ElasticContext context, std::shared_ptr<comm::Group> group,
+               ElasticKeeper& keeper, ElasticOptions options = {});
 
   // See the file comment. Returns when `fn` returns.
   void run(const std::function<void(comm::Group&)>& fn);
@@ -106,7 +104,7 @@ class ElasticState {
   void commit(const ElasticProgress& progress);
 
   // The last committed progress.
-  const ElasticProgress& progress() const { return snapshot_.progress; }
+  const ElasticProgress& progress() const { return keeper_->committed(); }
   const comm::View& view() const { return context_.membership->current(); }
   const std::shared_ptr<comm::Group>& group() const { return group_; }
   const ElasticStats& stats() const { return stats_; }
@@ -119,35 +117,25 @@ class ElasticState {
 
   // Replaces the model's, the optimizer's state and the progress with those saved in `path`
   // (written when a job gave up), as the committed state. Before run(). InvalidArgument (one
-  // line) when the file is not such a state or was saved from another model.
+  // line) when the file is not such a state or was saved from another model, or the keeper does
+  // not hold the whole state.
   void load(const std::string& path);
 
  private:
-  struct Snapshot {
-    ElasticProgress progress;
-    std::vector<torch::Tensor> model;  // parameters, then buffers
-    std::vector<std::optional<ParamState>> optimizer;
-  };
-  void take(const ElasticProgress& progress);
-  void restore();
-  std::string encode() const;
-  void decode(const std::string& bytes, const std::string& what);
-  void sync();
+  ElasticState(comm::ElasticContext context, std::shared_ptr<comm::Group> group,
+               std::unique_ptr<ElasticKeeper> owned, ElasticKeeper* keeper, ElasticOptions options);
   void reform(const std::vector<int>& failed);
-  std::vector<torch::Tensor> modelTensors() const;
+  void enter();
   void scaleLr();
 
   comm::ElasticContext context_;
   std::shared_ptr<comm::Group> group_;
-  torch::nn::Module& model_;
-  torch::optim::Optimizer& optimizer_;
+  std::unique_ptr<ElasticKeeper> owned_;  // the replicated keeper of the model/optimizer form
+  ElasticKeeper* keeper_;
   ElasticOptions options_;
-  Snapshot snapshot_;
-  bool taken_ = false;
-  bool synced_ = false;
+  bool entered_ = false;
   int64_t commits_ = 0;
   ElasticStats stats_;
-  std::vector<double> baseLr_;  // each parameter group's lr at construction
 };
 
 }  // namespace shoal::train

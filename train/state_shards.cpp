@@ -21,9 +21,14 @@ std::string bufferKey(const std::string& name) {
 }
 
 std::vector<std::string> stateKeysOf(const ShardReader& reader, const std::string& name) {
+  return stateKeysOf(reader.names(), name);
+}
+
+std::vector<std::string> stateKeysOf(const std::vector<std::string>& names,
+                                     const std::string& name) {
   std::vector<std::string> keys;
   const std::string suffix = "/" + name;
-  for (const auto& n : reader.names()) {
+  for (const auto& n : names) {
     if (n.rfind("optim/", 0) != 0 || n.size() <= 6 + suffix.size()) continue;
     if (n.compare(n.size() - suffix.size(), suffix.size(), suffix) != 0) continue;
     const std::string key = n.substr(6, n.size() - 6 - suffix.size());

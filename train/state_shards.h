@@ -27,6 +27,9 @@ std::string bufferKey(const std::string& name);
 
 // The state keys the checkpoint holds for parameter `name` ("exp_avg", ...), sorted.
 std::vector<std::string> stateKeysOf(const ShardReader& reader, const std::string& name);
+// The same among `names` (tensor names of a state held in memory).
+std::vector<std::string> stateKeysOf(const std::vector<std::string>& names,
+                                     const std::string& name);
 
 // The meta of a training job's checkpoint; "modules" lists the module's submodules, those
 // without tensors too, so that consolidate() writes the nesting torch::load expects.

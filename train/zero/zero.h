@@ -56,6 +56,7 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -65,6 +66,7 @@
 #include "train/checkpoint.h"
 #include "train/ddp/comm_hook.h"
 #include "train/optim.h"
+#include "train/reshard_checkpoint.h"
 
 namespace shoal::train::zero {
 
@@ -180,6 +182,15 @@ class ZeroDataParallel {
   // Loads the newest (or the given) checkpoint in dir, written by any ZeRO stage or DDP at any
   // world size, resharding to this one. Nothing when dir has no checkpoint. Collective.
   std::optional<Progress> load(const std::string& dir, std::optional<int64_t> step = {});
+
+  // Elastic training (train/zero/zero_elastic.h). This rank's state as pieces named as a
+  // sharded checkpoint names them (train/state_shards.h: its master parameters and optimizer
+  // state, every buffer), and the optimizer's step count. Local.
+  std::vector<FlatPiece> statePieces(int64_t& optimizerStep) const;
+  // This rank's shards from whole flat tensors by those names, then (stages 1-2) the
+  // parameters gathered. Collective. InvalidArgument (on every rank) naming a tensor missing or
+  // of another size; nothing changes then.
+  void loadState(const std::map<std::string, torch::Tensor>& whole, int64_t optimizerStep);
 
   struct Impl;
 

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <deque>
 #include <exception>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -19,6 +20,8 @@
 #include "train/zero/zero.h"
 
 namespace shoal::train::zero {
+
+class StateSource;  // zero_checkpoint.cpp
 
 // Note [Spare blocks]
 // Stages 2-3 allocate and free a unit's full parameters and full gradients every step, blocks of
@@ -171,6 +174,11 @@ struct ZeroDataParallel::Impl {
   void resetIteration();
   double clipGradients();
   void gatherAfterStep();
+
+  // zero_checkpoint.cpp: this rank's state as pieces named as a sharded checkpoint names them,
+  // and loading it back from a source opened on every rank (collective).
+  std::vector<FlatPiece> statePieces(bool withBuffers, int64_t& optimizerStep) const;
+  void loadFrom(const std::string& what, const std::function<const StateSource&()>& open);
 };
 
 }  // namespace shoal::train::zero

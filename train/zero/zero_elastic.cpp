@@ -1,0 +1,343 @@
+#include "train/zero/zero_elastic.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstring>
+#include <exception>
+#include <map>
+#include <set>
+#include <vector>
+
+#include "comm/collectives.h"
+#include "common/byte_codec.h"
+#include "common/error.h"
+#include "common/log.h"
+
+namespace shoal::train::zero {
+
+// Note [Elastic shards]
+// A ZeRO rank's optimizer state exists nowhere else, so a lost worker loses its shard unless a
+// copy lives elsewhere: each commit sends it to the next rank of the view (a ring, so every rank
+// sends and receives one shard). A worker dying one step ahead of another is why two commits
+// are kept: the survivors may have committed steps s and s-1 (the dead rank's all-gather
+// reached some of them), and the dead rank's copy of step s may never have left it, so the
+// newest step the survivors can rebuild whole is s-1, which every rank still holds.
+//
+// After a change every rank sends all it holds to all, and every rank runs the same choice on
+// the same bytes: the newest step whose pieces cover every element of every tensor. Pieces of
+// one step from different holders are the same numbers (a shard and its copy, or one state cut
+// two ways), so overlaps are harmless. Once the new view has chosen step m, steps after m are
+// dropped on every rank (they belong to a history the job no longer follows), and a first commit
+// in the new view gives each new shard its copy on the new next rank.
+
+namespace {
+
+constexpr char kMagic[8] = {'S', 'H', 'O', 'A', 'L', 'Z', 'E', '1'};
+constexpr int kMaxDims = 16;
+
+}  // namespace
+
+// Builds the view's ring groups: edge r joins rank r (rank 0 there) to rank r+1 (rank 1). The
+// edges are made in two or three rounds of split() (even edges, odd edges, and for an odd size
+// the edge that closes the ring), each rank in at most one edge per round.
+void ElasticZero::Ring::build(comm::Group& group) {
+  const int n = group.size(), r = group.rank();
+  toNext.reset();
+  fromPrev.reset();
+  if (n <= 2) return;
+  auto roundOf = [n](int edge) { return n % 2 == 1 && edge == n - 1 ? 2 : edge % 2; };
+  const int prev = (r + n - 1) % n;
+  for (int round = 0; round < 3; ++round) {
+    int color = -1, key = 0;
+    if (roundOf(r) == round) color = r, key = 0;
+    if (roundOf(prev) == round) color = prev, key = 1;
+    auto g = group.split(color, key);
+    if (color == r) toNext = g;
+    if (color == prev && color >= 0) fromPrev = g;
+  }
+}
+
+namespace {
+
+// One commit's pieces: the progress, the optimizer's step count, then each piece (name, shape,
+// offset, dtype, elements).
+std::string encodePart(const ElasticProgress& p, int64_t optimizerStep,
+                       const std::vector<FlatPiece>& pieces) {
+  std::string out(kMagic, sizeof kMagic);
+  putValue<int64_t>(out, p.step);
+  putValue<int64_t>(out, p.epoch);
+  putValue<int64_t>(out, p.position);
+  putValue<int64_t>(out, optimizerStep);
+  putValue<uint64_t>(out, pieces.size());
+  for (const auto& piece : pieces) {
+    putBytes(out, piece.name.data(), piece.name.size());
+    putValue<int32_t>(out, static_cast<int32_t>(piece.shape.size()));
+    for (auto d : piece.shape) putValue<int64_t>(out, d);
+    putValue<int64_t>(out, piece.offset);
+    const auto c = piece.data.contiguous();
+    putValue<int32_t>(out, static_cast<int32_t>(c.scalar_type()));
+    putValue<int64_t>(out, c.numel());
+    out.append(static_cast<const char*>(c.data_ptr()), c.nbytes());
+  }
+  return out;
+}
+
+struct Part {
+  ElasticProgress progress;
+  int64_t optimizerStep = 0;
+  std::vector<FlatPiece> pieces;
+};
+
+int64_t elements(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (auto d : shape) n *= d;
+  return n;
+}
+
+// Checked before anything is allocated from it: a peer's bytes.
+Part decodePart(std::string_view bytes, const std::string& what) {
+  if (bytes.size() < sizeof kMagic || std::memcmp(bytes.data(), kMagic, sizeof kMagic) != 0) {
+    SHOAL_THROW(InvalidArgument, "{}: not a Shoal elastic shard", what);
+  }
+  ByteReader r(bytes.substr(sizeof kMagic), what);
+  Part part;
+  part.progress.step = r.get<int64_t>();
+  part.progress.epoch = r.get<int64_t>();
+  part.progress.position = r.get<int64_t>();
+  part.optimizerStep = r.get<int64_t>();
+  const auto count = r.count(1, "pieces");
+  for (uint64_t i = 0; i < count; ++i) {
+    FlatPiece piece;
+    piece.name = std::string(r.bytes());
+    const auto dims = r.get<int32_t>();
+    if (dims < 0 || dims > kMaxDims) SHOAL_THROW(InvalidArgument, "{}: {} dimensions", what, dims);
+    for (int32_t d = 0; d < dims; ++d) {
+      piece.shape.push_back(r.get<int64_t>());
+      if (piece.shape.back() < 0) SHOAL_THROW(InvalidArgument, "{}: a negative size", what);
+    }
+    piece.offset = r.get<int64_t>();
+    const auto type = static_cast<torch::ScalarType>(r.get<int32_t>());
+    if (type != torch::kFloat && type != torch::kDouble && type != torch::kHalf &&
+        type != torch::kBFloat16) {
+      SHOAL_THROW(InvalidArgument, "{}: '{}' has element type {}", what, piece.name,
+                  static_cast<int>(type));
+    }
+    const auto numel = r.get<int64_t>();
+    if (numel < 0 || piece.offset < 0 || piece.offset > elements(piece.shape) - numel) {
+      SHOAL_THROW(InvalidArgument, "{}: '{}' elements [{}, +{}) outside its {}", what, piece.name,
+                  piece.offset, numel, elements(piece.shape));
+    }
+    const auto elementSize = static_cast<uint64_t>(c10::elementSize(type));
+    if (static_cast<uint64_t>(numel) > r.remaining() / elementSize) {
+      SHOAL_THROW(InvalidArgument, "{}: '{}' is truncated", what, piece.name);
+    }
+    const auto data = r.take(static_cast<uint64_t>(numel) * elementSize);
+    piece.data = torch::empty({numel}, torch::TensorOptions().dtype(type));
+    std::memcpy(piece.data.data_ptr(), data.data(), data.size());
+    part.pieces.push_back(std::move(piece));
+  }
+  if (!r.atEnd()) SHOAL_THROW(InvalidArgument, "{}: {} bytes after the end", what, r.remaining());
+  return part;
+}
+
+// A shard goes to the next rank over a two-rank group of its own (Ring below): a collective
+// there, unlike a point-to-point message, fails at once on both ends when either fails.
+std::string exchangeSize(ElasticZero::Ring& ring, int64_t outSize, size_t mine) {
+  int64_t inSize = 0;
+  auto out = comm::broadcastAsync(*ring.toNext, &outSize, 1, DataType::kInt64, 0);
+  auto in = comm::broadcastAsync(*ring.fromPrev, &inSize, 1, DataType::kInt64, 0);
+  out->wait();
+  in->wait();
+  // Shards differ by padding and the step's header only; anything far off is not one.
+  if (inSize < 0 || static_cast<uint64_t>(inSize) > 2 * mine + (1u << 20)) {
+    SHOAL_THROW(ProtocolError, "elastic shard from the previous rank: {} bytes (this rank's is {})",
+                inSize, mine);
+  }
+  return std::string(static_cast<size_t>(inSize), '\0');
+}
+
+// Sends `mine` to the next rank and returns the previous rank's. A rank that fails here
+// interrupts both of its ring groups, so that the neighbour waiting on the other one fails at
+// once too, instead of at its deadline. A ring group's error names ranks of that pair, and one
+// from an interrupt names the neighbour that interrupted, not the rank that died: so every rank
+// then meets the others in a barrier of the view's group, whose failure names the rank that
+// really failed (Note [Root cause] in comm/native/native_engine.cpp).
+std::string passAlong(comm::Group& group, ElasticZero::Ring& ring, const std::string& mine) {
+  if (group.size() == 2) {  // the next rank is the previous one: the group itself will do
+    const int other = 1 - group.rank();
+    std::string in;
+    for (int root = 0; root < 2; ++root) {
+      auto got = comm::broadcastBytes(group, root == group.rank() ? mine : std::string(), root,
+                                      size_t{1} << 40);
+      if (root == other) in = std::move(got);
+    }
+    return in;
+  }
+  try {
+    std::string in = exchangeSize(ring, static_cast<int64_t>(mine.size()), mine.size());
+    auto out = comm::broadcastAsync(*ring.toNext, const_cast<char*>(mine.data()), mine.size(),
+                                    DataType::kUInt8, 0);
+    auto got = comm::broadcastAsync(*ring.fromPrev, in.data(), in.size(), DataType::kUInt8, 0);
+    out->wait();
+    got->wait();
+    return in;
+  } catch (const Error&) {
+    const auto failed = std::current_exception();
+    ring.toNext->interrupt();
+    ring.fromPrev->interrupt();
+    comm::barrier(group);
+    std::rethrow_exception(failed);  // nobody died: the pair's own error
+  }
+}
+
+// The whole tensors of step `step` from every part of it, or nothing when some element of a
+// tensor (or a tensor the module has) is in no piece.
+struct Whole {
+  std::map<std::string, torch::Tensor> tensors;
+  int64_t optimizerStep = 0;
+  ElasticProgress progress;
+};
+std::optional<Whole> assemble(const std::vector<Part>& parts, int64_t step,
+                              const std::set<std::string>& required) {
+  Whole w;
+  std::map<std::string, std::vector<char>> covered;
+  for (const auto& part : parts) {
+    if (part.progress.step != step) continue;
+    w.progress = part.progress;
+    w.optimizerStep = std::max(w.optimizerStep, part.optimizerStep);
+    for (const auto& piece : part.pieces) {
+      const int64_t n = elements(piece.shape);
+      auto& t = w.tensors[piece.name];
+      auto& mask = covered[piece.name];
+      if (!t.defined()) {
+        t = torch::zeros({n}, piece.data.options());
+        mask.assign(static_cast<size_t>(n), 0);
+      }
+      if (t.numel() != n) {
+        SHOAL_THROW(InvalidArgument,
+                    "elastic state: '{}' has {} elements in one piece, {} in another", piece.name,
+                    n, t.numel());
+      }
+      t.narrow(0, piece.offset, piece.data.numel()).copy_(piece.data);
+      std::fill_n(mask.begin() + piece.offset, piece.data.numel(), 1);
+    }
+  }
+  for (const auto& name : required) {
+    if (!w.tensors.count(name)) return std::nullopt;
+  }
+  for (const auto& [name, mask] : covered) {
+    if (std::find(mask.begin(), mask.end(), 0) != mask.end()) return std::nullopt;
+  }
+  return w;
+}
+
+}  // namespace
+
+ElasticZero::ElasticZero(std::shared_ptr<torch::nn::Module> module, ZeroOptions options)
+    : module_(std::move(module)), options_(std::move(options)) {
+  SHOAL_CHECK(module_ != nullptr, "ElasticZero needs a module");
+  if (options_.stage != 1 && options_.stage != 2) {
+    SHOAL_THROW(InvalidArgument,
+                "ElasticZero: stage {} is not elastic (stages 1 and 2 are: stage 3's parameters "
+                "live only in the shards)",
+                options_.stage);
+  }
+}
+
+ElasticZero::~ElasticZero() = default;
+
+ZeroDataParallel& ElasticZero::zero() {
+  if (!zero_) {
+    SHOAL_THROW(InvalidArgument,
+                "ElasticZero::zero(): no view yet (call it inside ElasticState::run's function)");
+  }
+  return *zero_;
+}
+
+void ElasticZero::commit(comm::Group& group, const ElasticProgress& progress) {
+  int64_t optimizerStep = 0;
+  const auto pieces = zero().statePieces(optimizerStep);
+  Held now{progress, encodePart(progress, optimizerStep, pieces), {}};
+  if (group.size() > 1) now.kept = passAlong(group, ring_, now.own);
+  previous_ = std::move(current_);
+  current_ = std::move(now);
+}
+
+void ElasticZero::leave() {
+  zero_.reset();  // they hold the failed view's group
+  ring_ = Ring{};
+}
+
+void ElasticZero::enter(comm::Group& group, const comm::View& view) {
+  const bool fresh = std::all_of(view.members.begin(), view.members.end(),
+                                 [](const comm::View::Member& m) { return m.committed < 0; });
+  zero_.reset();
+  zero_ = std::make_unique<ZeroDataParallel>(module_, group.shared_from_this(), options_);
+  ring_.build(group);
+  if (fresh) {
+    commit(group, ElasticProgress{});
+    return;
+  }
+  recover(group);
+}
+
+void ElasticZero::recover(comm::Group& group) {
+  // Everything every rank holds, to everyone (a joiner sends nothing).
+  std::string mine;
+  for (const Held* h : {&current_, &previous_}) {
+    for (const std::string* s : {&h->own, &h->kept}) {
+      if (!s->empty()) putBytes(mine, s->data(), s->size());
+    }
+  }
+  std::vector<Part> parts;
+  std::set<int64_t> steps;
+  for (int r = 0; r < group.size(); ++r) {
+    const std::string bytes =
+        comm::broadcastBytes(group, r == group.rank() ? mine : std::string(), r, size_t{1} << 40);
+    ByteReader reader(bytes, fmt::format("elastic shards from rank {}", r));
+    while (!reader.atEnd()) {
+      parts.push_back(decodePart(reader.bytes(), reader.source()));
+      steps.insert(parts.back().progress.step);
+    }
+  }
+  std::set<std::string> required;
+  for (auto& item : module_->named_parameters(/*recurse=*/true)) {
+    if (item.value().requires_grad()) required.insert("param/" + item.key());
+  }
+  for (auto& item : module_->named_buffers(/*recurse=*/true))
+    required.insert("buffer/" + item.key());
+  std::optional<Whole> whole;
+  for (auto it = steps.rbegin(); it != steps.rend() && !whole; ++it) {
+    whole = assemble(parts, *it, required);
+  }
+  parts.clear();
+  if (!whole) {
+    SHOAL_THROW(InvalidArgument,
+                "elastic ZeRO: the survivors do not hold every shard of any step they committed "
+                "(two neighbouring ranks failed together?); resume from a sharded checkpoint");
+  }
+  zero_->loadState(whole->tensors, whole->optimizerStep);
+  const ElasticProgress progress = whole->progress;
+  whole.reset();
+  // Steps after the chosen one are another history now (Note [Elastic shards]).
+  if (current_.progress.step > progress.step) current_ = std::exchange(previous_, Held{});
+  if (previous_.progress.step > progress.step) previous_ = Held{};
+  SHOAL_LOG_INFO("elastic ZeRO: rank {} of {} continues from step {} with its new shard",
+                 group.rank(), group.size(), progress.step);
+  commit(group, progress);
+}
+
+void ElasticZero::scaleLr(double factor) {
+  zero().setLearningRate(options_.optimizer.lr * factor);
+}
+
+std::string ElasticZero::encode() const {
+  SHOAL_THROW(InvalidArgument, "ElasticZero: a sharded state has no one-file form");
+}
+
+void ElasticZero::decode(const std::string&, const std::string& what) {
+  SHOAL_THROW(InvalidArgument, "{}: ElasticZero loads sharded checkpoints only", what);
+}
+
+}  // namespace shoal::train::zero
