@@ -2,18 +2,20 @@
 // restart-all, bench/torchrun_elastic.py). One worker of `shoal run --elastic 2:4 -n 4`:
 // Fashion-MNIST, MLP 784-256-256-10 with ReLUs, SGD lr 0.05 momentum 0.9, --batch samples per
 // rank and step dealt by train/elastic_sampler.h, train::ElasticState committing after every
-// step (an in-memory snapshot).
+// step (an in-memory snapshot). --zero 2: ZeRO stage 2 (the same SGD) through
+// train::zero::ElasticZero instead of DDP: each rank keeps a shard, and a copy of the previous
+// rank's.
 //
 // --kill-member M --kill-step S: member M prints {"event":"kill","time":T,"step":S} (T: the
 // wall clock, seconds) and SIGKILLs itself right after its forward of step S, so its peers
 // fail inside that step's all-reduce. The survivors go on; rank 0 of the last view prints one
 // JSON line at the end:
-//   impl "shoal", steps, world (the last view's size), resumed_step (the step the survivors
-//   continued from; -1 without a view change), first_step_after (the wall clock when the first
-//   step after the view change completed on this rank; null without one), recovery_seconds
-//   (ElasticState's own measure: the failure caught to the new group formed), final_accuracy
-//   (the 10k test images, shared among the ranks), train_seconds (from the first step to the
-//   last, evaluation excluded).
+//   impl "shoal" ("shoal-zero2" with --zero 2), steps, world (the last view's size), resumed_step
+//   (the step the survivors continued from; -1 without a view change), first_step_after (the wall
+//   clock when the first step after the view change completed on this rank; null without one),
+//   recovery_seconds (ElasticState's own measure: the failure caught to the new group formed),
+//   final_accuracy (the 10k test images, shared among the ranks), train_seconds (from the first
+//   step to the last, evaluation excluded).
 #include <fmt/format.h>
 #include <signal.h>
 
@@ -30,6 +32,7 @@
 #include "train/elastic.h"
 #include "train/elastic_sampler.h"
 #include "train/idx_dataset.h"
+#include "train/zero/zero_elastic.h"
 
 namespace {
 
@@ -44,6 +47,7 @@ struct Options {
   int killMember = -1;
   int64_t killStep = 0;
   uint64_t seed = 1;
+  int zeroStage = 0;  // 0: DDP
 };
 
 int runWorker(const Options& o) {
@@ -59,19 +63,35 @@ int runWorker(const Options& o) {
                                    torch::nn::Linear(256, 10));
   torch::optim::SGD opt(net->parameters(), torch::optim::SGDOptions(0.05).momentum(0.9));
   const train::ElasticSampler sampler(trainSet.size(), {.seed = o.seed});
-  train::ElasticState state(*world.elastic, world.group, *net, opt);
+  std::optional<train::zero::ElasticZero> zero;
+  std::optional<train::ElasticState> elastic;
+  if (o.zeroStage > 0) {
+    train::zero::ZeroOptions z;
+    z.stage = o.zeroStage;
+    z.optimizer = {OptimizerKind::kSgd, 0.05, 0.9};
+    zero.emplace(net.ptr(), z);
+    elastic.emplace(*world.elastic, world.group, *zero);
+  } else {
+    elastic.emplace(*world.elastic, world.group, *net, opt);
+  }
+  train::ElasticState& state = *elastic;
   bool changed = false;
   std::optional<double> firstStepAfter;
   state.onViewChange = [&](const comm::View&, const comm::View&) { changed = true; };
 
   const double start = wallClock();
   state.run([&](comm::Group& group) {
-    train::DistributedDataParallel ddp(net.ptr(), group.shared_from_this());
+    std::optional<train::DistributedDataParallel> ddp;
+    if (!zero) ddp.emplace(net.ptr(), group.shared_from_this());
     for (auto p = state.progress(); p.step < o.steps;) {
       const auto s = sampler.step(p.epoch, p.position, group.rank(), group.size(), o.batch);
       auto idx = torch::tensor(s.indices, torch::kInt64);
-      opt.zero_grad();
-      ddp.beforeForward();
+      if (zero) {
+        zero->zero().beforeForward();
+      } else {
+        opt.zero_grad();
+        ddp->beforeForward();
+      }
       auto out = net->forward(trainSet.images.index_select(0, idx).view({-1, 784}));
       auto loss = torch::nn::functional::cross_entropy(
                       out, trainSet.labels.index_select(0, idx),
@@ -83,8 +103,13 @@ int runWorker(const Options& o) {
         std::fflush(stdout);
         ::raise(SIGKILL);
       }
-      ddp.backward(loss);
-      opt.step();
+      if (zero) {
+        zero->zero().backward(loss);
+        zero->zero().step();
+      } else {
+        ddp->backward(loss);
+        opt.step();
+      }
       p = p.after(s.nextPosition, sampler.size());
       state.commit(p);
       if (changed && !firstStepAfter) firstStepAfter = wallClock();
@@ -106,9 +131,10 @@ int runWorker(const Options& o) {
   if (group.rank() == 0) {
     const auto& st = state.stats();
     std::printf(
-        "{\"impl\":\"shoal\",\"steps\":%lld,\"world\":%d,\"resumed_step\":%lld,"
+        "{\"impl\":\"%s\",\"steps\":%lld,\"world\":%d,\"resumed_step\":%lld,"
         "\"first_step_after\":%s,\"recovery_seconds\":%.6f,\"final_accuracy\":%.6f,"
         "\"train_seconds\":%.3f}\n",
+        o.zeroStage > 0 ? fmt::format("shoal-zero{}", o.zeroStage).c_str() : "shoal",
         static_cast<long long>(state.progress().step), group.size(),
         static_cast<long long>(st.viewChanges ? st.lastResumedStep : -1),
         firstStepAfter ? fmt::format("{:.6f}", *firstStepAfter).c_str() : "null",
@@ -128,6 +154,7 @@ int main(int argc, char** argv) {
   app.add_option("--kill-member", o.killMember);
   app.add_option("--kill-step", o.killStep);
   app.add_option("--seed", o.seed);
+  app.add_option("--zero", o.zeroStage)->check(CLI::Range(0, 2));
   CLI11_PARSE(app, argc, argv);
   try {
     return runWorker(o);

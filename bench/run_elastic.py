@@ -8,6 +8,8 @@ machine hit every variant alike):
   (b) Shoal, a kill:   the same with --kill-member M --kill-step S: member M SIGKILLs itself after
                        step S's forward pass; the 3 survivors agree on a new view and go on from
                        the state they hold in memory (no restart, no disk: they finish at world 3)
+  (b') shoal-zero2:    (a) and (b) with ZeRO stage 2 (--zero 2, train/zero/zero_elastic.h): each
+                       rank holds a shard and the previous rank's copy; the survivors reshard
   (c) torchrun, clean: /usr/bin/python3 -m torch.distributed.run --nnodes=1:1 --nproc_per_node=4
                        --max_restarts 3 --rdzv_backend=c10d ... bench/torchrun_elastic.py
   (d) torchrun, a kill: the same with --kill-rank R --kill-step S: the agent notices the death,
@@ -36,7 +38,7 @@ process group is killed when it runs over; the run is then recorded as failed an
 goes on). Keep the machine otherwise idle while it runs.
 
 usage: /usr/bin/python3 bench/run_elastic.py [--reps 3] [--steps 240] [--kill-step 120]
-       [--kill-member 2] [--kill-rank 2] [--ckpt-every 20] [--systems shoal,torchrun]
+       [--kill-member 2] [--kill-rank 2] [--ckpt-every 20] [--systems shoal,shoal-zero2,torchrun]
        [--kinds clean,kill] [--monitor-interval SECONDS] [--timeout 300] [--build DIR]
        [--out DIR] [--name elastic] [--quick]
 --quick: a smoke test (--steps 40 --kill-step 25 --reps 1), written as elastic_quick.{md,jsonl}
@@ -100,11 +102,17 @@ def json_lines(text):
     return rows
 
 
-def shoal_cmd(a, kill):
+SHOAL_SYSTEMS = ("shoal", "shoal-zero2")  # DDP; ZeRO stage 2 (train/zero/zero_elastic.h)
+SYSTEMS = SHOAL_SYSTEMS + ("torchrun",)
+
+
+def shoal_cmd(a, kill, system):
     cmd = [os.path.join(a.build, "shoal"), "run", "-q", "--elastic", "2:4", "-n", "4",
            "--time-limit", str(max(10, a.timeout - 10)),
            "-x", "OPENBLAS_NUM_THREADS", "-x", "OMP_NUM_THREADS", "--",
            os.path.join(a.build, "bench", "elastic_train"), "--steps", str(a.steps)]
+    if system == "shoal-zero2":
+        cmd += ["--zero", "2"]
     if kill:
         cmd += ["--kill-member", str(a.kill_member), "--kill-step", str(a.kill_step)]
     return cmd
@@ -140,7 +148,7 @@ def one_run(a, system, kind, rep):
     # start) and anything the Shoal program writes next to it go there and are removed after.
     work = tempfile.mkdtemp(prefix=f"elastic_{system}_")
     try:
-        cmd = (shoal_cmd(a, kill) if system == "shoal"
+        cmd = (shoal_cmd(a, kill, system) if system in SHOAL_SYSTEMS
                else torchrun_cmd(a, kill, os.path.join(work, "ckpt.pt")))
         rc, out, err, wall = run_job(cmd, a.timeout, work)
     finally:
@@ -239,7 +247,17 @@ def summarize(rows, systems):
 
 def targets(summary):
     """(description, met or None when it cannot be judged, the numbers) per target."""
-    sh, tr = summary.get("shoal"), summary.get("torchrun")
+    tr = summary.get("torchrun")
+    out = []
+    for name in SHOAL_SYSTEMS:
+        out += shoal_targets(summary.get(name), tr, "Shoal" if name == "shoal" else name)
+    failed = sum(s["failed"] for s in summary.values())
+    if failed:
+        out.append(("every run completed", False, f"{failed} failed (see the report)"))
+    return out
+
+
+def shoal_targets(sh, tr, who):
     out = []
     if sh and sh["killed_runs"]:
         out.append((f"Shoal survivors resume within {TARGET_RECOVERY_S:g} s of the kill",
@@ -259,10 +277,7 @@ def targets(summary):
         ratio = tr["recovery"] / sh["recovery"]
         out.append((f"Shoal recovers >= {TARGET_SPEEDUP:g}x faster than torchrun",
                     ratio >= TARGET_SPEEDUP, f"{ratio:.1f}x"))
-    failed = sum(s["failed"] for s in summary.values())
-    if failed:
-        out.append(("every run completed", False, f"{failed} failed (see the report)"))
-    return out
+    return [(d.replace("Shoal", who, 1), met, n) for d, met, n in out]
 
 
 def git_revision():
@@ -277,7 +292,7 @@ def git_revision():
 
 
 def write_report(path, a, rows, summary, goals):
-    systems = [s for s in ("shoal", "torchrun") if s in summary]
+    systems = [s for s in SYSTEMS if s in summary]
     torch_version = next((r["result"].get("torch_version") for r in rows
                           if r["system"] == "torchrun" and r.get("result")), None)
     L = ["# Elastic recovery: one of 4 workers killed mid-training", "",
@@ -305,10 +320,11 @@ def write_report(path, a, rows, summary, goals):
         L.append(f"| {s} | {fmt(percent(m['clean_accuracy']))}"
                  f" | {fmt(m['clean_wall'], 1)} | {rec} | {fmt(m['lost'], 0)} | "
                  f"{fmt(m['delta'], 2)} | {fmt(m['extra_wall'], 1)} | {world or 'n/a'} |")
-    if "shoal" in summary and "torchrun" in summary and summary["shoal"]["recovery"] \
-            and summary["torchrun"]["recovery"]:
-        L += ["", f"torchrun recovery / Shoal recovery: "
-                  f"**{summary['torchrun']['recovery'] / summary['shoal']['recovery']:.1f}x**."]
+    for s in SHOAL_SYSTEMS:
+        if s in summary and "torchrun" in summary and summary[s]["recovery"] \
+                and summary["torchrun"]["recovery"]:
+            L += ["", f"torchrun recovery / {s} recovery: "
+                      f"**{summary['torchrun']['recovery'] / summary[s]['recovery']:.1f}x**."]
     L += ["", "## Targets", ""]
     for desc, met, numbers in goals:
         verdict = "cannot judge" if met is None else ("met" if met else "**NOT met**")
@@ -324,10 +340,12 @@ def write_report(path, a, rows, summary, goals):
               f"- back at the step it had reached (the lost work redone): "
               f"{fmt(tr['until_caught_up'])}",
               f"- for scale, a clean run's median step: {fmt(tr['step_ms'], 1)} ms"]
-    sh = summary.get("shoal")
-    if sh and sh["self_recovery"] is not None:
-        L += ["", f"Shoal's own measure of its recovery (ElasticState: the failure caught to the "
-                  f"new group formed), median: {fmt(sh['self_recovery'], 3)} s."]
+    for s in SHOAL_SYSTEMS:
+        sh = summary.get(s)
+        if sh and sh["self_recovery"] is not None:
+            L += ["", f"{s}'s own measure of its recovery (ElasticState: the failure caught to "
+                      f"the new group formed, and for ZeRO the shards resharded), median: "
+                      f"{fmt(sh['self_recovery'], 3)} s."]
     L += ["", "## Runs", "",
           "| rep | system | kind | job (s) | accuracy (%) | recovery (s) | resumed at | "
           "work lost | error |", "|---:|---|---|---:|---:|---:|---:|---:|---|"]
@@ -381,7 +399,7 @@ def main():
     p.add_argument("--kill-member", type=int, default=2, help="Shoal's victim")
     p.add_argument("--kill-rank", type=int, default=2, help="torchrun's victim")
     p.add_argument("--ckpt-every", type=int, default=20, help="torchrun checkpoint interval")
-    p.add_argument("--systems", default="shoal,torchrun")
+    p.add_argument("--systems", default=",".join(SYSTEMS))
     p.add_argument("--kinds", default="clean,kill")
     p.add_argument("--monitor-interval", type=float, default=None,
                    help="torchrun --monitor_interval seconds (default: torchrun's, 5)")
@@ -403,13 +421,13 @@ def main():
     a.build = os.path.abspath(a.build)
     systems = [s for s in a.systems.split(",") if s]
     kinds = [k for k in a.kinds.split(",") if k]
-    if set(systems) - {"shoal", "torchrun"} or not systems:
-        raise SystemExit("--systems: a comma-separated subset of shoal,torchrun")
+    if set(systems) - set(SYSTEMS) or not systems:
+        raise SystemExit("--systems: a comma-separated subset of " + ",".join(SYSTEMS))
     if set(kinds) - {"clean", "kill"} or not kinds:
         raise SystemExit("--kinds: a comma-separated subset of clean,kill")
     if not 1 <= a.kill_step <= a.steps:
         raise SystemExit(f"--kill-step must be in [1, --steps={a.steps}]")
-    if "shoal" in systems:
+    if set(systems) & set(SHOAL_SYSTEMS):
         for f in (os.path.join(a.build, "shoal"), os.path.join(a.build, "bench", "elastic_train")):
             if not os.access(f, os.X_OK):
                 raise SystemExit(f"missing {f}: build it, or run --systems torchrun")

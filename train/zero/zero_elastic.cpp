@@ -141,28 +141,15 @@ Part decodePart(std::string_view bytes, const std::string& what) {
   return part;
 }
 
-// A shard goes to the next rank over a two-rank group of its own (Ring below): a collective
-// there, unlike a point-to-point message, fails at once on both ends when either fails.
-std::string exchangeSize(ElasticZero::Ring& ring, int64_t outSize, size_t mine) {
-  int64_t inSize = 0;
-  auto out = comm::broadcastAsync(*ring.toNext, &outSize, 1, DataType::kInt64, 0);
-  auto in = comm::broadcastAsync(*ring.fromPrev, &inSize, 1, DataType::kInt64, 0);
-  out->wait();
-  in->wait();
-  // Shards differ by padding and the step's header only; anything far off is not one.
-  if (inSize < 0 || static_cast<uint64_t>(inSize) > 2 * mine + (1u << 20)) {
-    SHOAL_THROW(ProtocolError, "elastic shard from the previous rank: {} bytes (this rank's is {})",
-                inSize, mine);
-  }
-  return std::string(static_cast<size_t>(inSize), '\0');
-}
-
-// Sends `mine` to the next rank and returns the previous rank's. A rank that fails here
-// interrupts both of its ring groups, so that the neighbour waiting on the other one fails at
-// once too, instead of at its deadline. A ring group's error names ranks of that pair, and one
-// from an interrupt names the neighbour that interrupted, not the rank that died: so every rank
-// then meets the others in a barrier of the view's group, whose failure names the rank that
-// really failed (Note [Root cause] in comm/native/native_engine.cpp).
+// Sends `mine` to the next rank and returns the previous rank's, over two-rank groups of their
+// own (ElasticZero::Ring): a collective there, unlike a point-to-point message, fails at once on
+// both ends when either fails.
+// A rank that fails here interrupts both of its ring groups, so that the neighbour waiting on
+// the other one fails at once too, instead of at its deadline; and it waits for both transfers
+// to end before their buffers go. A ring group's error names ranks of that pair, and one from an
+// interrupt names the neighbour that interrupted, not the rank that died: so every rank then
+// meets the others in a barrier of the view's group, whose failure names the rank that really
+// failed (Note [Root cause] in comm/native/native_engine.cpp).
 std::string passAlong(comm::Group& group, ElasticZero::Ring& ring, const std::string& mine) {
   if (group.size() == 2) {  // the next rank is the previous one: the group itself will do
     const int other = 1 - group.rank();
@@ -174,11 +161,24 @@ std::string passAlong(comm::Group& group, ElasticZero::Ring& ring, const std::st
     }
     return in;
   }
+  int64_t outSize = static_cast<int64_t>(mine.size()), inSize = 0;
+  std::string in;
+  std::shared_ptr<comm::Work> out, got;
   try {
-    std::string in = exchangeSize(ring, static_cast<int64_t>(mine.size()), mine.size());
-    auto out = comm::broadcastAsync(*ring.toNext, const_cast<char*>(mine.data()), mine.size(),
-                                    DataType::kUInt8, 0);
-    auto got = comm::broadcastAsync(*ring.fromPrev, in.data(), in.size(), DataType::kUInt8, 0);
+    out = comm::broadcastAsync(*ring.toNext, &outSize, 1, DataType::kInt64, 0);
+    got = comm::broadcastAsync(*ring.fromPrev, &inSize, 1, DataType::kInt64, 0);
+    out->wait();
+    got->wait();
+    // Shards differ by padding and the step's header only; anything far off is not one.
+    if (inSize < 0 || static_cast<uint64_t>(inSize) > 2 * mine.size() + (1u << 20)) {
+      SHOAL_THROW(ProtocolError,
+                  "elastic shard from the previous rank: {} bytes (this rank's is {})", inSize,
+                  mine.size());
+    }
+    in.resize(static_cast<size_t>(inSize));
+    out = comm::broadcastAsync(*ring.toNext, const_cast<char*>(mine.data()), mine.size(),
+                               DataType::kUInt8, 0);
+    got = comm::broadcastAsync(*ring.fromPrev, in.data(), in.size(), DataType::kUInt8, 0);
     out->wait();
     got->wait();
     return in;
@@ -186,6 +186,12 @@ std::string passAlong(comm::Group& group, ElasticZero::Ring& ring, const std::st
     const auto failed = std::current_exception();
     ring.toNext->interrupt();
     ring.fromPrev->interrupt();
+    for (auto& w : {out, got}) {
+      try {
+        if (w) w->wait();
+      } catch (const Error&) {
+      }
+    }
     comm::barrier(group);
     std::rethrow_exception(failed);  // nobody died: the pair's own error
   }
