@@ -4,12 +4,15 @@
 // Exits arrive without an order (a remote rank's exit even travels through ssh), so the
 // launcher collects the failures of a settling window and then chooses: preferably a rank
 // killed by a signal (its peers fail because it vanished), else the lowest rank among those
-// that failed. Note [Stopped ranks]: a stopped rank (SIGSTOP, SIGTSTP) neither exits nor
-// answers, so its peers fail when their operation times out, each naming it as the silent
-// rank; the first of them to exit is not the cause. A local rank that was stopped at or before
-// the first failure and is still stopped is blamed instead, the earliest stopped one if
-// several. A stopped remote rank is invisible to the launcher (its child there is ssh); then
-// the first failed rank is named, and its output names the silent one.
+// that failed of their own accord. A rank whose world group aborted because of another rank
+// that also failed (its abort record in the job's store names that rank: Note [Root cause] in
+// comm/native/native_engine.cpp) is a victim, and is blamed only when every failed rank is one.
+// Note [Stopped ranks]: a stopped rank (SIGSTOP, SIGTSTP) neither exits nor answers, so its peers
+// fail when their operation times out, each naming it as the silent rank; the first of them to exit
+// is not the cause. A local rank that was stopped at or before the first failure and is still
+// stopped is blamed instead, the earliest stopped one if several. A stopped remote rank is
+// invisible to the launcher (its child there is ssh); then the first failed rank is named, and its
+// output names the silent one.
 //
 // Pure; no threads, no system calls.
 #pragma once
@@ -27,6 +30,8 @@ struct RankFailure {
   int status = 0;     // waitpid's
   bool local = true;  // a remote rank's status is ssh's: 128 + N for a signal N
   std::chrono::steady_clock::time_point at;  // when its failing exit was seen
+  // The rank its abort record names as where its group's failure started; -1: no record.
+  int cause = -1;
 };
 
 // A local rank that is stopped and still running.

@@ -8,6 +8,7 @@
 
 #include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <deque>
 #include <filesystem>
@@ -507,7 +508,7 @@ class Job {
     if (stopping_ || candidates_.empty()) return;
     std::vector<RankFailure> failures;
     for (const Rank* c : candidates_) {
-      failures.push_back({c->rank, c->status, c->where.local, c->failedAt});
+      failures.push_back({c->rank, c->status, c->where.local, c->failedAt, abortCause(c->rank)});
     }
     std::vector<RankStop> stops;
     std::vector<Rank*> stoppedRanks;
@@ -535,6 +536,32 @@ class Job {
           describeRankStatus(failed_->status, failed_->where.local), left, left == 1 ? "" : "s");
     }
     stopAll(SIGTERM);
+  }
+
+  // The rank that `rank`'s abort record in the job's store names as where its world group's
+  // failure started (Note [Root cause] in comm/native/native_engine.cpp), or -1: no record, or
+  // no store hosted here (etcd's or an elastic job's views are not read). The world is the
+  // rank's first one (the store's "shoal/g0"). A short, bounded lookup; errors mean no record.
+  int abortCause(int rank) {
+    if (!store_ || elastic_) return -1;
+    try {
+      if (!recordReader_) {
+        recordReader_ =
+            std::make_unique<store::TcpStore>(HostPort{"127.0.0.1", store_->port()},
+                                              std::chrono::milliseconds(500), secret_, o_.encrypt);
+      }
+      const std::string key = fmt::format("shoal/g0/abort/{}", rank);
+      if (!recordReader_->check({key})) return -1;
+      const std::string v = recordReader_->get(key, std::chrono::milliseconds(500));
+      int kind = 0, origin = -1;
+      if (std::sscanf(v.c_str(), "%d %d", &kind, &origin) != 2 || origin < -1 ||
+          origin >= static_cast<int>(ranks_.size())) {
+        return -1;
+      }
+      return origin;
+    } catch (const Error&) {
+      return -1;
+    }
   }
 
   void stopAll(int sig) {
@@ -597,6 +624,7 @@ class Job {
   std::string program_;
   std::vector<std::string> ssh_;
   std::unique_ptr<store::TcpStoreServer> store_;
+  std::unique_ptr<store::TcpStore> recordReader_;  // abortCause()'s client of store_
   std::string storeHost_, storeAddr_, secret_;
   int numHosts_ = 1;
   int workers_ = 0;

@@ -45,6 +45,30 @@ TEST(FailureBlame, AKilledRankComesBeforeRanksThatExited) {
 
 // ssh reports a remote rank killed by signal N as exit code 128 + N; a local rank's own exit
 // code 137 is only an exit code.
+// Rank 2 failed by itself (an exception in its own code): rank 0's abort record names it. Both
+// exited; rank 0 is lower but was the victim.
+TEST(FailureBlame, ARankWhoseRecordNamesAnotherFailedRankIsAVictim) {
+  const auto b = blameFailure(
+      {{0, exited(1), true, at(1), /*cause=*/2}, {2, exited(1), true, at(3), /*cause=*/-1}}, {});
+  EXPECT_EQ(b.firstFailed, 1u);
+  // Its own record naming itself (its own timeout) makes it no victim.
+  const auto self = blameFailure(
+      {{0, exited(1), true, at(1), /*cause=*/0}, {2, exited(1), true, at(3), /*cause=*/0}}, {});
+  EXPECT_EQ(self.firstFailed, 0u);
+  // A cause that did not fail (still running when the window closed) changes nothing.
+  const auto running = blameFailure(
+      {{1, exited(1), true, at(1), /*cause=*/3}, {2, exited(1), true, at(3), /*cause=*/3}}, {});
+  EXPECT_EQ(running.firstFailed, 0u);
+  // Every one a victim of another (records that disagree): the lowest rank, as without them.
+  const auto all = blameFailure(
+      {{4, exited(1), true, at(1), /*cause=*/1}, {1, exited(1), true, at(3), /*cause=*/4}}, {});
+  EXPECT_EQ(all.firstFailed, 1u);
+  // A killed rank still comes first.
+  const auto killed = blameFailure(
+      {{0, exited(1), true, at(1), /*cause=*/-1}, {3, killedBy(SIGKILL), true, at(9), 0}}, {});
+  EXPECT_EQ(killed.firstFailed, 1u);
+}
+
 TEST(FailureBlame, ARemoteExitAbove128IsASignalALocalOneIsNot) {
   EXPECT_EQ(
       blameFailure({{0, exited(1), false, at(1)}, {2, exited(137), false, at(2)}}, {}).firstFailed,

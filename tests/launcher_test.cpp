@@ -224,6 +224,18 @@ TEST(Launcher, RanksThatDieInACollectiveFailTheJobFast) {
   EXPECT_EQ(shmEntries(), before);
 }
 
+// Rank 2 gives up by itself (exit 1, no collective failing); ranks 0, 1 and 3 fail in their next
+// all-reduce because of it and exit 3, often within the launcher's settling window. Their abort
+// records name rank 2 (run/failure_blame.h): the summary blames it, not rank 0 as the lowest.
+TEST(Launcher, ARankThatFailsByItselfIsBlamedNotTheLowerRanksItTookDown) {
+  TempDir dir;
+  auto r =
+      shoalRun({"-n", "4", "--timeout", "20", "--", SHOAL_TEST_WORKER, "exit-rank", "2"}, dir, 60s);
+  EXPECT_EQ(r.code, 1) << r.output;
+  EXPECT_NE(r.output.find("job failed: rank 2 (host localhost"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("failed first: exited with code 1"), std::string::npos) << r.output;
+}
+
 TEST(Launcher, InterruptStopsEveryRank) {
   TempDir dir;
   const std::string token = uniqueToken();

@@ -5,6 +5,9 @@
 //                                            print "ready" once, then the error and
 //                                            "CAUSE <rank>" (the rank it started at); exit 3
 //   shoal_test_worker mismatch               the last rank all-reduces 100 floats, others 77
+//   shoal_test_worker exit-rank <R>          after a barrier rank R exits 1 at once (an error of
+//                                            its own, no collective failing), the others loop
+//                                            on all-reduces until they fail (exit 3)
 //   shoal_test_worker wrong-secret           rank 1 joins with another secret
 //   shoal_test_worker marker                 all-reduce and send (rank 0 → 1) 1 MiB of floats whose
 //                                            bytes spell kMarker, check the results, print
@@ -160,6 +163,19 @@ int main(int argc, char** argv) {
       const size_t count = world->rank() == world->size() - 1 ? 100 : 77;
       std::vector<float> a(count, 1.0f);
       comm::allreduce(*world, a.data(), count, DataType::kFloat32, ReduceOp::kSum);
+      return 0;
+    }
+    if (scenario == "exit-rank") {
+      const int victim = argc > 2 ? std::atoi(argv[2]) : 0;
+      comm::barrier(*world);
+      if (world->rank() == victim) {
+        std::printf("ERROR user: rank %d gives up\n", victim);
+        return 1;
+      }
+      std::vector<float> a(65536, 1.0f);
+      for (long i = 0; i < 1000000; ++i) {
+        comm::allreduce(*world, a.data(), a.size(), DataType::kFloat32, ReduceOp::kSum);
+      }
       return 0;
     }
     if (scenario == "wrong-secret") {

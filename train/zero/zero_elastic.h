@@ -32,6 +32,9 @@
 // is built from the module's full parameters (InvalidArgument). The learning rate is the
 // options' at each new view, times ElasticOptions::lrScaling's factor; a schedule sets its own
 // at each step.
+// A stateful stage-1 communication hook (ZeroOptions::commHook with error feedback, PowerSGD) is
+// shared by every view's ZeroDataParallel and is not part of a commit: after a change it goes on
+// with the residuals of the step that failed, so such a job is not bit for bit the reference.
 //
 // Threads: one thread (ElasticState's). The module must outlive this object.
 #pragma once
