@@ -13,6 +13,7 @@
 #include "common/byte_codec.h"
 #include "common/error.h"
 #include "common/log.h"
+#include "train/zero/elastic_part.h"
 
 namespace shoal::train::zero {
 
@@ -31,12 +32,7 @@ namespace shoal::train::zero {
 // dropped on every rank (they belong to a history the job no longer follows), and a first commit
 // in the new view gives each new shard its copy on the new next rank.
 
-namespace {
-
-constexpr char kMagic[8] = {'S', 'H', 'O', 'A', 'L', 'Z', 'E', '1'};
-constexpr int kMaxDims = 16;
-
-}  // namespace
+namespace {}  // namespace
 
 // Builds the view's ring groups: edge r joins rank r (rank 0 there) to rank r+1 (rank 1). The
 // edges are made in two or three rounds of split() (even edges, odd edges, and for an odd size
@@ -59,87 +55,6 @@ void ElasticZero::Ring::build(comm::Group& group) {
 }
 
 namespace {
-
-// One commit's pieces: the progress, the optimizer's step count, then each piece (name, shape,
-// offset, dtype, elements).
-std::string encodePart(const ElasticProgress& p, int64_t optimizerStep,
-                       const std::vector<FlatPiece>& pieces) {
-  std::string out(kMagic, sizeof kMagic);
-  putValue<int64_t>(out, p.step);
-  putValue<int64_t>(out, p.epoch);
-  putValue<int64_t>(out, p.position);
-  putValue<int64_t>(out, optimizerStep);
-  putValue<uint64_t>(out, pieces.size());
-  for (const auto& piece : pieces) {
-    putBytes(out, piece.name.data(), piece.name.size());
-    putValue<int32_t>(out, static_cast<int32_t>(piece.shape.size()));
-    for (auto d : piece.shape) putValue<int64_t>(out, d);
-    putValue<int64_t>(out, piece.offset);
-    const auto c = piece.data.contiguous();
-    putValue<int32_t>(out, static_cast<int32_t>(c.scalar_type()));
-    putValue<int64_t>(out, c.numel());
-    out.append(static_cast<const char*>(c.data_ptr()), c.nbytes());
-  }
-  return out;
-}
-
-struct Part {
-  ElasticProgress progress;
-  int64_t optimizerStep = 0;
-  std::vector<FlatPiece> pieces;
-};
-
-int64_t elements(const std::vector<int64_t>& shape) {
-  int64_t n = 1;
-  for (auto d : shape) n *= d;
-  return n;
-}
-
-// Checked before anything is allocated from it: a peer's bytes.
-Part decodePart(std::string_view bytes, const std::string& what) {
-  if (bytes.size() < sizeof kMagic || std::memcmp(bytes.data(), kMagic, sizeof kMagic) != 0) {
-    SHOAL_THROW(InvalidArgument, "{}: not a Shoal elastic shard", what);
-  }
-  ByteReader r(bytes.substr(sizeof kMagic), what);
-  Part part;
-  part.progress.step = r.get<int64_t>();
-  part.progress.epoch = r.get<int64_t>();
-  part.progress.position = r.get<int64_t>();
-  part.optimizerStep = r.get<int64_t>();
-  const auto count = r.count(1, "pieces");
-  for (uint64_t i = 0; i < count; ++i) {
-    FlatPiece piece;
-    piece.name = std::string(r.bytes());
-    const auto dims = r.get<int32_t>();
-    if (dims < 0 || dims > kMaxDims) SHOAL_THROW(InvalidArgument, "{}: {} dimensions", what, dims);
-    for (int32_t d = 0; d < dims; ++d) {
-      piece.shape.push_back(r.get<int64_t>());
-      if (piece.shape.back() < 0) SHOAL_THROW(InvalidArgument, "{}: a negative size", what);
-    }
-    piece.offset = r.get<int64_t>();
-    const auto type = static_cast<torch::ScalarType>(r.get<int32_t>());
-    if (type != torch::kFloat && type != torch::kDouble && type != torch::kHalf &&
-        type != torch::kBFloat16) {
-      SHOAL_THROW(InvalidArgument, "{}: '{}' has element type {}", what, piece.name,
-                  static_cast<int>(type));
-    }
-    const auto numel = r.get<int64_t>();
-    if (numel < 0 || piece.offset < 0 || piece.offset > elements(piece.shape) - numel) {
-      SHOAL_THROW(InvalidArgument, "{}: '{}' elements [{}, +{}) outside its {}", what, piece.name,
-                  piece.offset, numel, elements(piece.shape));
-    }
-    const auto elementSize = static_cast<uint64_t>(c10::elementSize(type));
-    if (static_cast<uint64_t>(numel) > r.remaining() / elementSize) {
-      SHOAL_THROW(InvalidArgument, "{}: '{}' is truncated", what, piece.name);
-    }
-    const auto data = r.take(static_cast<uint64_t>(numel) * elementSize);
-    piece.data = torch::empty({numel}, torch::TensorOptions().dtype(type));
-    std::memcpy(piece.data.data_ptr(), data.data(), data.size());
-    part.pieces.push_back(std::move(piece));
-  }
-  if (!r.atEnd()) SHOAL_THROW(InvalidArgument, "{}: {} bytes after the end", what, r.remaining());
-  return part;
-}
 
 // Sends `mine` to the next rank and returns the previous rank's, over two-rank groups of their
 // own (ElasticZero::Ring): a collective there, unlike a point-to-point message, fails at once on
@@ -204,7 +119,7 @@ struct Whole {
   int64_t optimizerStep = 0;
   ElasticProgress progress;
 };
-std::optional<Whole> assemble(const std::vector<Part>& parts, int64_t step,
+std::optional<Whole> assemble(const std::vector<ElasticPart>& parts, int64_t step,
                               const std::set<std::string>& required) {
   Whole w;
   std::map<std::string, std::vector<char>> covered;
@@ -213,7 +128,7 @@ std::optional<Whole> assemble(const std::vector<Part>& parts, int64_t step,
     w.progress = part.progress;
     w.optimizerStep = std::max(w.optimizerStep, part.optimizerStep);
     for (const auto& piece : part.pieces) {
-      const int64_t n = elements(piece.shape);
+      const int64_t n = elasticElements(piece.shape);
       auto& t = w.tensors[piece.name];
       auto& mask = covered[piece.name];
       if (!t.defined()) {
@@ -264,7 +179,7 @@ ZeroDataParallel& ElasticZero::zero() {
 void ElasticZero::commit(comm::Group& group, const ElasticProgress& progress) {
   int64_t optimizerStep = 0;
   const auto pieces = zero().statePieces(optimizerStep);
-  Held now{progress, encodePart(progress, optimizerStep, pieces), {}};
+  Held now{progress, encodeElasticPart(progress, optimizerStep, pieces), {}};
   if (group.size() > 1) now.kept = passAlong(group, ring_, now.own);
   previous_ = std::move(current_);
   current_ = std::move(now);
@@ -296,14 +211,14 @@ void ElasticZero::recover(comm::Group& group) {
       if (!s->empty()) putBytes(mine, s->data(), s->size());
     }
   }
-  std::vector<Part> parts;
+  std::vector<ElasticPart> parts;
   std::set<int64_t> steps;
   for (int r = 0; r < group.size(); ++r) {
     const std::string bytes =
         comm::broadcastBytes(group, r == group.rank() ? mine : std::string(), r, size_t{1} << 40);
     ByteReader reader(bytes, fmt::format("elastic shards from rank {}", r));
     while (!reader.atEnd()) {
-      parts.push_back(decodePart(reader.bytes(), reader.source()));
+      parts.push_back(decodeElasticPart(reader.bytes(), reader.source()));
       steps.insert(parts.back().progress.step);
     }
   }
