@@ -8,13 +8,13 @@
 
 #include <cerrno>
 #include <chrono>
-#include <cstdio>
 #include <cstring>
 #include <deque>
 #include <filesystem>
 #include <memory>
 #include <set>
 
+#include "comm/native/abort_record.h"
 #include "common/error.h"
 #include "common/socket.h"
 #include "run/elastic_supervisor.h"
@@ -539,9 +539,9 @@ class Job {
   }
 
   // The rank that `rank`'s abort record in the job's store names as where its world group's
-  // failure started (Note [Root cause] in comm/native/native_engine.cpp), or -1: no record, or
-  // no store hosted here (etcd's or an elastic job's views are not read). The world is the
-  // rank's first one (the store's "shoal/g0"). A short, bounded lookup; errors mean no record.
+  // failure started (comm/native/abort_record.h), or -1: no record, or no store hosted here
+  // (etcd's or an elastic job's views are not read). The world is the rank's first one
+  // (generation 0). A short, bounded lookup; errors mean no record.
   int abortCause(int rank) {
     if (!store_ || elastic_) return -1;
     try {
@@ -550,15 +550,11 @@ class Job {
             std::make_unique<store::TcpStore>(HostPort{"127.0.0.1", store_->port()},
                                               std::chrono::milliseconds(500), secret_, o_.encrypt);
       }
-      const std::string key = fmt::format("shoal/g0/abort/{}", rank);
+      const std::string key = comm::worldPrefix(0) + "/" + comm::abortRecordKey(rank);
       if (!recordReader_->check({key})) return -1;
-      const std::string v = recordReader_->get(key, std::chrono::milliseconds(500));
-      int kind = 0, origin = -1;
-      if (std::sscanf(v.c_str(), "%d %d", &kind, &origin) != 2 || origin < -1 ||
-          origin >= static_cast<int>(ranks_.size())) {
-        return -1;
-      }
-      return origin;
+      const auto record = comm::decodeAbortRecord(
+          recordReader_->get(key, std::chrono::milliseconds(500)), static_cast<int>(ranks_.size()));
+      return record ? record->origin : -1;
     } catch (const Error&) {
       return -1;
     }

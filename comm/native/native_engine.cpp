@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "comm/native/abort_record.h"
 #include "comm/native/algorithms.h"
 #include "common/error.h"
 #include "common/log.h"
@@ -117,7 +118,7 @@ std::shared_ptr<Group> Group::create(std::shared_ptr<store::Store> store, int ra
       options.generation
           ? *options.generation
           : static_cast<uint64_t>(store->add(fmt::format("shoal/worlds/{}", rank), 1) - 1);
-  const std::string prefix = fmt::format("shoal/g{}", generation);
+  const std::string prefix = worldPrefix(generation);
   store::PrefixStore scoped(prefix, store);
   auto secret = transport::resolveJobSecret(options.secret, options.secretFile, scoped, rank,
                                             options.timeout);
@@ -288,25 +289,13 @@ std::string NativeEngine::withContext(const FrameHeader& base, const std::string
 //   peer died and is the origin.
 // Every message then reads "rank r: <op> failed (cause: rank k): <k's account>".
 std::optional<transport::Failure> NativeEngine::abortRecord(int peer) {
-  auto v = diagnostics_.lookup(kLookupBudget, fmt::format("abort/{}", peer));
+  auto v = diagnostics_.lookup(kLookupBudget, abortRecordKey(peer));
   if (!v) return std::nullopt;
-  // "<kind> <origin>\n<text>", written by recordFailure(); checked like any outside input.
-  transport::Failure f;
-  int kind = 0;
-  size_t nl = v->find('\n');
-  if (nl == std::string::npos || std::sscanf(v->c_str(), "%d %d", &kind, &f.origin) != 2 ||
-      kind < 0 || kind > static_cast<int>(AbortKind::kProtocol) || f.origin < -1 ||
-      f.origin >= size_) {
-    return std::nullopt;
-  }
-  f.kind = static_cast<AbortKind>(kind);
-  f.text = v->substr(nl + 1, transport::kMaxAbortText);
-  return f;
+  return decodeAbortRecord(*v, size_);
 }
 
 void NativeEngine::recordFailure(const transport::Failure& f) {
-  diagnostics_.set(kRecordBudget, fmt::format("abort/{}", rank_),
-                   fmt::format("{} {}\n{}", static_cast<int>(f.kind), f.origin, f.text));
+  diagnostics_.set(kRecordBudget, abortRecordKey(rank_), encodeAbortRecord(f));
 }
 
 std::exception_ptr NativeEngine::abort(std::exception_ptr error, bool& fatal) noexcept {
@@ -326,7 +315,7 @@ std::exception_ptr NativeEngine::abort(std::exception_ptr error, bool& fatal) no
         // The peer refused a connection because it is aborting (transport/mesh.cpp): its record
         // may not be written yet. Wait for it, within the lookup's budget, rather than report
         // the peer as dead.
-        const std::string key = fmt::format("abort/{}", e.peer());
+        const std::string key = abortRecordKey(e.peer());
         diagnostics_.run(kLookupBudget, [key](store::Store& s) { s.wait({key}, kLookupBudget); });
         record = abortRecord(e.peer());
       }

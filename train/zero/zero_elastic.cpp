@@ -13,6 +13,7 @@
 #include "common/byte_codec.h"
 #include "common/error.h"
 #include "common/log.h"
+#include "train/state_shards.h"
 #include "train/zero/elastic_part.h"
 
 namespace shoal::train::zero {
@@ -31,8 +32,6 @@ namespace shoal::train::zero {
 // two ways), so overlaps are harmless. Once the new view has chosen step m, steps after m are
 // dropped on every rank (they belong to a history the job no longer follows), and a first commit
 // in the new view gives each new shard its copy on the new next rank.
-
-namespace {}  // namespace
 
 // Builds the view's ring groups: edge r joins rank r (rank 0 there) to rank r+1 (rank 1). The
 // edges are made in two or three rounds of split() (even edges, odd edges, and for an odd size
@@ -54,8 +53,6 @@ void ElasticZero::Ring::build(comm::Group& group) {
   }
 }
 
-namespace {
-
 // Sends `mine` to the next rank and returns the previous rank's, over two-rank groups of their
 // own (ElasticZero::Ring): a collective there, unlike a point-to-point message, fails at once on
 // both ends when either fails.
@@ -65,7 +62,7 @@ namespace {
 // interrupt names the neighbour that interrupted, not the rank that died: so every rank then
 // meets the others in a barrier of the view's group, whose failure names the rank that really
 // failed (Note [Root cause] in comm/native/native_engine.cpp).
-std::string passAlong(comm::Group& group, ElasticZero::Ring& ring, const std::string& mine) {
+std::string ElasticZero::passAlong(comm::Group& group, const std::string& mine) {
   if (group.size() == 2) {  // the next rank is the previous one: the group itself will do
     const int other = 1 - group.rank();
     std::string in;
@@ -80,8 +77,8 @@ std::string passAlong(comm::Group& group, ElasticZero::Ring& ring, const std::st
   std::string in;
   std::shared_ptr<comm::Work> out, got;
   try {
-    out = comm::broadcastAsync(*ring.toNext, &outSize, 1, DataType::kInt64, 0);
-    got = comm::broadcastAsync(*ring.fromPrev, &inSize, 1, DataType::kInt64, 0);
+    out = comm::broadcastAsync(*ring_.toNext, &outSize, 1, DataType::kInt64, 0);
+    got = comm::broadcastAsync(*ring_.fromPrev, &inSize, 1, DataType::kInt64, 0);
     out->wait();
     got->wait();
     // Shards differ by padding and the step's header only; anything far off is not one.
@@ -91,16 +88,16 @@ std::string passAlong(comm::Group& group, ElasticZero::Ring& ring, const std::st
                   mine.size());
     }
     in.resize(static_cast<size_t>(inSize));
-    out = comm::broadcastAsync(*ring.toNext, const_cast<char*>(mine.data()), mine.size(),
+    out = comm::broadcastAsync(*ring_.toNext, const_cast<char*>(mine.data()), mine.size(),
                                DataType::kUInt8, 0);
-    got = comm::broadcastAsync(*ring.fromPrev, in.data(), in.size(), DataType::kUInt8, 0);
+    got = comm::broadcastAsync(*ring_.fromPrev, in.data(), in.size(), DataType::kUInt8, 0);
     out->wait();
     got->wait();
     return in;
   } catch (const Error&) {
     const auto failed = std::current_exception();
-    ring.toNext->interrupt();
-    ring.fromPrev->interrupt();
+    ring_.toNext->interrupt();
+    ring_.fromPrev->interrupt();
     for (auto& w : {out, got}) {
       try {
         if (w) w->wait();
@@ -111,6 +108,8 @@ std::string passAlong(comm::Group& group, ElasticZero::Ring& ring, const std::st
     std::rethrow_exception(failed);  // nobody died: the pair's own error
   }
 }
+
+namespace {
 
 // The whole tensors of step `step` from every part of it, or nothing when some element of a
 // tensor (or a tensor the module has) is in no piece.
@@ -180,7 +179,7 @@ void ElasticZero::commit(comm::Group& group, const ElasticProgress& progress) {
   int64_t optimizerStep = 0;
   const auto pieces = zero().statePieces(optimizerStep);
   Held now{progress, encodeElasticPart(progress, optimizerStep, pieces), {}};
-  if (group.size() > 1) now.kept = passAlong(group, ring_, now.own);
+  if (group.size() > 1) now.kept = passAlong(group, now.own);
   previous_ = std::move(current_);
   current_ = std::move(now);
 }
@@ -224,10 +223,10 @@ void ElasticZero::recover(comm::Group& group) {
   }
   std::set<std::string> required;
   for (auto& item : module_->named_parameters(/*recurse=*/true)) {
-    if (item.value().requires_grad()) required.insert("param/" + item.key());
+    if (item.value().requires_grad()) required.insert(shards::paramKey(item.key()));
   }
   for (auto& item : module_->named_buffers(/*recurse=*/true))
-    required.insert("buffer/" + item.key());
+    required.insert(shards::bufferKey(item.key()));
   std::optional<Whole> whole;
   for (auto it = steps.rbegin(); it != steps.rend() && !whole; ++it) {
     whole = assemble(parts, *it, required);

@@ -73,17 +73,15 @@ class ElasticZero : public ElasticKeeper {
     ElasticProgress progress{-1, 0, 0};
     std::string own, kept;
   };
-  void recover(comm::Group& group);
-
- public:
   // The two-rank groups a commit sends this rank's shard on and receives the previous rank's
   // on (more than two ranks; with two, the view's group itself). zero_elastic.cpp.
   struct Ring {
     std::shared_ptr<comm::Group> toNext, fromPrev;
     void build(comm::Group& group);
   };
+  void recover(comm::Group& group);
+  std::string passAlong(comm::Group& group, const std::string& mine);
 
- private:
   Ring ring_;
 
   std::shared_ptr<torch::nn::Module> module_;
