@@ -98,7 +98,8 @@ int serveMain(const Flags& f, World& w) {
   o.checkpointDir = f.checkpointDir;
   o.checkpointEvery = f.checkpointEvery;
   o.keep = f.keep;
-  o.replicas = w.psReplicas;  // shoal run --ps-replicas
+  o.replicas = w.psReplicas;            // shoal run --ps-replicas
+  o.replacement = w.psReplacement > 0;  // shoal run --ps-replacements
   o.resume = !f.resume.empty();
   auto r = ps::serve(*w.group, w.roleRank, w.numServers, w.size - w.numServers, o);
   if (!f.quiet) {

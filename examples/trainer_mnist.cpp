@@ -103,6 +103,7 @@ int trainMain(const Flags& f) {
   if (w.role == run::Role::kServer) {
     ps::ServerOptions o;  // the servers hold the state: theirs are the checkpoints
     o.replicas = w.psReplicas;
+    o.replacement = w.psReplacement > 0;  // shoal run --ps-replacements
     o.checkpointDir = f.checkpointDir;
     o.checkpointEvery = f.checkpointEvery;
     o.resume = f.resume;

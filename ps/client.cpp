@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <exception>
+#include <functional>
 #include <mutex>
 #include <optional>
 
@@ -9,6 +10,7 @@
 #include "common/log.h"
 #include "ps/payload_codec.h"
 #include "ps/protocol.h"
+#include "ps/replacement.h"
 #include "ps/trace_spans.h"
 
 namespace shoal::ps {
@@ -149,25 +151,41 @@ void setShape(Request& rq, const std::vector<int64_t>& shape) {
 // worker leave) and never used again; a lost primary's pull is repeated on the backup, after this
 // call's push there.
 //
+// A lost copy comes back when a replacement server took it over (Note [Replacement servers] in
+// ps/replacement.h): requests to the copy left alone say so (kSoleCopy), and once a reply from
+// it announces a replacement, this worker's next call on that shard first connects to the
+// replacement and says hello there (on the calling thread); the copy is then up again.
+//
 // The links belong to the Client, not to this state: callbacks keep the state alive, and the
 // last owner of a group must never be a callback on that group's own thread (its destructor
 // joins that thread). Every group operation of a call ends before the call's Work finishes, so
-// the groups outlive every use made of them here.
+// the groups outlive every use made of them here. A replacement's link is made by the Client
+// too (`connect`), and the lost link it replaces stays with the Client until it goes.
 class Client::Replicas : public std::enable_shared_from_this<Client::Replicas> {
  public:
-  // links: shard s's primary at 2s, its backup at 2s + 1 (owned by the Client).
+  // Makes (and keeps) the pair group named so, as the worker's rank 1; throws what failed.
+  using Connect = std::function<comm::Group*(const std::string& name)>;
+
+  // links: shard s's primary at 2s, its backup at 2s + 1 (owned by the Client). `hello` is
+  // what the servers were told at the start, for a replacement.
   Replicas(std::vector<comm::Group*> links, int worker, int servers,
-           std::chrono::nanoseconds timeout)
+           std::chrono::nanoseconds timeout, std::string hello, Connect connect)
       : worker_(worker),
         servers_(servers),
         timeout_(timeout),
+        hello_(std::move(hello)),
+        connect_(std::move(connect)),
         links_(std::move(links)),
-        up_(2 * static_cast<size_t>(servers), 1) {}
+        up_(2 * static_cast<size_t>(servers), 1),
+        announced_(static_cast<size_t>(servers), 0),
+        tried_(static_cast<size_t>(servers), 0) {}
 
   std::shared_ptr<comm::Work> submit(int s, std::shared_ptr<Exchange> x) {
+    rejoinIfAnnounced(s);
     const auto kind = static_cast<RequestKind>(x->request.kind);
     if (!isUp(s, kPrimary)) return onBackup(s, std::move(x));
-    auto first = submitExchange(*links_[2 * s], s, worker_, x, timeout_);
+    if (!isUp(s, kBackup)) x->request.flags |= kSoleCopy;
+    auto first = submitExchange(link(2 * s), s, worker_, x, timeout_);
     std::shared_ptr<Exchange> copy;
     std::shared_ptr<comm::Work> second;
     if (kind != RequestKind::kPull && isUp(s, kBackup)) {
@@ -179,7 +197,7 @@ class Client::Replicas : public std::enable_shared_from_this<Client::Replicas> {
         copy->request.pullBytes = 0;
         copy->request.pullEncoding = 0;
       }
-      second = submitExchange(*links_[2 * s + 1], backupHost(s), worker_, copy, timeout_);
+      second = submitExchange(link(2 * s + 1), backupHost(s), worker_, copy, timeout_);
     }
     auto result = std::make_shared<comm::Work>();
     whenBoth(first, second,
@@ -193,6 +211,11 @@ class Client::Replicas : public std::enable_shared_from_this<Client::Replicas> {
   uint64_t failovers() const {
     std::lock_guard<std::mutex> lock(mu_);
     return failovers_;
+  }
+
+  uint64_t rejoins() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return rejoins_;
   }
 
  private:
@@ -211,6 +234,62 @@ class Client::Replicas : public std::enable_shared_from_this<Client::Replicas> {
     return up_[2 * s + which] != 0;
   }
 
+  comm::Group& link(size_t i) const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return *links_[i];
+  }
+
+  // A reply from shard s's copy that is alone may announce the other copy's replacement.
+  void note(int s, const Reply& reply) {
+    const int64_t k = announcedReplacement(reply.flags);
+    if (k == 0) return;
+    std::lock_guard<std::mutex> lock(mu_);
+    announced_[s] = std::max(announced_[s], k);
+  }
+
+  // On the calling thread, before a request to shard s: connects to an announced replacement
+  // of its lost copy and says hello. A replacement that cannot be reached is left, with one
+  // warning; the shard goes on with the copy it has.
+  void rejoinIfAnnounced(int s) {
+    int which = -1;
+    int64_t k = 0;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (announced_[s] <= tried_[s]) return;
+      k = tried_[s] = announced_[s];
+      if (!up_[2 * s + kPrimary] && up_[2 * s + kBackup]) which = kPrimary;
+      if (up_[2 * s + kPrimary] && !up_[2 * s + kBackup]) which = kBackup;
+    }
+    if (which < 0) return;
+    const int server = which == kPrimary ? s : backupHost(s);
+    const std::string usual = which == kPrimary ? pairName(s, worker_) : backupPairName(s, worker_);
+    const char* copy = which == kPrimary ? "primary" : "backup";
+    comm::Group* g = nullptr;
+    try {
+      g = connect_(replacementPairName(usual, k));
+      auto x = std::make_shared<Exchange>();
+      x->request.kind = static_cast<uint32_t>(RequestKind::kHello);
+      x->request.bytes = hello_.size();
+      x->payload = hello_.data();
+      submitExchange(*g, server, worker_, x, timeout_)->wait();
+    } catch (const std::exception& e) {
+      if (g) g->interrupt();
+      SHOAL_LOG_WARN(
+          "worker {}: the replacement of shard {}'s {} on server {} could not be reached ({}); "
+          "shard {} goes on with one copy",
+          worker_, s, copy, server, e.what(), s);
+      return;
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      links_[2 * s + which] = g;
+      up_[2 * s + which] = 1;
+      ++rejoins_;
+    }
+    SHOAL_LOG_WARN("worker {}: shard {}'s {} is back on server {} (replacement {})", worker_, s,
+                   copy, server, k);
+  }
+
   void settle(int s, const std::shared_ptr<Exchange>& x, const std::shared_ptr<Exchange>& copy,
               const std::shared_ptr<comm::Work>& result, std::exception_ptr ep,
               std::exception_ptr eb) {
@@ -226,6 +305,7 @@ class Client::Replicas : public std::enable_shared_from_this<Client::Replicas> {
       }
     }
     if (!primaryLost) {
+      if (!ep) note(s, x->reply);
       result->finish(ep);
       return;
     }
@@ -271,8 +351,10 @@ class Client::Replicas : public std::enable_shared_from_this<Client::Replicas> {
           worker_, s, s, backupHost(s)))));
       return result;
     }
-    auto work = submitExchange(*links_[2 * s + 1], backupHost(s), worker_, x, timeout_);
+    x->request.flags |= kSoleCopy;
+    auto work = submitExchange(link(2 * s + 1), backupHost(s), worker_, x, timeout_);
     work->onDone([self = shared_from_this(), s, x, result](std::exception_ptr e) {
+      if (!e) self->note(s, x->reply);
       if (e && lost(*x)) {
         self->lose(s, kBackup, e);
         e = std::make_exception_ptr(PeerError(fmt::format(
@@ -292,7 +374,7 @@ class Client::Replicas : public std::enable_shared_from_this<Client::Replicas> {
       ++failovers_;
     }
     // Its server sees this worker leave (a stalled one stops waiting for it).
-    links_[2 * s + which]->interrupt();
+    link(2 * s + which).interrupt();
     if (which == kPrimary) {
       SHOAL_LOG_WARN(
           "worker {}: parameter server {} lost ({}); shard {} continues on its backup "
@@ -308,10 +390,15 @@ class Client::Replicas : public std::enable_shared_from_this<Client::Replicas> {
 
   const int worker_, servers_;
   const std::chrono::nanoseconds timeout_;
-  const std::vector<comm::Group*> links_;  // shard s: 2s primary, 2s + 1 backup
+  const std::string hello_;
+  const Connect connect_;
   mutable std::mutex mu_;
+  std::vector<comm::Group*> links_;  // shard s: 2s primary, 2s + 1 backup
   std::vector<char> up_;
+  // Per shard: the newest replacement announced, and the newest one this worker tried.
+  std::vector<int64_t> announced_, tried_;
   uint64_t failovers_ = 0;
+  uint64_t rejoins_ = 0;
 };
 
 Client::Client(comm::Group& world, int worker, int numWorkers, int numServers,
@@ -333,6 +420,7 @@ Client::Client(comm::Group& world, int worker, int numWorkers, int numServers,
   if (options.replicas != 1 && options.replicas != 2) {
     SHOAL_THROW(InvalidArgument, "parameter-server replicas {}: 1 or 2", options.replicas);
   }
+  const std::string hello = config.toText() + "\n" + partition_.keysText();
   if (options.replicas == 2) {
     if (numServers < 2) {
       SHOAL_THROW(InvalidArgument,
@@ -346,14 +434,20 @@ Client::Client(comm::Group& world, int worker, int numWorkers, int numServers,
       links.push_back(links_[2 * s].get());
       links.push_back(links_[2 * s + 1].get());
     }
-    replicas_ = std::make_shared<Replicas>(std::move(links), worker, numServers, timeout_);
+    // A replacement's link (Note [Replacement servers]): kept with the others, so that it
+    // outlives every operation on it and is interrupted when this worker leaves.
+    auto connect = [this](const std::string& name) {
+      links_.push_back(world_.connect(name, 1, 2));
+      return links_.back().get();
+    };
+    replicas_ = std::make_shared<Replicas>(std::move(links), worker, numServers, timeout_, hello,
+                                           std::move(connect));
   } else {
     for (int s = 0; s < numServers; ++s) {
       links_.push_back(world.connect(pairName(s, worker), 1, 2));
     }
   }
 
-  const std::string hello = config.toText() + "\n" + partition_.keysText();
   std::vector<std::shared_ptr<Exchange>> xs;
   std::vector<std::shared_ptr<comm::Work>> works;
   for (int s = 0; s < numServers; ++s) {

@@ -58,7 +58,11 @@ struct ClientOptions {
   // and completes once both applied it; pulls go to the primary. When a server is lost (its
   // connection breaks or it stops answering within the timeout), its shard continues on the
   // backup: this worker says so once on stderr and counts it in failovers(). Losing both copies
-  // of a shard fails the call with PeerError naming both servers.
+  // of a shard fails the call with PeerError naming both servers. A lost copy comes back when
+  // the job starts a replacement server (shoal run --ps-replacements): once a reply announces
+  // it, this worker's next call on that shard first connects to the replacement and says hello
+  // (blocking, bounded by the timeout; if that fails, one warning and the shard goes on with one
+  // copy). Note [Replacement servers] in ps/replacement.h.
   int replicas = 1;
 };
 

@@ -88,7 +88,7 @@ struct Request {
   uint64_t bytes = 0;      // payload after the header
   uint64_t pullBytes = 0;  // pull / push-pull: the bytes the worker expects back
   uint32_t version = kProtocolVersion;
-  uint32_t reserved = 0;
+  uint32_t flags = 0;  // kSoleCopy (ps/replacement.h); 0 otherwise
   double density = 0;  // kTopK: the fraction of each piece's elements sent (0, 1]
 };
 

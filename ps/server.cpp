@@ -39,14 +39,25 @@ Server::Server(comm::Group& world, int id, int servers, int workers, const Serve
 }
 
 ServerReport Server::run() {
-  if (opt_.resume && series_) restore();
+  if (opt_.replacement) {
+    // Note [Replacement servers]: the shard comes from its surviving copy, or not at all.
+    if (!takeOver()) {
+      report_.replacedNothing = true;
+      return report_;
+    }
+  } else if (opt_.resume && series_) {
+    restore();
+  }
   std::vector<std::thread> threads;
   for (int w = 0; w < workers_; ++w) threads.emplace_back([this, w] { serveWorker(w); });
   for (auto& t : threads) t.join();
-  std::unique_lock<std::mutex> lock(mu_);
-  if (!failure_.empty()) throw PeerError(failure_);
-  report_.finalStep = minClock();
-  if (series_ && configured_) writeCheckpoint(checkpointRound());
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (!failure_.empty()) throw PeerError(failure_);
+    report_.finalStep = minClock();
+    if (series_ && configured_) writeCheckpoint(checkpointRound());
+  }
+  closeReplacements();
   return report_;
 }
 
@@ -58,10 +69,24 @@ ServerReport serve(comm::Group& world, int server, int numServers, int numWorker
   if (options.replicas != 1 && options.replicas != 2) {
     SHOAL_THROW(InvalidArgument, "parameter-server replicas {}: 1 or 2", options.replicas);
   }
-  if (options.replicas == 1) return Server(world, server, numServers, numWorkers, options).run();
+  if (options.replicas == 1) {
+    if (options.replacement) {
+      SHOAL_THROW(InvalidArgument,
+                  "parameter server {}: a replacement needs replicas 2 (shoal run --ps-replicas "
+                  "2): without a second copy there is nothing to take over from",
+                  server);
+    }
+    return Server(world, server, numServers, numWorkers, options).run();
+  }
   if (numServers < 2) {
     SHOAL_THROW(InvalidArgument,
                 "parameter-server replicas 2 need at least 2 servers (the job has {})", numServers);
+  }
+  if (options.replacement && options.resume) {
+    SHOAL_THROW(InvalidArgument,
+                "parameter server {}: a replacement takes its shards from the surviving copies, "
+                "not from checkpoints (resume is for a whole job started again)",
+                server);
   }
   if (options.resume) {
     SHOAL_THROW(InvalidArgument,

@@ -49,6 +49,12 @@ struct ServerOptions {
   // must say the same; shoal run --ps-replicas). Needs at least 2 servers; with 2, resume is
   // refused (InvalidArgument) and only the primaries write checkpoints.
   int replicas = 1;
+  // This server was started in a lost server's place (World::psReplacement): instead of
+  // waiting for the workers' hellos it takes each of its shard copies from the surviving copy
+  // at the next step boundary, and the workers then use it again (Note [Replacement servers]
+  // in ps/replacement.h). Needs replicas 2 and synchronous mode; if the job ends first, serve()
+  // returns a report with `replacedNothing` set.
+  bool replacement = false;
   bool quiet = false;  // do not print the partition
 };
 
@@ -63,6 +69,9 @@ struct ServerReport {
   int64_t maxLead = 0;            // the furthest any pull ran ahead of the slowest worker
   std::string partition;          // Partition::describe()
   std::string lastCheckpoint;
+  // A replacement (ServerOptions::replacement) whose job ended before a surviving copy handed
+  // this shard over: it served nothing.
+  bool replacedNothing = false;
   // Replicas 2: the report of the backup this server hosted (one element).
   std::vector<ServerReport> backups;
 };
@@ -76,6 +85,10 @@ struct ServerReport {
 // When a server is lost the workers go on with the backups of its shard; a job loses data only
 // when both copies of a shard are lost (servers s and s + 1). The cost: every push crosses the
 // network twice (the worker sends it to both), pulls once.
+//
+// A lost server can be started again in its place (ServerOptions::replacement): it takes both
+// copies back from the ones that survived, while the job runs (Note [Replacement servers] in
+// ps/replacement.h).
 //
 // serve() returns once both the primary and the backup are done; when the primary failed
 // (its workers went on with its backup elsewhere), the backup hosted here still serves to the

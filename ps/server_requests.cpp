@@ -12,6 +12,7 @@
 
 #include "common/error.h"
 #include "ps/payload_codec.h"
+#include "ps/replacement.h"
 #include "ps/server_state.h"
 
 namespace shoal::ps::detail {
@@ -27,6 +28,7 @@ void* Server::prepare(int w, const Request& rq, Scratch& sc) {
   std::unique_lock<std::mutex> lock(mu_);
   throwIfFailed();
   checkEncodings(rq);
+  if ((rq.flags & kSoleCopy) != 0) sole_ = true;  // Note [Replacement servers]
   switch (kind) {
     case RequestKind::kHello:
       if (rq.bytes > kMaxHello) {
@@ -62,6 +64,8 @@ void* Server::prepare(int w, const Request& rq, Scratch& sc) {
           sc.shard = shard_.get();
           sc.writing = true;
           sc.apply = beginApplySpan(sink_);
+          // Before any reply for the next step is decided (the streamed one just below).
+          if (sync) maybePlanHandover(rq, t);
           if (kind == RequestKind::kPushPull) maybeStream(w, rq, t, sc);
           return nullptr;
         }
@@ -176,6 +180,7 @@ void Server::push(std::unique_lock<std::mutex>& lock, int w, const Request& rq, 
   }
   clocks_[w] = std::max<uint64_t>(clocks_[w], rq.step + 1);
   ++report_.pushes;
+  maybeHandOver();
   cv_.notify_all();
   maybeCheckpoint(lock);
 }
@@ -222,6 +227,7 @@ void Server::pull(std::unique_lock<std::mutex>& lock, int w, const Request& rq, 
   rp.step = step;
   rp.slowest = slowest;
   rp.version = minVersion(t);
+  rp.flags = pullFlags(step);
   out = shard_->values() + t.offset;
   outBytes = t.count * sizeof(float);
 }

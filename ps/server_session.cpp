@@ -31,7 +31,7 @@ void applyPiece(void* context, const void* data, size_t offset, size_t bytes) {
 
 void Server::serveWorker(int w) {
   try {
-    auto pair = world_.connect(backup_ ? backupPairName(id_, w) : pairName(id_, w), 0, 2);
+    auto pair = world_.connect(pairNameFor(w), 0, 2);
     {
       std::lock_guard<std::mutex> lock(mu_);
       pairs_[w] = pair;

@@ -8,6 +8,8 @@
 // - ps/server_stream.cpp: push-pulls answered while applied (Note [Streamed push-pull]);
 // - ps/server_waits.cpp: holds on the shard, the bounded waits, the workers' clocks and the
 //   shard's versions;
+// - ps/server_handover.cpp: Note [Replacement servers] (ps/replacement.h): a surviving copy
+//   handing the shard over to a replacement, and a replacement taking it;
 // - ps/server_request_checks.cpp: what a request covers, and whether it may;
 // - ps/server_checkpoint.cpp: checkpoints written, and the one restored.
 //
@@ -34,6 +36,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "comm/group.h"
@@ -107,6 +110,8 @@ class Server {
   // [Replicated shards] in ps/server.h): its own connections, no checkpoints.
   Server(comm::Group& world, int id, int servers, int workers, const ServerOptions& o,
          bool backup = false);
+  // Waits for a handover still being sent (Note [Replacement servers]).
+  ~Server();
 
   // Serves every worker until each said goodbye or one failed; blocking. Throws PeerError with
   // the failure that stopped the server, or what restoring or writing the final checkpoint
@@ -226,6 +231,28 @@ class Server {
   // Before the threads start (collective over the servers).
   void restore();
 
+  // ---- Note [Replacement servers] (ps/replacement.h; ps/server_handover.cpp)
+
+  // The whole shard as a request target.
+  Target wholeShard() const;
+  // Under mu_, in synchronous mode, with the write hold of a push `rq` that completes step
+  // rq.step of the whole shard `t`: if this copy is alone and a replacement of the other copy
+  // waits (one store round trip), step rq.step + 1 becomes the handover.
+  void maybePlanHandover(const Request& rq, const Target& t);
+  // Under mu_, after an update: once the planned handover's step is reached, snapshots the
+  // shard and starts sending it (handoverThread_).
+  void maybeHandOver();
+  // Under mu_: the flags of a pull reply for `step` (the replacement it announces, if any).
+  uint64_t pullFlags(uint64_t step) const;
+  // Before the threads start, on a replacement: takes this copy from the surviving one. False
+  // if the job ended first. Throws what failed (the transfer, a snapshot that does not fit).
+  bool takeOver();
+  // After the threads ended without failure: waits for a handover being sent, then closes the
+  // other copy's replacements (a waiting one is told the job ended). Never throws.
+  void closeReplacements();
+  // The pair group name for worker w (a replacement's own names carry its incarnation).
+  std::string pairNameFor(int w) const;
+
   comm::Group& world_;
   const int id_, servers_, workers_;
   const ServerOptions opt_;
@@ -250,6 +277,16 @@ class Server {
   ShardAccess access_;
   std::string failure_;
   ServerReport report_;
+  // Note [Replacement servers]: a worker said it has no other copy of this shard.
+  bool sole_ = false;
+  // The handover planned or made last (step 0: none): pulls for `handoverStep_` or later
+  // announce replacement `handoverIncarnation_`.
+  uint64_t handoverStep_ = 0;
+  int64_t handoverIncarnation_ = 0;
+  bool handedOver_ = false;  // its snapshot was taken
+  std::thread handoverThread_;
+  // This copy's incarnation when it is a replacement (0: the original).
+  int64_t incarnation_ = 0;
 };
 
 }  // namespace shoal::ps::detail

@@ -35,6 +35,7 @@ void Server::maybeStream(int w, const Request& rq, const Target& t, Scratch& sc)
   sc.reply.slowest = slowest;
   sc.reply.version = minVersion(t) + 1;  // every piece of t moves on with this push
   sc.reply.bytes = t.count * sizeof(float);
+  sc.reply.flags = pullFlags(step);
   sc.values = shard_->values() + t.offset;
   sc.streaming = true;
 }

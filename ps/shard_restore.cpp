@@ -235,4 +235,27 @@ std::optional<RestoredShard> restoreShard(comm::Group& servers, int workers, con
   return r;
 }
 
+RestoredShard restoreSnapshot(const std::string& payload, int server, int servers, int workers,
+                              const std::string& source) {
+  const Header h = parseHeader(payload, source);
+  if (h.servers != servers || h.server != server) {
+    SHOAL_THROW(InvalidArgument, "{} holds shard {} of {}, not shard {} of {}", source, h.server,
+                h.servers, server, servers);
+  }
+  RestoredShard r;
+  r.configText = h.configText;
+  r.config = TrainingConfig::parse(r.configText);
+  r.partition = std::make_unique<Partition>(Partition::parseKeys(h.keysText), servers);
+  Shard::checkSnapshotFits(*r.partition, server, r.config, payload.size(), source);
+  r.shard = std::make_unique<Shard>(*r.partition, server, workers, r.config);
+  r.clocks.assign(static_cast<size_t>(workers), 0);
+  r.shard->restore(payload, r.round, r.clocks, source);
+  if (r.clocks.size() != static_cast<size_t>(workers)) {
+    SHOAL_THROW(InvalidArgument, "{} holds the clocks of {} workers; the job has {}", source,
+                r.clocks.size(), workers);
+  }
+  r.from = source;
+  return r;
+}
+
 }  // namespace shoal::ps

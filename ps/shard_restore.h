@@ -47,4 +47,11 @@ struct RestoredShard {
 std::optional<RestoredShard> restoreShard(comm::Group& servers, int workers, const std::string& dir,
                                           int keep);
 
+// Shard `server` of `servers` from one snapshot of it (a replacement's handover: Note
+// [Replacement servers] in ps/replacement.h): the header's settings and keys, the values,
+// optimizer state and versions. Checked as a checkpoint file is (InvalidArgument naming
+// `source`); clocks are every worker's at the snapshot's round.
+RestoredShard restoreSnapshot(const std::string& payload, int server, int servers, int workers,
+                              const std::string& source);
+
 }  // namespace shoal::ps

@@ -4,6 +4,7 @@
 
 #include <filesystem>
 
+#include "comm/native/native_engine.h"
 #include "common/error.h"
 #include "common/flight_recorder.h"
 #include "common/log.h"
@@ -118,6 +119,7 @@ World joinWorld(const EnvConfig& env, const run::MpiBridge* mpi) {
   w.roleRank = r.roleRank;
   w.numServers = r.numServers;
   w.psReplicas = r.psReplicas;
+  w.psReplacement = r.psReplacement;
   w.restartCount = r.restartCount;
   if (r.rank == 0) {
     SHOAL_LOG_INFO("started by {}: {} ranks on {} host(s); configuration: {}", toString(r.launcher),
@@ -234,6 +236,20 @@ World joinWorld(const EnvConfig& env, const run::MpiBridge* mpi) {
     w.elastic = std::move(ctx);
     return w;
   }
+  if (r.psReplacement > 0) {
+    // Note [Replacement servers] (ps/replacement.h): the running ranks will not form the world
+    // again; this rank meets them in named groups under the world its earlier process joined
+    // (the last one that rank created: Group::create counts them per rank in the store).
+    const int64_t worlds = store->add(fmt::format("shoal/worlds/{}", r.rank), 0);
+    if (worlds < 1) {
+      SHOAL_THROW(InvalidArgument,
+                  "SHOAL_PS_REPLACEMENT={}: rank {} never joined a world on this store, so there "
+                  "is no place to take",
+                  r.psReplacement, r.rank);
+    }
+    w.group = comm::attachToWorld(store, r.rank, static_cast<uint64_t>(worlds - 1), options);
+    return w;
+  }
   w.group = comm::Group::create(store, r.rank, r.size, options);
   return w;
 }
@@ -248,7 +264,7 @@ World run::initWith(const MpiBridge* mpi) {
   // the clock offset now, once the world exists, again at each resync() and at the end, and
   // writes this rank's file when it goes. Not in elastic jobs: a worker admitted later would
   // wait for peers that measured long ago.
-  if (env.traceDir) {
+  if (env.traceDir && w.psReplacement == 0) {
     w.trace = std::make_shared<run::TraceSession>(w.group, *env.traceDir, !w.elastic);
   }
   return w;

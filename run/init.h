@@ -40,6 +40,12 @@ struct World {
   // Copies of each parameter-server shard (shoal run --ps-replicas, SHOAL_PS_REPLICAS): pass it
   // to ps::ServerOptions::replicas and ps::ClientOptions::replicas.
   int psReplicas = 1;
+  // Above 0 on a parameter server started in a lost server's place (shoal run
+  // --ps-replacements; SHOAL_PS_REPLACEMENT): pass it to ps::ServerOptions::replacement. Such
+  // a rank does not form the world again with the others: `group` is then a world of one that
+  // meets them in named groups only (comm/native/native_engine.h's attachToWorld), so only the
+  // parameter-server calls work on it.
+  int psReplacement = 0;
   // How many times `shoal run --max-restarts N` (without --elastic) restarted the whole job
   // before this attempt (SHOAL_RESTART_COUNT): 0 on the first. A program that checkpoints
   // resumes from its last checkpoint when this is above 0.

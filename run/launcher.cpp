@@ -11,8 +11,11 @@
 #include <cstring>
 #include <deque>
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <set>
+#include <utility>
+#include <vector>
 
 #include "comm/native/abort_record.h"
 #include "common/error.h"
@@ -137,6 +140,14 @@ class Job {
     }
     if (o_.maxRestarts < 0) {
       SHOAL_THROW(InvalidArgument, "--max-restarts {} must not be negative", o_.maxRestarts);
+    }
+    if (o_.psReplacements < 0) {
+      SHOAL_THROW(InvalidArgument, "--ps-replacements {} must not be negative", o_.psReplacements);
+    }
+    if (o_.psReplacements > 0 && o_.psReplicas != 2) {
+      SHOAL_THROW(InvalidArgument,
+                  "--ps-replacements needs --ps-replicas 2 (a replacement takes its shards from "
+                  "their second copies)");
     }
     if (elastic_) elastic_->checkLaunch(initialRanks_, o_.servers);
     if (!o_.joinFile.empty() && !elastic_) {
@@ -296,6 +307,9 @@ class Job {
     rk.errFwd = std::make_unique<OutputForwarder>(r, 2, rk.log.get(), &rk.tail);
 
     auto vars = rankVariables(o_, environment(), rk.where, r, member);
+    if (auto it = replacing_.find(r); it != replacing_.end()) {
+      vars.emplace_back("SHOAL_PS_REPLACEMENT", std::to_string(it->second));
+    }
     SpawnOptions so;
     if (rk.where.local) {
       so.argv = o_.command;
@@ -366,6 +380,10 @@ class Job {
       if (n < 0 && errno != EINTR) throwSystemError("poll", errno);
       if (fds[0].revents) handleSignals();
       reap();  // cheap, and robust to a SIGCHLD that went elsewhere
+      // Outside reap(): starting a rank adds to ranks_, which reap() walks.
+      for (int rank : std::exchange(pendingReplacements_, {})) {
+        if (!stopping_) start(rank, rank);
+      }
       if (elastic_) {
         elastic_->supervise(places_, stopping_, [this](int r, int member) { start(r, member); });
       }
@@ -477,21 +495,33 @@ class Job {
       r.tolerated = true;
       const int s = r.rank - workers_, next = (s + 1) % o_.servers,
                 previous = (s + o_.servers - 1) % o_.servers;
+      // The server's latest process (a replacement's, if one was started) failed.
       auto lost = [&](int server) {
+        const Rank* latest = nullptr;
         for (const auto& q : ranks_) {
-          if (q.rank == workers_ + server && q.tolerated) return true;
+          if (q.rank == workers_ + server) latest = &q;
         }
-        return false;
+        return latest != nullptr && latest->tolerated;
       };
       if (lost(next) || lost(previous)) {
         say("parameter server {} (rank {}) {}; server {} failed before it: a shard lost both "
             "copies, the workers will fail",
             s, r.rank, describeRankStatus(status, r.where.local), lost(next) ? next : previous);
-      } else {
-        say("parameter server {} (rank {}) {}; the workers go on with its shard's backup on "
-            "server {}",
-            s, r.rank, describeRankStatus(status, r.where.local), next);
+        return;
       }
+      // Note [Replacement servers] (ps/replacement.h): started again in its place, it takes
+      // its shards back from the copies that survived.
+      std::string replacement;
+      if (replacements_ < o_.psReplacements) {
+        ++replacements_;
+        replacing_[r.rank] = replacements_;
+        pendingReplacements_.push_back(r.rank);
+        replacement =
+            fmt::format("; starting a replacement ({} of {})", replacements_, o_.psReplacements);
+      }
+      say("parameter server {} (rank {}) {}; the workers go on with its shard's backup on "
+          "server {}{}",
+          s, r.rank, describeRankStatus(status, r.where.local), next, replacement);
       return;
     }
     if (failed && !stopping_) {
@@ -609,7 +639,17 @@ class Job {
         return exitCodeOf(r.status);
       }
     }
-    if (o_.verbose) say("all {} ranks exited 0", ranks_.size());
+    if (o_.verbose) {
+      size_t tolerated = 0;
+      for (const auto& r : ranks_) tolerated += r.tolerated ? 1 : 0;
+      if (tolerated == 0) {
+        say("all {} ranks exited 0", ranks_.size());
+      } else {
+        say("the job ended: {} of {} processes exited 0, and the job went on without the {} "
+            "parameter server process{} it lost (replicated shards)",
+            ranks_.size() - tolerated, ranks_.size(), tolerated, tolerated == 1 ? "" : "es");
+      }
+    }
     return 0;
   }
 
@@ -625,6 +665,11 @@ class Job {
   int numHosts_ = 1;
   int workers_ = 0;
   std::deque<Rank> ranks_;  // stable addresses
+  // --ps-replacements: how many were started, which server rank's latest process is which
+  // replacement (SHOAL_PS_REPLACEMENT), and those to start once reap() is done.
+  int replacements_ = 0;
+  std::map<int, int> replacing_;
+  std::vector<int> pendingReplacements_;
   Fd signalFd_;
   sigset_t oldMask_{};
   bool signalsBlocked_ = false;

@@ -37,6 +37,11 @@ struct LaunchOptions {
   // rank that fails does not stop the job (the workers go on with its shard's backup); the job
   // succeeds when every worker exited 0.
   int psReplicas = 1;
+  // With psReplicas 2: a parameter server that fails is started again in its place, up to this
+  // many times over the job, with SHOAL_PS_REPLACEMENT; the replacement takes its two shard
+  // copies back from their surviving copies at a step boundary (Note [Replacement servers] in
+  // ps/replacement.h; synchronous mode). 0: a lost server stays lost.
+  int psReplacements = 0;
   std::vector<HostSlots> hosts;
   std::vector<std::string> command;                      // program, then its arguments
   std::vector<std::pair<std::string, std::string>> env;  // set for every rank (-x)

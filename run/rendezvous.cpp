@@ -121,6 +121,13 @@ void assignRole(const EnvLookup& env, Rendezvous& r) {
     SHOAL_THROW(InvalidArgument, "SHOAL_ROLE_RANK={} but rank {} is {} {}", *rr, r.rank,
                 toString(r.role), r.roleRank);
   }
+  r.psReplacement = static_cast<int>(in.getInt("SHOAL_PS_REPLACEMENT", 0).value_or(0));
+  if (r.psReplacement > 0 && (r.role != Role::kServer || r.psReplicas != 2)) {
+    SHOAL_THROW(InvalidArgument,
+                "SHOAL_PS_REPLACEMENT={}: only a parameter server of a job with "
+                "SHOAL_PS_REPLICAS=2 is started as a replacement (rank {} is {} {}, replicas {})",
+                r.psReplacement, r.rank, toString(r.role), r.roleRank, r.psReplicas);
+  }
 }
 
 Rendezvous detectLauncher(const EnvLookup& env);

@@ -54,6 +54,9 @@ struct Rendezvous {
   // SHOAL_PS_REPLICAS: copies of each parameter-server shard, 1 (default) or 2 (needs at least
   // 2 servers; ps/server.h's Note [Replicated shards]).
   int psReplicas = 1;
+  // SHOAL_PS_REPLACEMENT: above 0 on a parameter server that shoal run --ps-replacements
+  // started again in a lost server's place (the n-th replacement of the job); 0 otherwise.
+  int psReplacement = 0;
   // SHOAL_RESTART_COUNT: how many times shoal run --max-restarts (without --elastic) restarted
   // the whole job before this attempt; 0 on the first.
   int restartCount = 0;

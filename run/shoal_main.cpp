@@ -56,13 +56,17 @@ int main(int argc, char** argv) {
   std::vector<std::string> vars;
   // Numbers are taken as text and read by the one configuration parser (common/env.h): the same
   // checks and the same one-line errors as the SHOAL_* variables (no "inf", no "5x").
-  std::string ranks, servers, psReplicas, timeout, timeLimit, port, grace;
+  std::string ranks, servers, psReplicas, psReplacements, timeout, timeLimit, port, grace;
   run->add_option("-n,--ranks", ranks, "number of ranks (with hosts: default one per slot)");
   run->add_option("--servers", servers,
                   "also start this many parameter-server processes (after the -n workers)");
   run->add_option("--ps-replicas", psReplicas,
                   "copies of each parameter-server shard, 1 or 2: with 2 the job survives a lost "
                   "server (default 1)");
+  run->add_option("--ps-replacements", psReplacements,
+                  "with --ps-replicas 2: start a lost parameter server again, up to this many "
+                  "times, as a replacement that takes its shards back from their surviving "
+                  "copies (synchronous mode; default 0)");
   run->add_option("--hosts", hosts, "host1:slots,host2:slots (ranks fill hosts in order)");
   run->add_option("--hostfile", hostfile, "one host per line: host, host:slots or host slots=N");
   run->add_option("--timeout", timeout,
@@ -278,6 +282,10 @@ int main(int argc, char** argv) {
     }
     if (!psReplicas.empty()) {
       o.psReplicas = static_cast<int>(parseInteger("--ps-replicas", psReplicas, 1, 2));
+    }
+    if (!psReplacements.empty()) {
+      o.psReplacements =
+          static_cast<int>(parseInteger("--ps-replacements", psReplacements, 0, 1 << 16));
     }
     if (!timeout.empty()) {
       o.opTimeoutSeconds =

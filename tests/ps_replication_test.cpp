@@ -84,11 +84,69 @@ TEST(PsReplication, EveryServerKeepsABackupThatAppliesEveryPush) {
   EXPECT_EQ(workersSaying(r.output, 2, "failovers 0"), 2) << r.output;
 }
 
+// Note [Replacement servers] (ps/replacement.h): server 1 is killed and started again; its
+// replacement takes shard 1's primary and shard 0's backup back from server 0 at a step
+// boundary, and the workers use it again. Then server 0 is killed: the job can go on only if
+// the replacement holds both shards, and it ends bitwise as an uninterrupted run only if it
+// holds them exactly.
+TEST(PsReplacement, AReplacementTakesItsShardsBackAndTheJobThenSurvivesLosingTheOtherServer) {
+  const std::string expected = uninterruptedTrainDigest();
+  ASSERT_FALSE(expected.empty());
+
+  TempDir dir;
+  auto r = psJob({"-n", "2", "--servers", "2", "--ps-replicas", "2", "--ps-replacements", "1"},
+                 {"train", "--dir", dir.path, "--kill-server-at", "8", "--await-replacement",
+                  "--kill-again-at", "20", "--kill-again", "0"},
+                 dir);
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("parameter server 1 (rank 3) killed by signal 9 (Killed); the workers "
+                          "go on with its shard's backup on server 0; starting a replacement (1 "
+                          "of 1)"),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("replacement 1 took shard 1's primary over at step"), std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("replacement 1 took shard 0's backup over at step"), std::string::npos)
+      << r.output;
+  EXPECT_EQ(workersSaying(r.output, 2, "shard 1's primary is back on server 1 (replacement 1)"), 2)
+      << r.output;
+  EXPECT_EQ(workersSaying(r.output, 2, "shard 0's backup is back on server 1 (replacement 1)"), 2)
+      << r.output;
+  // The budget is spent: server 0 stays lost, and the replacement carries both shards.
+  EXPECT_NE(r.output.find("parameter server 0 (rank 2) killed by signal 9 (Killed); the workers "
+                          "go on with its shard's backup on server 1\n"),
+            std::string::npos)
+      << r.output;
+  EXPECT_EQ(finalDigest(r.output), expected) << r.output;
+}
+
+// A replacement that starts as the job ends (server 1 killed after the last step) is told so by
+// the surviving copies and ends at once: the job neither waits for it nor fails.
+TEST(PsReplacement, AReplacementStartedAsTheJobEndsServesNothingAndTheJobEnds) {
+  const std::string expected = uninterruptedTrainDigest();
+  ASSERT_FALSE(expected.empty());
+
+  TempDir dir;
+  auto r =
+      psJob({"-n", "2", "--servers", "2", "--ps-replicas", "2", "--ps-replacements", "1"},
+            {"train", "--dir", dir.path, "--kill-server-at", "29", "--await-replacement"}, dir);
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_LT(r.seconds, 60) << r.output;
+  EXPECT_NE(r.output.find("server 1: its replacement served nothing (the job ended first)"),
+            std::string::npos)
+      << r.output;
+  EXPECT_EQ(finalDigest(r.output), expected) << r.output;
+}
+
 TEST(PsReplication, TheLauncherRefusesReplicasItCannotPlace) {
   const std::pair<std::vector<std::string>, std::string> cases[] = {
       {{"-n", "2", "--servers", "1", "--ps-replicas", "2"},
        "--ps-replicas 2 needs --servers 2 or more (got 1)"},
       {{"-n", "2", "--servers", "2", "--ps-replicas", "3"}, "--ps-replicas"},
+      {{"-n", "2", "--servers", "2", "--ps-replacements", "1"},
+       "--ps-replacements needs --ps-replicas 2"},
+      {{"-n", "2", "--servers", "2", "--ps-replicas", "2", "--ps-replacements", "-1"},
+       "--ps-replacements"},
   };
   for (const auto& [launch, expected] : cases) {
     TempDir dir;

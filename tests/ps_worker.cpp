@@ -24,6 +24,11 @@
 //                                          after step K; --fail-worker-at: the last worker
 //                                          throws after step K; prints "final digest X" (and
 //                                          with replicated shards "failovers F")
+//                          [--await-replacement] [--kill-again-at K2 --kill-again S1,S2]
+//                                          (shoal run --ps-replacements): after the kill, worker
+//                                          0 waits until the killed servers' replacements
+//                                          started, trains on, and SIGKILLs servers S after
+//                                          step K2 (by then the replacements must hold copies)
 // Shards are replicated when the job is (shoal run --ps-replicas 2).
 // Errors are printed as "ERROR <Type>: <message>" (exit 1).
 #include <signal.h>
@@ -37,8 +42,10 @@
 #include <vector>
 
 #include "comm/collectives.h"
+#include "comm/native/native_engine.h"
 #include "common/error.h"
 #include "ps/client.h"
+#include "ps/replacement.h"
 #include "ps/server.h"
 #include "ps/server_optimizer.h"
 #include "run/init.h"
@@ -59,9 +66,22 @@ struct Args {
   int killServerAt = -1;
   int failWorkerAt = -1;
   std::vector<int> killServers{1};  // which servers --kill-server-at kills
+  bool awaitReplacement = false;
+  int killAgainAt = -1;
+  std::vector<int> killAgain;
   bool resume = false;
   int replicas = 1;  // the job's (World::psReplicas)
 };
+
+std::vector<int> parseServers(const std::string& list) {
+  std::vector<int> servers;
+  for (size_t at = 0; at <= list.size();) {
+    const size_t comma = std::min(list.find(',', at), list.size());
+    servers.push_back(std::stoi(list.substr(at, comma - at)));
+    at = comma + 1;
+  }
+  return servers;
+}
 
 Args parse(int argc, char** argv) {
   Args a;
@@ -88,15 +108,15 @@ Args parse(int argc, char** argv) {
       a.killServerAt = std::stoi(next());
     else if (f == "--fail-worker-at")
       a.failWorkerAt = std::stoi(next());
-    else if (f == "--kill-servers") {
-      a.killServers.clear();
-      std::string list = next();
-      for (size_t at = 0; at <= list.size();) {
-        const size_t comma = std::min(list.find(',', at), list.size());
-        a.killServers.push_back(std::stoi(list.substr(at, comma - at)));
-        at = comma + 1;
-      }
-    } else if (f == "--resume")
+    else if (f == "--kill-servers")
+      a.killServers = parseServers(next());
+    else if (f == "--await-replacement")
+      a.awaitReplacement = true;
+    else if (f == "--kill-again-at")
+      a.killAgainAt = std::stoi(next());
+    else if (f == "--kill-again")
+      a.killAgain = parseServers(next());
+    else if (f == "--resume")
       a.resume = true;
     else
       SHOAL_THROW(InvalidArgument, "unknown flag {}", f);
@@ -120,9 +140,9 @@ ps::ClientOptions clientOptions(const Args& a) {
   return o;
 }
 
-// SIGKILLs the servers of --kill-servers.
-void killServers(const Args& a, const std::string& when) {
-  for (int server : a.killServers) {
+// SIGKILLs `servers` (the newest process of each: a replacement writes its pid too).
+void killServers(const Args& a, const std::vector<int>& servers, const std::string& when) {
+  for (int server : servers) {
     const std::string pid = test::readFile(fmt::format("{}/server-{}.pid", a.dir, server));
     std::printf("killing parameter server %d (pid %s) %s\n", server, pid.c_str(), when.c_str());
     std::fflush(stdout);
@@ -164,7 +184,7 @@ int sums(comm::Group& world, int me, int workers, const Args& a) {
   // Many pushes in flight at once, every fourth step key by key.
   std::vector<std::shared_ptr<comm::Work>> inflight;
   for (int t = 0; t < a.pushes; ++t) {
-    if (me == 0 && t == a.killServerAt) killServers(a, fmt::format("at push {}", t));
+    if (me == 0 && t == a.killServerAt) killServers(a, a.killServers, fmt::format("at push {}", t));
     if (t % 4 == 3) {
       size_t at = 0;
       for (const auto& k : keys) {
@@ -373,6 +393,21 @@ uint64_t digest(const std::vector<float>& v) {
   return h;
 }
 
+// Waits (on the store, bounded) until each killed server's replacement counted itself in for
+// both of its copies (Note [Replacement servers] in ps/replacement.h): training then goes on,
+// and the next step boundaries hand the shards over.
+void awaitReplacements(comm::Group& world, int workers, const Args& a) {
+  const int servers = world.size() - workers;
+  std::vector<std::string> keys;
+  for (int s : a.killServers) {
+    keys.push_back(ps::replacementKey(s, /*backup=*/false));
+    keys.push_back(ps::replacementKey((s + servers - 1) % servers, /*backup=*/true));
+  }
+  comm::nativeEngine(world).store().wait(keys, world.options().timeout);
+  std::printf("replacements of servers started\n");
+  std::fflush(stdout);
+}
+
 int train(comm::Group& world, int me, int workers, const Args& a) {
   std::vector<ps::KeySpec> keys{{"a", {40000}}, {"b", {10}}};
   ps::Client c(world, me, workers, world.size() - workers, keys, sgd(ps::Mode::kSync, 0.05, 0.9),
@@ -389,7 +424,13 @@ int train(comm::Group& world, int me, int workers, const Args& a) {
       grads[i] = (values[i] - target) * (1.0f + 0.1f * static_cast<float>(t % 3));
     }
     c.pushPull(grads.data(), values.data(), t)->wait();
-    if (me == 0 && t == a.killServerAt) killServers(a, fmt::format("after step {}", t));
+    if (me == 0 && t == a.killServerAt) {
+      killServers(a, a.killServers, fmt::format("after step {}", t));
+      if (a.awaitReplacement) awaitReplacements(world, workers, a);
+    }
+    if (me == 0 && t == a.killAgainAt) {
+      killServers(a, a.killAgain, fmt::format("after step {}", t));
+    }
     if (me == workers - 1 && t == a.failWorkerAt) {
       SHOAL_THROW(InternalError, "worker {} fails on purpose after step {}", me, t);
     }
@@ -421,12 +462,17 @@ int main(int argc, char** argv) {
       }
       ps::ServerOptions o;
       o.replicas = w.psReplicas;
+      o.replacement = w.psReplacement > 0;
       if (a.scenario == "train") {
         o.checkpointDir = a.dir + "/checkpoints";
         o.checkpointEvery = 5;
         o.resume = a.resume;
       }
       auto r = ps::serve(*w.group, w.roleRank, w.numServers, workers, o);
+      if (r.replacedNothing) {
+        std::printf("server %d: its replacement served nothing (the job ended first)\n",
+                    w.roleRank);
+      }
       std::printf(
           "server %d: %lu pushes (%lu applied on arrival), %lu pulls (%lu streamed), %lu refused, "
           "max lead %ld, final step %lu\n",

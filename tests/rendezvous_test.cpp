@@ -174,6 +174,37 @@ TEST(Rendezvous, ReplicatedShardsNeedTwoServers) {
   }
 }
 
+// Note [Replacement servers] (ps/replacement.h): only a server of a replicated job may be one.
+TEST(Rendezvous, OnlyAServerOfAReplicatedJobIsAReplacement) {
+  std::map<std::string, std::string> server{{"OMPI_COMM_WORLD_RANK", "5"},
+                                            {"OMPI_COMM_WORLD_SIZE", "6"},
+                                            {"SHOAL_NUM_SERVERS", "2"},
+                                            {"SHOAL_PS_REPLICAS", "2"}};
+  EXPECT_EQ(detect(server).psReplacement, 0);
+  server["SHOAL_PS_REPLACEMENT"] = "3";
+  EXPECT_EQ(detect(server).psReplacement, 3);
+  for (const char* bad : {"-1", "x", ""}) {
+    server["SHOAL_PS_REPLACEMENT"] = bad;
+    EXPECT_THROW(detect(server), InvalidArgument) << bad;
+  }
+  server["SHOAL_PS_REPLACEMENT"] = "1";
+  auto worker = server;
+  worker["OMPI_COMM_WORLD_RANK"] = "0";
+  auto unreplicated = server;
+  unreplicated["SHOAL_PS_REPLICAS"] = "1";
+  for (const auto& env : {worker, unreplicated}) {
+    try {
+      detect(env);
+      ADD_FAILURE() << "a replacement accepted: rank " << env.at("OMPI_COMM_WORLD_RANK");
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find("only a parameter server of a job with "
+                                           "SHOAL_PS_REPLICAS=2 is started as a replacement"),
+                std::string::npos)
+          << e.what();
+    }
+  }
+}
+
 TEST(Rendezvous, SlurmLists) {
   EXPECT_EQ(firstSlurmNode("node[01-04,07],gpu1"), "node01");
   EXPECT_EQ(firstSlurmNode("a,b[1-2]"), "a");

@@ -371,6 +371,22 @@ std::exception_ptr NativeEngine::abort(std::exception_ptr error, bool& fatal) no
   }
 }
 
+std::shared_ptr<Group> attachToWorld(std::shared_ptr<store::Store> store, int rank,
+                                     uint64_t generation, GroupOptions options) {
+  SHOAL_CHECK(store != nullptr, "attachToWorld needs a store");
+  const std::string prefix = worldPrefix(generation);
+  store::PrefixStore scoped(prefix, store);
+  auto secret = transport::resolveJobSecret(options.secret, options.secretFile, scoped, rank,
+                                            options.timeout);
+  options.generation = generation;
+  // A group of one: nothing is published under the world's keys, and no acceptor is shared
+  // (each connected group makes its own).
+  auto engine =
+      std::make_shared<NativeEngine>(store, prefix, 0, 1, generation, options,
+                                     std::move(secret.bytes), std::move(secret.holder), nullptr);
+  return Group::create(std::move(engine), std::move(options));
+}
+
 // ---- Access from above
 
 NativeEngine& nativeEngine(Group& g, const char* what) {

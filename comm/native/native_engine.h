@@ -62,6 +62,10 @@ class NativeEngine final : public Engine {
                const std::function<void(OpContext&)>& body);
 
   uint32_t id() const { return id_; }
+  // This group's store, scoped under its prefix (the same keys on every member): for the
+  // coordination a layer above needs among the group's members outside any operation (the
+  // parameter servers' replacements, ps/replacement.h). Thread-safe as the store is.
+  store::Store& store() const { return *store_; }
   const GroupOptions& options() const { return options_; }
   // The link to `peer`: the kind it has, or will have once the pair first talks (planned from
   // the records at creation; links are made on first use).
@@ -122,6 +126,14 @@ class NativeEngine final : public Engine {
   // Closed by the destructor first: the channels use this engine until they are closed.
   std::map<std::pair<int, int>, std::shared_ptr<P2pChannel>> p2p_;
 };
+
+// A world of one that shares the store keys of world generation `generation` (the world group
+// this rank's earlier process joined): Group::connect() on it meets that world's members in
+// named groups, while its collectives involve no one else. For a rank started again to take
+// its old place in named groups when the world itself cannot be formed again (a replacement
+// parameter server, run/init.cpp). Blocking only to resolve the job secret (options.timeout).
+std::shared_ptr<Group> attachToWorld(std::shared_ptr<store::Store> store, int rank,
+                                     uint64_t generation, GroupOptions options);
 
 // The native engine under `g`; InvalidArgument naming `what` and g's engine otherwise.
 NativeEngine& nativeEngine(Group& g, const char* what = "this");
