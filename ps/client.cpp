@@ -213,6 +213,13 @@ class Client::Replicas : public std::enable_shared_from_this<Client::Replicas> {
     return failovers_;
   }
 
+  // The link to copy `i` (shard s: 2s primary, 2s + 1 backup) now: a replacement's once one
+  // took the copy over.
+  comm::Group& link(size_t i) const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return *links_[i];
+  }
+
   uint64_t rejoins() const {
     std::lock_guard<std::mutex> lock(mu_);
     return rejoins_;
@@ -232,11 +239,6 @@ class Client::Replicas : public std::enable_shared_from_this<Client::Replicas> {
   bool isUp(int s, int which) const {
     std::lock_guard<std::mutex> lock(mu_);
     return up_[2 * s + which] != 0;
-  }
-
-  comm::Group& link(size_t i) const {
-    std::lock_guard<std::mutex> lock(mu_);
-    return *links_[i];
   }
 
   // A reply from shard s's copy that is alone may announce the other copy's replacement.
@@ -684,7 +686,8 @@ Traffic Client::traffic() const {
 
 comm::Group& Client::link(int server) {
   SHOAL_CHECK(server >= 0 && server < numServers_, "server {} of {}", server, numServers_);
-  return *links_.at(replicas_ ? 2 * static_cast<size_t>(server) : static_cast<size_t>(server));
+  if (replicas_) return replicas_->link(2 * static_cast<size_t>(server));
+  return *links_.at(static_cast<size_t>(server));
 }
 
 uint64_t Client::failovers() const {

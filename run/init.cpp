@@ -108,7 +108,9 @@ std::shared_ptr<FlightRecorder> openFlightRecorder(const EnvConfig& env, int ran
 World joinWorld(const EnvConfig& env, const run::MpiBridge* mpi) {
   const run::Rendezvous r = run::detectRendezvous(run::processEnv());
   comm::GroupOptions options = comm::GroupOptions::from(env);
-  if (env.flightDir) options.flight = openFlightRecorder(env, r.rank);
+  // A replacement parameter server keeps no record of its own: its file would be the lost
+  // process's (the same rank), which the launcher reads to tell what happened to it.
+  if (env.flightDir && r.psReplacement == 0) options.flight = openFlightRecorder(env, r.rank);
   World w;
   w.rank = r.rank;
   w.size = r.size;

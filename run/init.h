@@ -44,7 +44,8 @@ struct World {
   // --ps-replacements; SHOAL_PS_REPLACEMENT): pass it to ps::ServerOptions::replacement. Such
   // a rank does not form the world again with the others: `group` is then a world of one that
   // meets them in named groups only (comm/native/native_engine.h's attachToWorld), so only the
-  // parameter-server calls work on it.
+  // parameter-server calls work on it. It is neither traced (SHOAL_TRACE) nor flight-recorded
+  // (its recorder file would be the lost process's).
   int psReplacement = 0;
   // How many times `shoal run --max-restarts N` (without --elastic) restarted the whole job
   // before this attempt (SHOAL_RESTART_COUNT): 0 on the first. A program that checkpoints

@@ -230,19 +230,7 @@ class Job {
     }
     bool remote = false;
     for (auto& p : places_) remote |= !p.local;
-    // A join file with an address other hosts reach this one at: workers may join from there.
-    const bool joinElsewhere = !o_.joinFile.empty() && !o_.storeAddress.empty();
-    try {
-      secret_ = transport::generateSecret();  // ranks get it as SHOAL_SECRET (ssh: on stdin)
-      store::TcpStoreServerOptions so;
-      so.secret = secret_;
-      so.encrypt = o_.encrypt;
-      store_ = std::make_unique<store::TcpStoreServer>(
-          remote || joinElsewhere ? "0.0.0.0" : "127.0.0.1", o_.port, so);
-    } catch (const SystemError& e) {
-      SHOAL_THROW(InvalidArgument, "--port {}: the port is busy or cannot be bound ({})", o_.port,
-                  e.what());
-    }
+    // The address every rank is told (SHOAL_STORE_ADDR).
     std::string host = "127.0.0.1";
     if (!o_.storeAddress.empty()) {
       host = o_.storeAddress;
@@ -253,6 +241,29 @@ class Job {
         if (!a) SHOAL_THROW(InvalidArgument, "no route to host '{}'", p.host);
         host = *a;
         break;
+      }
+    }
+    secret_ = transport::generateSecret();  // ranks get it as SHOAL_SECRET (ssh: on stdin)
+    store::TcpStoreServerOptions so;
+    so.secret = secret_;
+    so.encrypt = o_.encrypt;
+    // The store listens where the ranks reach it, and nowhere else: that address when it is one
+    // of this host's, else (a --store-addr that is not, e.g. a forwarded one) every interface.
+    const std::optional<std::string> own = resolveIPv4(host);
+    try {
+      store_ = std::make_unique<store::TcpStoreServer>(own.value_or("0.0.0.0"), o_.port, so);
+    } catch (const SystemError& e) {
+      if (!own || isLoopback(*own)) {
+        SHOAL_THROW(InvalidArgument, "--port {}: the port is busy or cannot be bound ({})", o_.port,
+                    e.what());
+      }
+      try {
+        store_ = std::make_unique<store::TcpStoreServer>("0.0.0.0", o_.port, so);
+        say("the store listens on every interface: {} is not an address of this host ({})", *own,
+            e.what());
+      } catch (const SystemError& e2) {
+        SHOAL_THROW(InvalidArgument, "--port {}: the port is busy or cannot be bound ({})", o_.port,
+                    e2.what());
       }
     }
     storeHost_ = host;

@@ -98,6 +98,14 @@ for _ in $(seq 1 300); do
   sleep 0.1
 done
 [ -n "$victim" ] || fail "rank 3 never started on host-b"
+# While the job runs: the launcher's store listens on the address its ranks were given (the
+# bridge's, which routes to the hosts), not on every interface.
+store="$(sed -n 's/^shoal run: .*store at \([0-9.]*:[0-9]*\).*/\1/p' "$work/out" | head -1)"
+[ -n "$store" ] || fail "the launcher did not say where its store is"
+listeners="$(ss -Hltn "sport = :${store##*:}" | awk '{print $4}')"
+[ "$listeners" = "$store" ] ||
+  fail "the store should listen on $store only; listening: $(echo $listeners)"
+[ "${store%:*}" = "$prefix.1" ] || fail "the store should be at the bridge's address $prefix.1, not $store"
 kill -9 "$victim" || fail "rank 3 (pid $victim) was gone before it could be killed"
 set +e
 wait "$job"
