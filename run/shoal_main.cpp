@@ -165,6 +165,13 @@ int main(int argc, char** argv) {
   sweep->add_option("--trial-time-limit", sweepOptions.trialTimeLimit,
                     "seconds a trial may run before it is stopped as \"timeout\" (overrides "
                     "the config's trial_time_limit, default 3600; 0: no limit; kept for --resume)");
+  sweep->add_option("--hosts", sweepOptions.hosts,
+                    "run the trials on host1:slots,host2:slots (each trial takes ranks_per_trial "
+                    "free slots; default: this machine)");
+  sweep->add_option("--hostfile", sweepOptions.hostfile,
+                    "the hosts, one per line: host, host:slots or host slots=N");
+  sweep->add_option("--ssh", sweepOptions.ssh,
+                    "with hosts: passed to each trial's shoal run --ssh (default: its own)");
   sweep->add_flag(
       "--resume", sweepOptions.resume,
       "continue the sweep in --dir, or `--resume DIR` (its own configuration unless CONFIG "

@@ -461,3 +461,141 @@ TEST(SweepProcess, AHungTrialTimesOutAndTheSweepGoesOn) {
   EXPECT_NE(none.output.find("no limit per trial"), std::string::npos) << none.output;
   EXPECT_EQ(Json::parse(readFile(dir + "/sweep.json"))["trial_time_limit"], 0.0);
 }
+
+namespace {
+
+// "h:1,h:2,g:0" -> {(h,1), (h,2), (g,0)}, in rank order.
+std::vector<std::pair<std::string, int>> slotsOf(const std::string& list) {
+  std::vector<std::pair<std::string, int>> out;
+  std::istringstream in(list);
+  std::string entry;
+  while (std::getline(in, entry, ',')) {
+    const size_t colon = entry.rfind(':');
+    out.emplace_back(entry.substr(0, colon), std::stoi(entry.substr(colon + 1)));
+  }
+  return out;
+}
+
+}  // namespace
+
+// Two "hosts" (0x7f.0.0.1 and 0x7f.0.0.2: 127.0.0.1 and 127.0.0.2 spelled so that `shoal run`
+// resolves them but does not take them for this machine, so it goes through --ssh), a fake ssh
+// that runs the rank here and tells it which host it was given, 2-rank trials, parallel 3 over
+// 4 slots: at most 2 trials at once, one of them spanning both hosts.
+TEST(SweepProcess, TrialsRunOnTheHostsSlots) {
+  TempDir tmp;
+  const std::string dir = tmp.path + "/sweep", meet = tmp.path + "/meet";
+  const std::string placements = tmp.path + "/placements.txt";
+  std::filesystem::create_directories(meet);
+  const std::string hostA = "0x7f.0.0.1", hostB = "0x7f.0.0.2";
+  // x in {-1, -0.5, 0, 0.5, 1}: 5 trials, the best x=0.5; trials 0 and 1 wait for each other
+  // (so two trials provably held slots at once) before their epochs.
+  const std::string config =
+      writeConfig(tmp.path, fmt::format(R"({{
+    "command": ["{}", "--epochs", "2", "--trial", "{{trial}}", "--placements", "{}",
+                "--meet", "{}", "--meet-count", "2", "--y", "-0.2"],
+    "metric": "score", "direction": "max", "trials": 100, "parallel": 3, "ranks_per_trial": 2,
+    "algorithm": "grid", "grace": 1, "trial_time_limit": 120,
+    "parameters": {{"x": {{"type": "uniform", "low": -1, "high": 1}}}}}})",
+                                        SHOAL_SWEEP_TRAINER, placements, meet));
+  const auto r = runShell(fmt::format("{} sweep {} --dir {} --hosts {}:3,{}:1 --ssh 'sh {}'",
+                                      SHOAL_BIN, config, dir, hostA, hostB, SHOAL_SWEEP_FAKE_SSH));
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("at most 2 trials at once"), std::string::npos) << r.output;
+
+  // The journal: every trial on 2 of the given slots; trials that overlapped in time held
+  // disjoint slots.
+  struct Trial {
+    int id;
+    int64_t start, end;
+    std::string hosts;
+    std::vector<std::pair<std::string, int>> slots;
+  };
+  std::map<int, Trial> trials;
+  for (const Json& e : journal(dir)) {
+    if (e["event"] != "end") continue;
+    EXPECT_EQ(e["status"], "completed") << e.dump();
+    ASSERT_TRUE(e.contains("slots") && e.contains("hosts")) << e.dump();
+    Trial t{e["trial"].get<int>(), e["started_ms"].get<int64_t>(), e["ended_ms"].get<int64_t>(),
+            e["hosts"].get<std::string>(), slotsOf(e["slots"].get<std::string>())};
+    ASSERT_EQ(t.slots.size(), 2u) << e.dump();
+    for (const auto& [host, index] : t.slots) {
+      EXPECT_TRUE((host == hostA && index >= 0 && index < 3) || (host == hostB && index == 0))
+          << e.dump();
+    }
+    trials[t.id] = t;
+  }
+  ASSERT_EQ(trials.size(), 5u) << r.output;
+  // Both took their slots at the start, first fit: trial 1 spans the hosts.
+  EXPECT_EQ(trials[0].hosts, hostA + ":2");
+  EXPECT_EQ(trials[1].hosts, hostA + ":1," + hostB + ":1");
+  EXPECT_LT(trials[1].start, trials[0].end);  // they met, so they overlapped
+  EXPECT_LT(trials[0].start, trials[1].end);
+  for (const auto& [i, a] : trials) {
+    for (const auto& [j, b] : trials) {
+      if (i >= j || !(a.start < b.end && b.start < a.end)) continue;
+      for (const auto& s : a.slots) {
+        EXPECT_EQ(std::count(b.slots.begin(), b.slots.end(), s), 0)
+            << "trials " << i << " and " << j << " both held " << s.first << ":" << s.second;
+      }
+    }
+  }
+
+  // The ranks themselves: each started through ssh for the host of its slot (rank r on the
+  // trial's r-th slot), with SHOAL_NUM_HOSTS the trial's hosts.
+  std::istringstream lines(readFile(placements));
+  std::string line;
+  std::map<int, std::set<int>> ranksSeen;
+  while (std::getline(lines, line)) {
+    std::istringstream words(line);
+    int trial = -1, rank = -1, localRank = -1, numHosts = 0;
+    std::string host, slots;
+    words >> trial >> rank >> host >> localRank >> numHosts >> slots;
+    ASSERT_TRUE(trials.count(trial)) << line;
+    const Trial& t = trials[trial];
+    EXPECT_EQ(slotsOf(slots), t.slots) << line;
+    ASSERT_TRUE(rank == 0 || rank == 1) << line;
+    EXPECT_EQ(host, t.slots[static_cast<size_t>(rank)].first) << line;
+    EXPECT_EQ(numHosts, t.hosts.find(',') == std::string::npos ? 1 : 2) << line;
+    ranksSeen[trial].insert(rank);
+  }
+  EXPECT_EQ(ranksSeen.size(), 5u);
+  for (const auto& [trial, ranks] : ranksSeen) EXPECT_EQ(ranks.size(), 2u) << "trial " << trial;
+
+  const Json best = Json::parse(readFile(dir + "/best.json"));
+  EXPECT_EQ(best["params"]["x"], 0.5);
+  EXPECT_NEAR(best["metric"].get<double>(), 1 - 0.04, 1e-9);
+  EXPECT_TRUE(best.contains("hosts"));
+  EXPECT_NE(readFile(dir + "/results.csv").find(",reason,hosts\n"), std::string::npos);
+}
+
+TEST(SweepProcess, HostsErrors) {
+  TempDir tmp;
+  const auto configWith = [&](const std::string& extra) {
+    return writeConfig(tmp.path, fmt::format(R"({{"command": ["{}"], "metric": "score", {}
+      "parameters": {{"x": {{"type": "uniform", "low": 0, "high": 1}}}}}})",
+                                             SHOAL_SWEEP_TRAINER, extra));
+  };
+  // More ranks per trial than slots: one line, exit 2, nothing started (no directory).
+  auto r = runShell(fmt::format("{} sweep {} --dir {}/a --hosts localhost:2,127.0.0.1:2", SHOAL_BIN,
+                                configWith(R"("ranks_per_trial": 5,)"), tmp.path));
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("ranks_per_trial 5 is more than the 4 slots"), std::string::npos)
+      << r.output;
+  EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << r.output;
+  EXPECT_FALSE(std::filesystem::exists(tmp.path + "/a"));
+  // Trials started directly cannot go to hosts.
+  r = runShell(fmt::format("{} sweep {} --dir {}/b --hosts localhost:2", SHOAL_BIN,
+                           configWith(R"("launcher": "direct",)"), tmp.path));
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("--hosts needs trials started through `shoal run`"), std::string::npos)
+      << r.output;
+  // --ssh without hosts, both host forms, an unknown host, a malformed entry.
+  const std::string plain = configWith("");
+  for (const char* flags : {"--ssh ssh", "--hosts localhost:1 --hostfile /dev/null",
+                            "--hosts no-such-host.invalid:1", "--hosts localhost:0"}) {
+    r = runShell(fmt::format("{} sweep {} --dir {}/c {}", SHOAL_BIN, plain, tmp.path, flags));
+    EXPECT_EQ(r.code, 2) << flags << ": " << r.output;
+    EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << flags << ": " << r.output;
+  }
+}

@@ -470,3 +470,49 @@ TEST(SweepJournal, KeepsTimedOutTrials) {
   EXPECT_EQ(got.finished[0].reason, "the trial time limit (2 s)");
   EXPECT_TRUE(got.interrupted.empty());  // finished: a resume does not run it again
 }
+
+TEST(SweepJournal, KeepsTheHostsATrialRanOn) {
+  shoal::test::TempDir dir;
+  const sw::SweepConfig c = sw::parseSweepConfig(withParams(R"({
+      "x": {"type": "uniform", "low": 0, "high": 1}})"));
+  const std::string path = dir.path + "/trials.jsonl";
+  {
+    sw::SweepJournal j(path);
+    j.started(c, 0, {0.5}, "nodea:1,nodeb:1", "nodea:2,nodeb:0");
+    sw::TrialRecord r;
+    r.id = 0;
+    r.params = {0.5};
+    r.status = sw::TrialStatus::kCompleted;
+    r.metric = 0.4;
+    r.curve = {{1, 0.4}};
+    r.exitCode = 0;
+    r.hosts = "nodea:1,nodeb:1";
+    r.slots = "nodea:2,nodeb:0";
+    j.finished(c, r);
+    j.started(c, 1, {0.25});  // a local trial (no --hosts) in the same journal
+    r.id = 1;
+    r.params = {0.25};
+    r.hosts.clear();
+    r.slots.clear();
+    j.finished(c, r);
+    j.started(c, 2, {0.75}, "nodeb:1", "nodeb:0");  // interrupted: rerun wherever slots are free
+  }
+  const std::string text = shoal::test::readFile(path);
+  EXPECT_NE(text.find(R"("hosts":"nodea:1,nodeb:1","slots":"nodea:2,nodeb:0")"), std::string::npos)
+      << text;
+  // A hosts field of the wrong type is a line that does not parse: skipped.
+  appendText(path, R"({"event":"end","trial":3,"params":{"x":0.1},"status":"failed","metric":null,)"
+                   R"("curve":[],"hosts":7})"
+                   "\n");
+  const sw::JournalContents got = sw::readJournal(path, c);
+  ASSERT_EQ(got.finished.size(), 2u);
+  EXPECT_EQ(got.finished[0].hosts, "nodea:1,nodeb:1");
+  EXPECT_EQ(got.finished[0].slots, "nodea:2,nodeb:0");
+  EXPECT_EQ(got.finished[1].hosts, "");
+  EXPECT_EQ(got.finished[1].slots, "");
+  ASSERT_EQ(got.interrupted.size(), 1u);
+  EXPECT_EQ(got.interrupted.at(2), (sw::Assignment{0.75}));
+  EXPECT_EQ(got.skippedLines, 1);
+  // A journal written before hosts existed reads as local trials.
+  EXPECT_NE(text.find(R"({"event":"start","trial":1,"params":{"x":0.25}})"), std::string::npos);
+}

@@ -15,6 +15,7 @@
 #include "common/env.h"
 #include "common/error.h"
 #include "common/socket.h"
+#include "run/hosts.h"
 #include "run/process_util.h"
 #include "run/sweep/sweep_results.h"
 #include "run/sweep/sweep_runner.h"
@@ -101,6 +102,17 @@ int runSweepCommand(const SweepCommandOptions& given) {
     auto [config, record] = loadConfig(o);
     options.config = std::move(config);
     options.record = std::move(record);
+    if (!o.hosts.empty() && !o.hostfile.empty()) {
+      SHOAL_THROW(InvalidArgument, "give --hosts or --hostfile, not both");
+    }
+    if (!o.hosts.empty()) options.hosts = run::parseHostList(o.hosts);
+    if (!o.hostfile.empty()) options.hosts = run::readHostfile(o.hostfile);
+    if (!options.hosts.empty()) {
+      run::placeRanks(0, options.hosts);  // every host resolves, before anything starts
+    } else if (!o.ssh.empty()) {
+      SHOAL_THROW(InvalidArgument, "--ssh needs --hosts or --hostfile");
+    }
+    options.sshCommand = o.ssh;
   } catch (const InvalidArgument& e) {
     fmt::print(stderr, "shoal sweep: error: {}\n", e.what());
     return 2;

@@ -25,6 +25,9 @@ struct SweepCommandOptions {
   // trialTimeLimit (seconds, 0: none) is kept in DIR/sweep.json: a resume without the flag
   // bounds its trials the same way.
   std::string parallel, trials, algorithm, seed, trialTimeLimit;
+  // Where the trials run, as `shoal run` takes them (run/hosts.h); neither: this machine. Not
+  // kept in DIR: a resume names its hosts again (or runs locally).
+  std::string hosts, hostfile, ssh;
 };
 
 int runSweepCommand(const SweepCommandOptions& options);

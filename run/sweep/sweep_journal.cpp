@@ -99,25 +99,35 @@ void SweepJournal::append(const std::string& line) {
     throwSystemError("sweep journal " + path_ + ": fdatasync", errno);
 }
 
-void SweepJournal::started(const SweepConfig& config, int trial, const Assignment& params) {
-  append(Json{{"event", "start"}, {"trial", trial}, {"params", paramsJson(config, params)}}.dump());
+void SweepJournal::started(const SweepConfig& config, int trial, const Assignment& params,
+                           const std::string& hosts, const std::string& slots) {
+  Json j{{"event", "start"}, {"trial", trial}, {"params", paramsJson(config, params)}};
+  if (!hosts.empty()) {
+    j["hosts"] = hosts;
+    j["slots"] = slots;
+  }
+  append(j.dump(-1, ' ', false, Json::error_handler_t::replace));
 }
 
 void SweepJournal::finished(const SweepConfig& config, const TrialRecord& r) {
   Json curve = Json::array();
   for (const EpochValue& e : r.curve) curve.push_back(Json::array({e.epoch, number(e.value)}));
-  append(Json{{"event", "end"},
-              {"trial", r.id},
-              {"params", paramsJson(config, r.params)},
-              {"status", toString(r.status)},
-              {"metric", number(r.metric)},
-              {"curve", curve},
-              {"seconds", r.seconds},
-              {"exit_code", r.exitCode},
-              {"reason", r.reason},
-              {"started_ms", r.startedMs},
-              {"ended_ms", r.endedMs}}
-             .dump(-1, ' ', false, Json::error_handler_t::replace));
+  Json j{{"event", "end"},
+         {"trial", r.id},
+         {"params", paramsJson(config, r.params)},
+         {"status", toString(r.status)},
+         {"metric", number(r.metric)},
+         {"curve", curve},
+         {"seconds", r.seconds},
+         {"exit_code", r.exitCode},
+         {"reason", r.reason},
+         {"started_ms", r.startedMs},
+         {"ended_ms", r.endedMs}};
+  if (!r.hosts.empty()) {
+    j["hosts"] = r.hosts;
+    j["slots"] = r.slots;
+  }
+  append(j.dump(-1, ' ', false, Json::error_handler_t::replace));
 }
 
 JournalContents readJournal(const std::string& path, const SweepConfig& config) {
@@ -191,6 +201,8 @@ JournalContents readJournal(const std::string& path, const SweepConfig& config) 
       r.reason = j.value("reason", "");
       r.startedMs = j.value("started_ms", int64_t{0});
       r.endedMs = j.value("ended_ms", int64_t{0});
+      r.hosts = j.value("hosts", "");
+      r.slots = j.value("slots", "");
     } catch (const Json::exception&) {
       skip();
       continue;

@@ -8,6 +8,9 @@
 //                       {"event":"end","trial":3,"params":{...},"status":"completed",
 //                        "metric":0.84,"curve":[[1,0.80],[2,0.84]],"seconds":7.2,
 //                        "exit_code":0,"reason":"","started_ms":...,"ended_ms":...}
+//                     with --hosts, both events also name where the trial ran (its `shoal run
+//                     --hosts`, and its slots in rank order; absent for local trials):
+//                       "hosts":"nodeA:2,nodeB:1","slots":"nodeA:0,nodeA:1,nodeB:0"
 //
 // A trial with a start but no end was interrupted (the sweep was killed): a resumed sweep runs
 // it again with the same parameters. The journal is untrusted on reading: the file at most
@@ -49,6 +52,9 @@ struct TrialRecord {
   int exitCode = -1;                   // -1: not known
   std::string reason;                  // why it failed or stopped (empty when completed)
   int64_t startedMs = 0, endedMs = 0;  // Unix time, milliseconds
+  // With --hosts: where it ran ("nodeA:2,nodeB:1") and its slots in rank order
+  // ("nodeA:0,nodeA:1,nodeB:0"); empty for a local trial (trial_slots.h).
+  std::string hosts, slots;
 };
 
 // What a journal holds: the finished trials in the order they finished, and the interrupted
@@ -63,7 +69,9 @@ class SweepJournal {
  public:
   // Opens (creating) `path` for appending. SystemError naming it if it cannot.
   explicit SweepJournal(std::string path);
-  void started(const SweepConfig& config, int trial, const Assignment& params);
+  // `hosts` and `slots` as in TrialRecord (empty: a local trial, not written).
+  void started(const SweepConfig& config, int trial, const Assignment& params,
+               const std::string& hosts = "", const std::string& slots = "");
   void finished(const SweepConfig& config, const TrialRecord& record);
 
  private:

@@ -105,16 +105,21 @@ std::string formatResultsTable(const SweepConfig& c, const SweepResult& r, const
 }
 
 void writeResultsCsv(const std::string& path, const SweepConfig& c, const SweepResult& r) {
+  // A hosts column only when some trial ran on --hosts: a local sweep's file is as before.
+  const bool hosts = std::any_of(r.trials.begin(), r.trials.end(),
+                                 [](const TrialRecord& t) { return !t.hosts.empty(); });
   std::string text = "trial";
   for (const Parameter& p : c.parameters) text += "," + csvField(p.name);
-  text += "," + csvField(c.metric) + ",status,epochs,seconds,reason\n";
+  text +=
+      "," + csvField(c.metric) + ",status,epochs,seconds,reason" + (hosts ? ",hosts" : "") + "\n";
   for (const TrialRecord& t : r.trials) {
     text += std::to_string(t.id);
     for (size_t i = 0; i < t.params.size(); ++i) {
       text += "," + csvField(formatParameter(c.parameters[i], t.params[i]));
     }
-    text += fmt::format(",{},{},{},{:.3f},{}\n", metricText(t.metric), toString(t.status),
+    text += fmt::format(",{},{},{},{:.3f},{}", metricText(t.metric), toString(t.status),
                         t.curve.empty() ? 0 : t.curve.back().epoch, t.seconds, csvField(t.reason));
+    text += (hosts ? "," + csvField(t.hosts) : std::string()) + "\n";
   }
   writeFileAtomically(path, text);
 }
@@ -140,6 +145,7 @@ void writeBestJson(const std::string& path, const SweepConfig& c, const SweepRes
     for (const auto& [name, value] : c.env) env[name] = value;
     j["env"] = env;
     j["seconds"] = b.seconds;
+    if (!b.hosts.empty()) j["hosts"] = b.hosts;
   }
   writeFileAtomically(path, j.dump(2) + "\n");
 }

@@ -15,9 +15,11 @@
 #include "common/error.h"
 #include "common/wall_clock.h"
 #include "run/process_util.h"
+#include "run/slot_pool.h"
 #include "run/sweep/asha.h"
 #include "run/sweep/search_algorithm.h"
 #include "run/sweep/trial_process.h"
+#include "run/sweep/trial_slots.h"
 
 namespace shoal::run::sweep {
 namespace {
@@ -36,6 +38,7 @@ struct Running {
   std::optional<SteadyClock::time_point> deadline;  // the trial's time limit
   std::optional<TrialStatus> stopAs;                // why we stopped it (pruned, timeout)
   std::string stopReason;
+  TrialAllocation slots;  // with --hosts: what it holds until it ends
 };
 
 SteadyClock::duration seconds(double s) {
@@ -53,6 +56,18 @@ std::string describeParams(const SweepConfig& c, const Assignment& a) {
                      displayParameter(c.parameters[i], a[i]));
   }
   return s;
+}
+
+// A trial's `shoal run` flags for its slots: --hosts naming exactly them, --ssh, and -x for the
+// configuration's env (remote ranks get only SHOAL_* and -x variables from the launcher) and
+// SHOAL_SWEEP_SLOTS.
+std::vector<std::string> hostArguments(const SweepConfig& c, const std::string& ssh,
+                                       const TrialAllocation& slots) {
+  std::vector<std::string> args = {"--hosts", slots.hostList()};
+  if (!ssh.empty()) args.insert(args.end(), {"--ssh", ssh});
+  for (const auto& [name, value] : c.env) args.insert(args.end(), {"-x", name + "=" + value});
+  args.insert(args.end(), {"-x", "SHOAL_SWEEP_SLOTS=" + slots.slotList()});
+  return args;
 }
 
 Observation observe(const TrialRecord& r) {
@@ -104,6 +119,17 @@ std::string trialDirectory(const std::string& dir, int trial) {
 SweepResult runSweep(const SweepOptions& o) {
   const SweepConfig& c = o.config;
   const auto sweepStart = SteadyClock::now();
+  // Checked before the directory is touched: a sweep that could never start a trial is refused.
+  std::optional<TrialSlots> pool;
+  if (!o.hosts.empty()) {
+    if (!c.viaLauncher) {
+      SHOAL_THROW(InvalidArgument,
+                  "--hosts needs trials started through `shoal run` (\"launcher\": \"shoal\"), "
+                  "not \"direct\"");
+    }
+    pool.emplace(o.hosts);
+    pool->checkFits(c.ranksPerTrial);
+  }
   std::optional<SteadyClock::time_point> sweepDeadline;
   if (c.timeLimit) sweepDeadline = sweepStart + seconds(*c.timeLimit);
   const Fd lock = prepareDirectory(o);
@@ -143,6 +169,15 @@ SweepResult runSweep(const SweepOptions& o) {
                tpe && c.tpe.multivariate ? " (multivariate)" : "", c.trials, c.parallel,
                c.trialTimeLimit ? fmt::format("each stopped after {} s", *c.trialTimeLimit)
                                 : std::string("no limit per trial"));
+    if (pool) {
+      const int fit = pool->total() / c.ranksPerTrial;
+      fmt::print(o.progress, "shoal sweep: {} ranks per trial on {} slots ({}){}\n",
+                 c.ranksPerTrial, pool->total(), SlotPool::describe(pool->hosts()),
+                 fit < c.parallel ? fmt::format(": at most {} trials at once, the others wait "
+                                                "for slots",
+                                                fit)
+                                  : "");
+    }
   }
 
   std::vector<std::string> env = o.env;
@@ -162,15 +197,17 @@ SweepResult runSweep(const SweepOptions& o) {
   auto record = [&](TrialRecord r) {
     journal.finished(c, r);
     history.push_back(observe(r));
-    progress(fmt::format("[{}/{}] trial {} {}{} in {:.1f} s: {}{}", finished.size() + 1, c.trials,
+    progress(fmt::format("[{}/{}] trial {} {}{} in {:.1f} s{}: {}{}", finished.size() + 1, c.trials,
                          r.id, toString(r.status),
                          std::isnan(r.metric) ? "" : fmt::format(" {}={:.6g}", c.metric, r.metric),
-                         r.seconds, describeParams(c, r.params),
+                         r.seconds, r.hosts.empty() ? "" : " on " + r.hosts,
+                         describeParams(c, r.params),
                          r.reason.empty() ? "" : " (" + r.reason + ")"));
     finished.push_back(std::move(r));
   };
 
-  auto launch = [&](int id, const Assignment& params) {
+  // With hosts, `slots` is what the trial holds (given back when it ends).
+  auto launch = [&](int id, const Assignment& params, TrialAllocation slots) {
     const std::string trialDir = trialDirectory(o.dir, id);
     std::error_code ec;
     fs::create_directories(trialDir, ec);
@@ -180,13 +217,19 @@ SweepResult runSweep(const SweepOptions& o) {
     std::vector<std::string> argv =
         trialCommand(c, params, id, fs::absolute(trialDir).string(), metricsFile);
     if (c.viaLauncher) {
+      std::vector<std::string> launcher;
+      if (pool) launcher = hostArguments(c, o.sshCommand, slots);
+      launcher.push_back("--");
+      argv.insert(argv.begin(), launcher.begin(), launcher.end());
       // The flight recorders into the trial's folder: a stopped trial is a "failed" job to the
       // launcher, which would otherwise keep them in a new /tmp folder per stopped trial.
       argv.insert(argv.begin(), {o.shoalProgram, "run", "-n", std::to_string(c.ranksPerTrial), "-q",
                                  "--grace", fmt::format("{}", c.graceSeconds), "--flight-dir",
-                                 fs::absolute(trialDir + "/flight").string(), "--"});
+                                 fs::absolute(trialDir + "/flight").string()});
     }
-    journal.started(c, id, params);
+    const std::string hosts = pool ? slots.hostList() : "";
+    const std::string slotList = pool ? slots.slotList() : "";
+    journal.started(c, id, params, hosts, slotList);
     Running r;
     r.id = id;
     r.params = params;
@@ -194,6 +237,7 @@ SweepResult runSweep(const SweepOptions& o) {
     r.startedMs = unixMs();
     if (c.trialTimeLimit) r.deadline = r.started + seconds(*c.trialTimeLimit);
     r.metrics = std::make_unique<MetricsReader>(metricsFile, c.metric);
+    r.slots = std::move(slots);
     try {
       r.process = std::make_unique<TrialProcess>(argv, env, trialDir + "/log.txt");
     } catch (const Error& e) {
@@ -204,7 +248,10 @@ SweepResult runSweep(const SweepOptions& o) {
       failed.metric = NAN;
       failed.reason = fmt::format("could not start: {}", e.what());
       failed.startedMs = failed.endedMs = r.startedMs;
+      failed.hosts = hosts;
+      failed.slots = slotList;
       record(std::move(failed));
+      if (pool) pool->release(r.slots);
       return;
     }
     running.push_back(std::move(r));
@@ -221,6 +268,10 @@ SweepResult runSweep(const SweepOptions& o) {
     t.exitCode = exitCodeOf(status);
     t.startedMs = r.startedMs;
     t.endedMs = unixMs();
+    if (pool) {
+      t.hosts = r.slots.hostList();
+      t.slots = r.slots.slotList();
+    }
     const bool exitedZero = WIFEXITED(status) && WEXITSTATUS(status) == 0;
     // A trial that reported its last epoch and exited 0 finished before the stop reached it
     // (ASHA read a rung after the fact): it completed.
@@ -248,22 +299,27 @@ SweepResult runSweep(const SweepOptions& o) {
 
   while (true) {
     // Start trials while there is room, budget and time.
+    // With hosts, also while ranks_per_trial slots are free: the others wait for a release.
     while (!stopping && !exhausted && static_cast<int>(running.size()) < c.parallel &&
-           static_cast<int>(finished.size() + running.size()) < c.trials) {
+           static_cast<int>(finished.size() + running.size()) < c.trials &&
+           (!pool || pool->free() >= c.ranksPerTrial)) {
+      TrialAllocation slots;
+      if (pool) slots = *pool->take(c.ranksPerTrial);
       if (!reruns.empty()) {
         auto [id, params] = std::move(reruns.front());
         reruns.pop_front();
-        launch(id, params);
+        launch(id, params, std::move(slots));
         continue;
       }
       const int id = nextId;
       std::optional<Assignment> params = algorithm->suggest(id, history);
       if (!params) {
+        if (pool) pool->release(slots);
         exhausted = true;
         break;
       }
       ++nextId;
-      launch(id, *params);
+      launch(id, *params, std::move(slots));
     }
     if (running.empty()) break;
 
@@ -322,6 +378,8 @@ SweepResult runSweep(const SweepOptions& o) {
         continue;
       }
       if (!result.interrupted) finish(running[i], *status);
+      // Given back whatever the outcome (finished, failed, stopped, interrupted).
+      if (pool) pool->release(running[i].slots);
       running.erase(running.begin() + static_cast<std::ptrdiff_t>(i));
     }
   }

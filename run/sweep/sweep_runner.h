@@ -14,6 +14,14 @@
 // sweep, or in use by a running one: DIR/sweep.lock), SystemError (the journal cannot be
 // written).
 //
+// Hosts (`hosts` not empty): the trials' ranks go to the hosts' slots (trial_slots.h). A trial
+// starts only when ranks_per_trial slots are free, so at most min(parallel, slots / ranks) run
+// at once, and its `shoal run` gets `--hosts` naming exactly its slots, `--ssh`, and `-x` for
+// the configuration's env and SHOAL_SWEEP_SLOTS (its slots in rank order); the journal records
+// both. InvalidArgument before anything starts when ranks_per_trial exceeds the slots or the
+// configuration starts trials directly ("launcher": "direct"). No hosts: every trial on this
+// machine, `parallel` at a time, as before.
+//
 // Resume: DIR/sweep.json and the journal (sweep_journal.h) are read first: finished trials are
 // kept (and replayed into ASHA and the algorithm's history), interrupted ones run again with the
 // same parameters, new ones continue the numbering.
@@ -28,6 +36,7 @@
 #include <string>
 #include <vector>
 
+#include "run/hosts.h"
 #include "run/sweep/search_space.h"
 #include "run/sweep/sweep_journal.h"
 
@@ -41,6 +50,8 @@ struct SweepOptions {
   // fit the new space are kept). Without it such a DIR is an InvalidArgument.
   bool force = false;
   std::string shoalProgram;       // the `shoal` binary (for "launcher": "shoal")
+  std::vector<HostSlots> hosts;   // empty: trials on this machine
+  std::string sshCommand;         // with hosts: `shoal run --ssh` (empty: its default)
   std::vector<std::string> env;   // the trials' base environment ("NAME=value"); config.env added
   double pollSeconds = 0.25;      // how often running trials' metrics files are re-read
   int stopFd = -1;                // readable: stop now (trials killed, left to a resume)
