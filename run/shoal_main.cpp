@@ -4,11 +4,19 @@
 // dashboard over the runs' metrics (tools/ui_server.h), `shoal report RUN_DIR`, a static
 // report of one run (tools/report.h), `shoal tensorboard RUN_DIR`, its metrics as TensorBoard
 // event files (tools/tensorboard_export.h), and `shoal sweep CONFIG.json --dir DIR`, a
-// hyperparameter search over a training program (tools/sweep_command.h).
+// hyperparameter search over a training program (tools/sweep_command.h); `shoal serve MODEL`
+// runs the inference server, shoal-serve (tools/serve/).
 #include <fmt/format.h>
 #include <signal.h>
+#include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <string>
+#include <string_view>
+#include <vector>
 
 #include "common/env.h"
 #include "common/error.h"
@@ -44,9 +52,36 @@ int serveUi(tools::UiOptions options) {
   return 0;
 }
 
+// `shoal serve ARGS...` runs `shoal-serve ARGS...` in its place (exec: its output, signals and
+// exit code are the server's). The inference server is a program of its own because it needs
+// libtorch and `shoal` does not: the one beside this program, else the first on PATH.
+int forwardToServe(int argc, char** argv) {
+  std::vector<std::string> args{"shoal-serve"};
+  for (int i = 2; i < argc; ++i) args.emplace_back(argv[i]);
+  std::vector<char*> argvOut;
+  for (auto& a : args) argvOut.push_back(a.data());
+  argvOut.push_back(nullptr);
+  char self[4096];
+  const ssize_t len = ::readlink("/proc/self/exe", self, sizeof(self) - 1);
+  std::string beside;
+  if (len > 0) {
+    self[len] = '\0';
+    beside = (std::filesystem::path(self).parent_path() / "shoal-serve").string();
+    if (::access(beside.c_str(), X_OK) == 0) ::execv(beside.c_str(), argvOut.data());
+  }
+  ::execvp("shoal-serve", argvOut.data());
+  fmt::print(stderr,
+             "shoal serve: cannot start shoal-serve ({}): it is neither beside this program{} "
+             "nor on PATH; it is built with libtorch (SHOAL_WITH_TORCH=ON)\n",
+             std::strerror(errno), beside.empty() ? "" : " (" + beside + ")");
+  return 2;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Before the parser: every argument after `serve` is shoal-serve's, its --help included.
+  if (argc >= 2 && std::string_view(argv[1]) == "serve") return forwardToServe(argc, argv);
   CLI::App app{"Shoal: distributed training"};
   app.require_subcommand(1);
   auto* run =
@@ -149,6 +184,11 @@ int main(int argc, char** argv) {
   tensorboard->add_option("-o,--out", tensorboardOut,
                           "the folder for tensorboard --logdir (default: RUN_DIR/tensorboard)");
 
+  // Listed for --help only: main() hands `shoal serve ...` to shoal-serve before parsing.
+  app.add_subcommand("serve",
+                     "an HTTP inference server with dynamic batching: shoal serve MODEL [options] "
+                     "runs shoal-serve (README \"Export and serving\")")
+      ->allow_extras();
   auto* sweep = app.add_subcommand(
       "sweep",
       "hyperparameter search: run a training program's trials over a search space "

@@ -73,8 +73,10 @@ float maxDiff(const json& outputs, const torch::Tensor& expected) {
 // One shoal-serve process for a test.
 class Server {
  public:
-  Server(const std::string& dir, const std::string& model, std::vector<std::string> extra)
-      : proc_(args(model, std::move(extra)), dir + "/serve.out") {
+  // `program`: how the server is started (shoal-serve itself, or `shoal serve`).
+  Server(const std::string& dir, const std::string& model, std::vector<std::string> extra,
+         std::vector<std::string> program = {SHOAL_SERVE_BIN})
+      : proc_(args(std::move(program), model, std::move(extra)), dir + "/serve.out") {
     const bool said = proc_.waitForOutput(
         [](const std::string& out) {
           return std::regex_search(out, std::regex("at http://[^ \n]+/\n"));
@@ -132,8 +134,10 @@ class Server {
   bool ok() const { return port_ > 0; }
 
  private:
-  static std::vector<std::string> args(const std::string& model, std::vector<std::string> extra) {
-    std::vector<std::string> a{SHOAL_SERVE_BIN, model, "--port", "0", "--torch-threads", "1"};
+  static std::vector<std::string> args(std::vector<std::string> program, const std::string& model,
+                                       std::vector<std::string> extra) {
+    std::vector<std::string> a = std::move(program);
+    a.insert(a.end(), {model, "--port", "0", "--torch-threads", "1"});
     a.insert(a.end(), extra.begin(), extra.end());
     return a;
   }
@@ -330,6 +334,30 @@ TEST(Serve, ReloadsARenamedInModelAndKeepsTheOldOneOnABrokenFile) {
   EXPECT_EQ(j["model_version"], 2);
   EXPECT_LE(maxDiff(j["outputs"], forward(newModel, x)), 1e-5);
   EXPECT_NE(s.proc().output().find("keeping model version 2"), std::string::npos);
+}
+
+// `shoal serve` is shoal-serve: the same answers, and the same one-line refusals and exit codes.
+TEST(Serve, ShoalServeRunsTheServer) {
+  torch::set_num_threads(1);
+  TempDir dir;
+  auto model = makeModel(3);
+  torch::save(model, dir.path + "/model.pt");
+  {
+    Server s(dir.path, dir.path + "/model.pt", {}, {SHOAL_BIN, "serve"});
+    ASSERT_TRUE(s.ok());
+    torch::manual_seed(7);
+    const torch::Tensor x = torch::randn({2, kPixels});
+    auto [status, body] = s.predict(json{{"inputs", instancesJson(x)}}.dump());
+    ASSERT_EQ(status, 200) << body;
+    EXPECT_LE(maxDiff(body["outputs"], forward(model, x)), 1e-5);
+    ::kill(s.proc().pid(), SIGTERM);
+    EXPECT_EQ(s.proc().wait(30s), 0) << s.proc().output();
+  }
+  auto r = test::runShell(fmt::format("{} serve {}/model.pt --max-batch 0", SHOAL_BIN, dir.path));
+  EXPECT_EQ(r.code, 2) << r.output;
+  auto direct =
+      test::runShell(fmt::format("{} {}/model.pt --max-batch 0", SHOAL_SERVE_BIN, dir.path));
+  EXPECT_EQ(r.output, direct.output);
 }
 
 TEST(Serve, BadStartsFailWithOneLine) {
