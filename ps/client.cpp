@@ -220,11 +220,6 @@ class Client::Replicas : public std::enable_shared_from_this<Client::Replicas> {
     return *links_[i];
   }
 
-  uint64_t rejoins() const {
-    std::lock_guard<std::mutex> lock(mu_);
-    return rejoins_;
-  }
-
  private:
   static constexpr int kPrimary = 0, kBackup = 1;
 
@@ -286,7 +281,6 @@ class Client::Replicas : public std::enable_shared_from_this<Client::Replicas> {
       std::lock_guard<std::mutex> lock(mu_);
       links_[2 * s + which] = g;
       up_[2 * s + which] = 1;
-      ++rejoins_;
     }
     SHOAL_LOG_WARN("worker {}: shard {}'s {} is back on server {} (replacement {})", worker_, s,
                    copy, server, k);
@@ -400,7 +394,6 @@ class Client::Replicas : public std::enable_shared_from_this<Client::Replicas> {
   // Per shard: the newest replacement announced, and the newest one this worker tried.
   std::vector<int64_t> announced_, tried_;
   uint64_t failovers_ = 0;
-  uint64_t rejoins_ = 0;
 };
 
 Client::Client(comm::Group& world, int worker, int numWorkers, int numServers,
