@@ -1,21 +1,29 @@
 // Model export (train/export/): files Python's torch.load and safetensors readers load, checked
-// against the PyTorch twin of FashionCnn (tests/export_check.py), and the safetensors reader on
-// hostile input.
+// against PyTorch twins of the C++ models (tests/export_check.py): a FashionCnn, and
+// examples/trainer_mnist's model trained by a hybrid (pipeline x tensor-parallel) job and saved
+// as a full state; damaged full states, and the safetensors reader on hostile input.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <cstring>
 #include <fstream>
+#include <regex>
 #include <set>
 
+#include "common/sealed_file.h"
 #include "tests/process_util.h"
 #include "tests/thread_ranks.h"
 #include "train/export/file_bytes.h"
 #include "train/export/safetensors.h"
 #include "train/export/tensor_file.h"
 #include "train/fashion_cnn.h"
+#include "train/full_state.h"
 #include "train/idx_dataset.h"
 #include "train/reshard_checkpoint.h"
+#include "train/tensor/column_linear.h"
+#include "train/tensor/row_linear.h"
+#include "train/tensor/sharded_dropout.h"
 
 namespace shoal::train {
 namespace {
@@ -124,6 +132,170 @@ TEST(Export, ShardedCheckpointFolder) {
   const NamedTensors got = readTensorFile(dir.path + "/m.safetensors");
   ASSERT_EQ(got.size(), tensors.size());
   for (const auto& [name, t] : tensors) EXPECT_TRUE(torch::equal(got.at(name), t)) << name;
+}
+
+// examples/trainer_mnist.cpp's model as its --evaluate-from builds it in one process (the same
+// layers, a tensor group of one rank), so its outputs are the C++ program's.
+torch::nn::Sequential trainerMnistModel() {
+  using namespace torch::nn;
+  const tensor::TensorGroup one{};
+  Linear hidden(32 * 7 * 7, 128), out(128, 10);
+  return Sequential(
+      Conv2d(Conv2dOptions(1, 16, 3).padding(1)), BatchNorm2d(16), ReLU(), MaxPool2d(2),
+      Conv2d(Conv2dOptions(16, 32, 3).padding(1)), BatchNorm2d(32), ReLU(), MaxPool2d(2), Flatten(),
+      tensor::ColumnParallelLinear(hidden->weight, hidden->bias, one), ReLU(),
+      tensor::ShardedDropout(0.25, one), tensor::RowParallelLinear(out->weight, out->bias, one));
+}
+
+// A model trained on a 2 x 2 grid (2 pipeline stages, each split over 2 tensor-parallel ranks)
+// under shoal run, saved by its --save as one full state, exported both ways by shoal-export:
+// the files hold the consolidated model (full shapes, the one-process names), and Python's plain
+// model loads them strictly and gives the C++ model's outputs on 1000 test images within 1e-6.
+// The C++ outputs here are tied to trainer_mnist's own: its --evaluate-from scores the file as
+// this test's forward does.
+TEST(Export, AHybridJobsSavedModelRunsInPython) {
+  torch::set_num_threads(1);
+  TempDir dir;
+  const std::string saved = dir.path + "/model.state";
+  const auto job = runShell(fmt::format(
+      "OPENBLAS_NUM_THREADS=1 timeout 300 {} run -n 4 --timeout 60 -- {} --strategy hybrid "
+      "--stages 2 --tensor 2 --train-subset 600 --test-subset 200 --batch 30 --epochs 1 "
+      "--threads 1 --save {}",
+      SHOAL_BIN, TRAINER_MNIST_BIN, saved));
+  ASSERT_EQ(job.code, 0) << job.output;
+  ASSERT_NE(job.output.find("grid data 1 x pipeline 2 x tensor 2"), std::string::npos)
+      << job.output;
+  ASSERT_NE(job.output.find("saved the full model to " + saved), std::string::npos) << job.output;
+  EXPECT_EQ(detectTensorFileFormat(saved), TensorFileFormat::kFullState);
+
+  // The file holds the whole model under the one-process names: the split classifier gathered.
+  const FullState state = readFullState(saved);
+  const NamedTensors read = readTensorFile(saved);
+  ASSERT_EQ(state.size(), 18u);
+  ASSERT_EQ(read.size(), 18u);
+  for (const auto& [name, t] : state) {
+    ASSERT_TRUE(read.count(name)) << name;
+    EXPECT_TRUE(torch::equal(read.at(name), t)) << name;
+  }
+  EXPECT_EQ(read.at("9.weight").sizes().vec(), (std::vector<int64_t>{128, 32 * 7 * 7}));
+  EXPECT_EQ(read.at("9.bias").sizes().vec(), (std::vector<int64_t>{128}));
+  EXPECT_EQ(read.at("12.weight").sizes().vec(), (std::vector<int64_t>{10, 128}));
+  EXPECT_EQ(read.at("5.running_var").sizes().vec(), (std::vector<int64_t>{32}));
+
+  auto model = trainerMnistModel();
+  loadFullState(*model, state);
+  model->eval();
+  const IdxDataset test = readIdxDataset(kFashionMnistDir, "t10k", 1000);
+  torch::Tensor outputs, scored;
+  {
+    torch::NoGradGuard noGrad;
+    // One batch of 1000, as export_check.py runs it: libtorch's kernels sum in another order for
+    // another batch size (here up to 1.4e-6 apart between batches of 256 and of 1000).
+    outputs = model->forward(test.images);
+    // In trainer_mnist's batches of 256, so that its score and this one are the same numbers.
+    std::vector<torch::Tensor> parts;
+    for (int64_t at = 0; at < test.size(); at += 256)
+      parts.push_back(model->forward(test.images.narrow(0, at, std::min<int64_t>(256, 1000 - at))));
+    scored = torch::cat(parts);
+  }
+  const int64_t correct = scored.argmax(1).eq(test.labels).sum().item<int64_t>();
+  const auto alone = runShell(fmt::format(
+      "OPENBLAS_NUM_THREADS=1 timeout 120 {} --evaluate-from {} --test-subset 1000 --threads 1",
+      TRAINER_MNIST_BIN, saved));
+  ASSERT_EQ(alone.code, 0) << alone.output;
+  EXPECT_NE(alone.output.find(fmt::format("accuracy {:.2f}% on 1000 samples", correct / 10.0)),
+            std::string::npos)
+      << alone.output << " (this test's forward: " << correct << " of 1000)";
+  EXPECT_GT(correct, 500) << "one epoch on 600 images learns well above chance";
+
+  writeRaw(dir.path + "/inputs.f32", test.images);
+  writeRaw(dir.path + "/outputs.f32", outputs);
+  for (const char* out : {"model.pt", "model.safetensors"}) {
+    const auto r = runShell(fmt::format("{} {} {}/{}", SHOAL_EXPORT_BIN, saved, dir.path, out));
+    ASSERT_EQ(r.code, 0) << r.output;
+    EXPECT_NE(r.output.find("exported 18 tensors"), std::string::npos) << r.output;
+    const NamedTensors back = readTensorFile(dir.path + "/" + out);
+    ASSERT_EQ(back.size(), read.size()) << out;
+    for (const auto& [name, t] : read) {
+      ASSERT_TRUE(back.count(name)) << out << " lacks " << name;
+      EXPECT_EQ(back.at(name).scalar_type(), t.scalar_type()) << out << ": " << name;
+      EXPECT_TRUE(torch::equal(back.at(name), t)) << out << ": " << name;
+    }
+  }
+  const auto py = runShell(fmt::format("/usr/bin/python3 {}/tests/export_check.py {} trainer_mnist",
+                                       SHOAL_SOURCE_DIR, dir.path));
+  EXPECT_EQ(py.code, 0) << py.output;
+  EXPECT_NE(py.output.find("torch.load(model.pt): 18 tensors"), std::string::npos) << py.output;
+  EXPECT_NE(py.output.find("model.safetensors: 18 tensors"), std::string::npos) << py.output;
+}
+
+// A full state that is cut short, padded, corrupt, or sealed but not a model's: shoal-export
+// says so in one line naming the file, exits 1, and writes nothing.
+TEST(Export, ADamagedFullStateIsOneLineAndExitOne) {
+  TempDir dir;
+  torch::manual_seed(5);
+  const FullState state = {{"fc.weight", torch::randn({3, 4})},
+                           {"fc.bias", torch::randn({3})},
+                           {"bn.num_batches_tracked", torch::tensor(int64_t{9})}};
+  const std::string good = dir.path + "/good.state";
+  writeFullState(good, state);
+  auto r = runShell(fmt::format("{} {} {}/good.safetensors", SHOAL_EXPORT_BIN, good, dir.path));
+  ASSERT_EQ(r.code, 0) << r.output;
+  const NamedTensors back = readTensorFile(dir.path + "/good.safetensors");
+  ASSERT_EQ(back.size(), 3u);
+  for (const auto& [name, t] : state) {
+    EXPECT_EQ(back.at(name).scalar_type(), t.scalar_type()) << name;
+    EXPECT_TRUE(torch::equal(back.at(name), t)) << name;
+  }
+
+  const std::string bytes = readFileBytes(good);
+  std::string flipped = bytes;
+  flipped[bytes.size() / 2] ^= 0x5a;
+  std::string twice;
+  {
+    FullState dup = state;
+    dup.push_back(state[0]);
+    twice = encodeFullState(dup);
+  }
+  std::string notAState;
+  {
+    std::ostringstream archive;
+    torch::save(torch::nn::Linear(2, 2), archive);
+    notAState = archive.str();
+  }
+  const struct {
+    const char* label;
+    std::string bytes;
+    bool sealPayload;  // bytes is a payload to seal, not the file
+    const char* says;
+  } cases[] = {
+      {"cut by one byte", bytes.substr(0, bytes.size() - 1), false, "truncated or padded"},
+      {"cut in the payload", bytes.substr(0, bytes.size() / 3), false, "truncated or padded"},
+      {"cut in the magic", bytes.substr(0, 5), false, "bad header"},
+      {"padded", bytes + "x", false, "truncated or padded"},
+      {"corrupt", flipped, false, "checksum mismatch"},
+      {"sealed junk", "not an archive at all", true, "not a readable archive"},
+      {"sealed module", notAState, true, "not a full model state"},
+      {"a name twice", twice, true, "holds 'fc.weight' twice"},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.label);
+    const std::string path = dir.path + "/bad.state";
+    if (c.sealPayload) {
+      writeSealedFile(path, c.bytes);
+    } else {
+      writeFileAtomically(path, c.bytes);
+    }
+    const std::string out = dir.path + "/bad.safetensors";
+    r = runShell(fmt::format("{} {} {}", SHOAL_EXPORT_BIN, path, out));
+    EXPECT_EQ(r.code, 1) << r.output;
+    EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << r.output;
+    EXPECT_EQ(r.output.rfind("shoal-export: ", 0), 0u) << r.output;
+    EXPECT_NE(r.output.find(path), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find(c.says), std::string::npos) << r.output;
+    EXPECT_FALSE(std::filesystem::exists(out));
+    EXPECT_THROW(readTensorFile(path), InvalidArgument);
+  }
 }
 
 TEST(Export, ToolErrorsAreOneLineWithExitCodes) {

@@ -3,8 +3,10 @@
 //
 //   shoal-export <in> <out> [--format pt|safetensors] [--step N]
 //
-// <in> is a torch::save file of a module (or a file this tool wrote), or a sharded checkpoint
-// folder (its newest committed step, or --step N). <out> gets every parameter and buffer by its
+// <in> is a torch::save file of a module (or a file this tool wrote), a full model state as a
+// trainer's --save writes it (train/full_state.h: the consolidated model of any strategy,
+// pipeline stages and tensor-parallel slices gathered), or a sharded checkpoint folder (its
+// newest committed step, or --step N). <out> gets every parameter and buffer by its
 // state_dict name: "pt" is a pickled dict Python's plain torch.load(path) returns, "safetensors"
 // the Hugging Face format. The format defaults from <out>'s extension (.safetensors, else pt).
 // Prints one line; on any error, one line on stderr and exit code 1 (2 for bad usage).
@@ -21,7 +23,8 @@
 namespace {
 
 constexpr const char* kUsage =
-    "usage: shoal-export <in.pt|checkpoint-dir> <out> [--format pt|safetensors] [--step N]";
+    "usage: shoal-export <in.pt|full-state|checkpoint-dir> <out> [--format pt|safetensors] "
+    "[--step N]";
 
 int run(int argc, char** argv) {
   using namespace shoal::train;

@@ -3,13 +3,16 @@
 
 #include <torch/serialize.h>
 
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
 #include "common/error.h"
+#include "common/sealed_file.h"
 #include "train/archive_bounds.h"
 #include "train/export/file_bytes.h"
 #include "train/export/safetensors.h"
+#include "train/full_state.h"
 #include "train/reshard_checkpoint.h"
 
 namespace shoal::train {
@@ -31,7 +34,16 @@ bool holdsTorchScript(std::string_view bytes) {
   return bytes.find("constants.pkl") != std::string_view::npos;
 }
 
+// common/sealed_file.h's magic. A file cut short inside it counts as one too, so that it is
+// reported as a truncated sealed file rather than as bad safetensors.
+bool isSealed(std::string_view bytes) {
+  constexpr std::string_view kMagic = "SHOALCK1";
+  const size_t n = std::min(bytes.size(), kMagic.size());
+  return n > 0 && bytes.substr(0, n) == kMagic.substr(0, n);
+}
+
 TensorFileFormat detect(std::string_view bytes) {
+  if (isSealed(bytes)) return TensorFileFormat::kFullState;
   if (!isZip(bytes)) return TensorFileFormat::kSafetensors;
   return holdsTorchScript(bytes) ? TensorFileFormat::kTorchSave : TensorFileFormat::kPickleDict;
 }
@@ -52,6 +64,30 @@ void walkArchive(torch::serialize::InputArchive& archive, const std::string& pre
   }
 }
 
+// A sealed full state (train/full_state.h), read again through common/sealed_file.h, which
+// checks the length against the file's size and the SHA-256 before returning a byte.
+NamedTensors readFullStateFile(const std::string& path) {
+  std::string payload;
+  FullState state;
+  try {
+    payload = readSealedFile(path);
+    checkArchiveBounds(payload);
+    state = decodeFullState(payload, path);
+  } catch (const InvalidArgument& e) {
+    const std::string what = firstLine(e);
+    SHOAL_THROW(InvalidArgument, "{}{}", what.find(path) == std::string::npos ? path + ": " : "",
+                what);
+  }
+  if (state.empty()) SHOAL_THROW(InvalidArgument, "{}: a full model state with no tensors", path);
+  NamedTensors out;
+  for (auto& [name, t] : state) {
+    if (name.empty()) SHOAL_THROW(InvalidArgument, "{}: a full state names a tensor ''", path);
+    if (!out.emplace(name, t.to(torch::kCPU).contiguous()).second)
+      SHOAL_THROW(InvalidArgument, "{}: a full state holds '{}' twice", path, name);
+  }
+  return out;
+}
+
 }  // namespace
 
 TensorFileFormat tensorFileFormatFromName(const std::string& name) {
@@ -68,6 +104,8 @@ const char* tensorFileFormatName(TensorFileFormat format) {
       return "pt";
     case TensorFileFormat::kSafetensors:
       return "safetensors";
+    case TensorFileFormat::kFullState:
+      return "full-state";
   }
   return "?";
 }
@@ -77,9 +115,13 @@ TensorFileFormat detectTensorFileFormat(const std::string& path) {
 }
 
 NamedTensors readTensorFile(const std::string& path) {
-  const std::string bytes = readFileBytes(path);
+  std::string bytes = readFileBytes(path);
   const TensorFileFormat format = detect(bytes);
   if (format == TensorFileFormat::kSafetensors) return decodeSafetensors(bytes, path).tensors;
+  if (format == TensorFileFormat::kFullState) {
+    std::string().swap(bytes);  // read again by the sealed reader, which checks it whole
+    return readFullStateFile(path);
+  }
   try {
     checkArchiveBounds(bytes);
   } catch (const InvalidArgument& e) {
@@ -138,8 +180,9 @@ void writeTensorFile(const std::string& path, const NamedTensors& tensors,
     return;
   }
   if (format != TensorFileFormat::kPickleDict) {
-    SHOAL_THROW(InvalidArgument, "writeTensorFile: {} is written by torch::save, not here",
-                tensorFileFormatName(format));
+    SHOAL_THROW(InvalidArgument, "writeTensorFile: {} is written by {}, not here",
+                tensorFileFormatName(format),
+                format == TensorFileFormat::kTorchSave ? "torch::save" : "train::writeFullState");
   }
   c10::Dict<std::string, at::Tensor> dict;
   for (const auto& [name, t] : tensors) dict.insert(name, t.detach().to(torch::kCPU).contiguous());
