@@ -66,6 +66,11 @@ void writeSealedFile(const std::string& path, std::string_view payload) {
   }
 }
 
+bool looksSealed(std::string_view head) {
+  const size_t n = std::min(head.size(), sizeof(kMagic));
+  return n > 0 && std::memcmp(head.data(), kMagic, n) == 0;
+}
+
 std::string readSealedFile(const std::string& path) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {

@@ -4,9 +4,9 @@
 // Format: "SHOALCK1", u64 payload length (little endian), the payload, the SHA-256 of the
 // payload. Written to <name>.tmp.<pid>.<n> (one per writer, so concurrent writers of one name
 // never mix their bytes), fsync'ed, renamed over <name>, and the folder fsync'ed: a crash at any
-// point leaves either the old file or the new one (and perhaps a stray temporary). Reading checks length and
-// checksum before returning a byte; a truncated or corrupt file is an InvalidArgument naming the
-// file and what is wrong.
+// point leaves either the old file or the new one (and perhaps a stray temporary). Reading checks
+// length and checksum before returning a byte; a truncated or corrupt file is an InvalidArgument
+// naming the file and what is wrong.
 #pragma once
 
 #include <cstdint>
@@ -19,6 +19,10 @@ namespace shoal {
 
 void writeSealedFile(const std::string& path, std::string_view payload);
 std::string readSealedFile(const std::string& path);
+
+// Whether `head`, a file's first bytes (possibly fewer than the magic: a file cut short), starts
+// as a sealed file does: for readers of several formats that must tell this one apart.
+bool looksSealed(std::string_view head);
 
 // A folder of numbered sealed files "<stem><number, 8 digits><suffix>", keeping the newest
 // `keep`. Not thread-safe; one writer per folder and stem.

@@ -34,16 +34,10 @@ bool holdsTorchScript(std::string_view bytes) {
   return bytes.find("constants.pkl") != std::string_view::npos;
 }
 
-// common/sealed_file.h's magic. A file cut short inside it counts as one too, so that it is
-// reported as a truncated sealed file rather than as bad safetensors.
-bool isSealed(std::string_view bytes) {
-  constexpr std::string_view kMagic = "SHOALCK1";
-  const size_t n = std::min(bytes.size(), kMagic.size());
-  return n > 0 && bytes.substr(0, n) == kMagic.substr(0, n);
-}
-
 TensorFileFormat detect(std::string_view bytes) {
-  if (isSealed(bytes)) return TensorFileFormat::kFullState;
+  // A file cut short inside the magic counts too: reported as a truncated sealed file rather
+  // than as bad safetensors.
+  if (looksSealed(bytes)) return TensorFileFormat::kFullState;
   if (!isZip(bytes)) return TensorFileFormat::kSafetensors;
   return holdsTorchScript(bytes) ? TensorFileFormat::kTorchSave : TensorFileFormat::kPickleDict;
 }
