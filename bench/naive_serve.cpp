@@ -2,7 +2,8 @@
 // run on the HTTP thread that read the request (as a Flask or plain-threaded server would).
 // Same model loading, same request JSON, same HTTP library; no queue, no batching.
 //
-//   shoal_naive_serve MODEL_FILE [--http-threads 64] [--torch-threads 1] [--mkldnn on|off]
+//   shoal_naive_serve MODEL_FILE [--model fashion_cnn|fashion_mlp] [--http-threads 64]
+//                     [--torch-threads 1] [--mkldnn on|off]
 //
 // Prints "naive-serve: serving at http://127.0.0.1:PORT/" (a free port), serves until killed.
 #include <httplib.h>
@@ -16,14 +17,18 @@
 int main(int argc, char** argv) {
   if (argc < 2) {
     std::fprintf(stderr,
-                 "usage: shoal_naive_serve MODEL_FILE [--http-threads N] [--torch-threads N]\n");
+                 "usage: shoal_naive_serve MODEL_FILE [--model NAME] [--http-threads N] "
+                 "[--torch-threads N] [--mkldnn on|off]\n");
     return 2;
   }
   int httpThreads = 64;
-  shoal::serve::TorchRuntime runtime;  // 1 thread: the HTTP threads run forwards side by side
+  std::string modelName = "fashion_cnn";  // as shoal-serve's --model
+  shoal::serve::TorchRuntime runtime;     // 1 thread: the HTTP threads run forwards side by side
   for (int i = 2; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
-    if (a == "--http-threads")
+    if (a == "--model")
+      modelName = argv[i + 1];
+    else if (a == "--http-threads")
       httpThreads = std::atoi(argv[i + 1]);
     else if (a == "--torch-threads")
       runtime.threads = std::atoi(argv[i + 1]);
@@ -33,7 +38,14 @@ int main(int argc, char** argv) {
   // The same runtime settings as shoal-serve (train/export/served_model.h): without them the
   // peer would lose to OpenBLAS's thread pool, not to batching.
   shoal::serve::configureTorchRuntime(runtime);
-  const auto model = shoal::serve::ServedModel::load("fashion_cnn", argv[1], 1);
+  std::shared_ptr<const shoal::serve::ServedModel> model;
+  try {
+    model = shoal::serve::ServedModel::load(modelName, argv[1], 1);
+  } catch (const std::exception& e) {
+    const std::string what = e.what();
+    std::fprintf(stderr, "naive-serve: %s\n", what.substr(0, what.find('\n')).c_str());
+    return 1;
+  }
   httplib::Server server;
   server.set_keep_alive_max_count(1000);
   server.set_tcp_nodelay(true);  // as shoal-serve: see predict_server.cpp

@@ -18,6 +18,7 @@
 #include "train/export/file_bytes.h"
 #include "train/export/tensor_file.h"
 #include "train/fashion_cnn.h"
+#include "train/fashion_mlp.h"
 
 namespace shoal::serve {
 namespace {
@@ -360,6 +361,103 @@ TEST(Serve, ShoalServeRunsTheServer) {
   EXPECT_EQ(r.output, direct.output);
 }
 
+// The wide MLP (--model fashion_mlp, 20 M parameters) from each file format: answers equal a
+// direct forward, alone, several per request and from concurrent clients (batched).
+TEST(Serve, FashionMlpAnswersAsADirectForwardFromEveryFormat) {
+  torch::set_num_threads(1);
+  TempDir dir;
+  torch::manual_seed(11);
+  train::FashionMlp model;
+  model->eval();
+  torch::save(model, dir.path + "/mlp.pt");
+  train::writeTensorFile(dir.path + "/mlp.safetensors", train::moduleTensors(*model),
+                         train::TensorFileFormat::kSafetensors);
+  train::writeTensorFile(dir.path + "/mlp_dict.pt", train::moduleTensors(*model),
+                         train::TensorFileFormat::kPickleDict);
+  const auto direct = [&](const torch::Tensor& x) {
+    torch::NoGradGuard noGrad;
+    return model->forward(x.reshape({-1, kPixels}));
+  };
+  torch::manual_seed(98);
+  const torch::Tensor x = torch::randn({3, kPixels});
+  const torch::Tensor expected = direct(x);
+  for (const std::string file : {"mlp.pt", "mlp.safetensors", "mlp_dict.pt"}) {
+    SCOPED_TRACE(file);
+    Server s(dir.path, dir.path + "/" + file,
+             {"--model", "fashion_mlp", "--workers", "2", "--batch-window-us", "20000"});
+    ASSERT_TRUE(s.ok());
+    auto health = s.client()->Get("/healthz");
+    ASSERT_TRUE(health);
+    EXPECT_EQ(json::parse(health->body)["model"], "fashion_mlp");
+    auto [status, body] = s.predict(json{{"inputs", instancesJson(x)}}.dump());
+    ASSERT_EQ(status, 200) << body;
+    EXPECT_LE(maxDiff(body["outputs"], expected), 1e-5);
+    for (int64_t i = 0; i < 3; ++i)
+      EXPECT_EQ(body["classes"][i], expected[i].argmax().item<int64_t>());
+    if (file != "mlp.pt") continue;
+    // Concurrent clients, one instance each: each gets its own instance's answer, in batches.
+    constexpr int kClients = 8, kEach = 4;
+    const torch::Tensor many = torch::randn({kClients * kEach, kPixels});
+    const torch::Tensor manyExpected = direct(many);
+    std::atomic<int> good{0};
+    std::mutex failuresMu;
+    std::vector<std::string> failures;
+    std::vector<std::thread> clients;
+    for (int c = 0; c < kClients; ++c) {
+      clients.emplace_back([&, c] {
+        auto cli = s.client();
+        for (int i = 0; i < kEach; ++i) {
+          const int k = c * kEach + i;
+          auto r = cli->Post("/v1/predict", json{{"inputs", instancesJson(many[k])[0]}}.dump(),
+                             "application/json");
+          if (!r || r->status != 200) {
+            std::lock_guard<std::mutex> lock(failuresMu);
+            failures.push_back(r ? fmt::format("status {}", r->status)
+                                 : httplib::to_string(r.error()));
+            continue;
+          }
+          if (maxDiff(json::parse(r->body)["outputs"], manyExpected.slice(0, k, k + 1)) <= 1e-5)
+            ++good;
+        }
+      });
+    }
+    for (auto& t : clients) t.join();
+    EXPECT_EQ(good.load(), kClients * kEach) << fmt::format("{}", fmt::join(failures, "; "));
+    EXPECT_LT(s.metric("shoal_serve_batch_instances_count"),
+              s.metric("shoal_serve_batch_requests_total"))
+        << s.metrics();
+  }
+}
+
+// A file of another architecture, or of the MLP at another width, is refused at start in one
+// line naming the misfit, exit code 1.
+TEST(Serve, AFileOfAnotherArchitectureIsRefusedInOneLine) {
+  TempDir dir;
+  auto cnn = makeModel(7);
+  torch::save(cnn, dir.path + "/cnn.pt");
+  train::FashionMlp narrow(128);
+  train::writeTensorFile(dir.path + "/narrow.safetensors", train::moduleTensors(*narrow),
+                         train::TensorFileFormat::kSafetensors);
+  train::FashionMlp mlp;
+  train::writeTensorFile(dir.path + "/mlp.pt", train::moduleTensors(*mlp),
+                         train::TensorFileFormat::kPickleDict);
+  const auto expectRefusal = [&](const std::string& args, const std::string& text) {
+    SCOPED_TRACE(args);
+    auto r = test::runShell(fmt::format("{} {} --port 0", SHOAL_SERVE_BIN, args));
+    EXPECT_EQ(r.code, 1) << r.output;
+    EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << r.output;
+    EXPECT_EQ(r.output.rfind("shoal-serve: ", 0), 0u) << r.output;
+    EXPECT_NE(r.output.find(text), std::string::npos) << r.output;
+  };
+  expectRefusal(fmt::format("{}/cnn.pt --model fashion_mlp", dir.path),
+                "holds 'bn1.bias', which the model has no tensor of that name for");
+  expectRefusal(fmt::format("{}/mlp.pt --model fashion_cnn", dir.path),
+                "holds 'fc3.bias', which the model has no tensor of that name for");
+  expectRefusal(fmt::format("{}/mlp.pt", dir.path), "holds 'fc3.bias'");  // fashion_cnn default
+  expectRefusal(fmt::format("{}/narrow.safetensors --model fashion_mlp", dir.path),
+                "'fc1.bias' has shape [128], the model's has [4096]");
+}
+
 TEST(Serve, BadStartsFailWithOneLine) {
   TempDir dir;
   auto r = test::runShell(fmt::format("{} {}/missing.pt --port 0", SHOAL_SERVE_BIN, dir.path));
@@ -370,7 +468,8 @@ TEST(Serve, BadStartsFailWithOneLine) {
   r = test::runShell(
       fmt::format("{} {}/model.pt --port 0 --model resnet", SHOAL_SERVE_BIN, dir.path));
   EXPECT_EQ(r.code, 1) << r.output;
-  EXPECT_NE(r.output.find("unknown model 'resnet' (known: fashion_cnn)"), std::string::npos);
+  EXPECT_NE(r.output.find("unknown model 'resnet' (known: fashion_cnn, fashion_mlp)"),
+            std::string::npos);
   r = test::runShell(fmt::format("{} {}/model.pt --max-batch 0", SHOAL_SERVE_BIN, dir.path));
   EXPECT_EQ(r.code, 2) << r.output;
 }

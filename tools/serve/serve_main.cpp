@@ -1,7 +1,7 @@
 // shoal-serve: HTTP predictions from a trained model, with dynamic batching
 // (tools/serve/predict_server.h; README "Serving").
 //
-//   shoal-serve MODEL_FILE [--model fashion_cnn] [--port 8500] [--host 127.0.0.1]
+//   shoal-serve MODEL_FILE [--model fashion_cnn|fashion_mlp] [--port 8500] [--host 127.0.0.1]
 //               [--max-batch 64] [--batch-window-us 2000] [--queue-limit 256] [--workers 1]
 //               [--torch-threads N] [--http-threads 64] [--max-body BYTES]
 //               [--request-timeout-ms 30000] [--watch] [--watch-interval-ms 500] [--no-mkldnn]
@@ -65,7 +65,7 @@ int main(int argc, char** argv) {
                  "the weights: a torch::save file, a pickled state_dict (shoal-export) or "
                  "safetensors")
       ->required();
-  app.add_option("--model", o.modelName, "the architecture (known: fashion_cnn)");
+  app.add_option("--model", o.modelName, "the architecture: fashion_cnn (default) or fashion_mlp");
   app.add_option("--host", o.host, "address to listen on (default 127.0.0.1)");
   app.add_option("--port", port, "port (default 8500; 0: a free one, printed)");
   app.add_option("--max-batch", maxBatch, "most instances in one forward (default 64)");

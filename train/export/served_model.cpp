@@ -9,11 +9,12 @@
 #include "common/error.h"
 #include "train/export/tensor_file.h"
 #include "train/fashion_cnn.h"
+#include "train/fashion_mlp.h"
 
 namespace shoal::serve {
 
 std::vector<std::string> servedModelNames() {
-  return {"fashion_cnn"};
+  return {"fashion_cnn", "fashion_mlp"};
 }
 
 std::shared_ptr<const ServedModel> ServedModel::load(const std::string& name,
@@ -27,6 +28,12 @@ std::shared_ptr<const ServedModel> ServedModel::load(const std::string& name,
     m->instanceShape_ = {1, 28, 28};
     m->classes_ = 10;
     m->run_ = [cnn](const torch::Tensor& x) { return cnn->forward(x); };
+  } else if (name == "fashion_mlp") {
+    auto mlp = std::make_shared<train::FashionMlpImpl>();
+    m->module_ = mlp;
+    m->instanceShape_ = {784};
+    m->classes_ = 10;
+    m->run_ = [mlp](const torch::Tensor& x) { return mlp->forward(x); };
   } else {
     SHOAL_THROW(InvalidArgument, "unknown model '{}' (known: {})", name,
                 fmt::join(servedModelNames(), ", "));

@@ -1,10 +1,12 @@
 // The models shoal-serve can serve, by name, and one loaded copy of one.
 //
-// A model name fixes the architecture and its input: "fashion_cnn" is train/fashion_cnn.h,
-// taking instances of 1×28×28 = 784 floats (Fashion-MNIST images standardized as
-// train/idx_dataset.h does) and giving 10 logits. Its weights come from a file in any format
-// train/export/tensor_file.h reads (torch::save, pickled state_dict, safetensors), loaded
-// strictly: every tensor present with its shape, nothing else.
+// A model name fixes the architecture and its input, 784 floats per instance (Fashion-MNIST
+// images standardized as train/idx_dataset.h does) giving 10 logits:
+//   fashion_cnn  train/fashion_cnn.h, instances shaped 1×28×28 (421k parameters)
+//   fashion_mlp  train/fashion_mlp.h, 784-4096-4096-10 with ReLUs (20 M parameters, 80 MB)
+// The weights come from a file in any format train/export/tensor_file.h reads (torch::save,
+// pickled state_dict, safetensors), loaded strictly: every tensor present with its shape, nothing
+// else, so a file of another architecture is refused.
 #pragma once
 
 #include <torch/torch.h>
