@@ -2,6 +2,8 @@
 
 #include <sqlite3.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -201,11 +203,29 @@ void MetricsStore::checkFormat() {
 void MetricsStore::createSchema() {
   // WAL before the schema, so even the first transaction is written the crash-safe way. The
   // journal mode is a property of the file; synchronous is one of this connection.
-  sqlite3_stmt* raw = nullptr;
-  int rc = sqlite3_prepare_v2(db_, "PRAGMA journal_mode=WAL", -1, &raw, nullptr);
-  Statement mode(raw);
-  if (rc == SQLITE_OK) rc = sqlite3_step(mode.get());
-  if (rc != SQLITE_ROW) fail("set WAL journal mode", rc);
+  //
+  // The switch needs the file's exclusive lock. When several processes open a new store at once,
+  // SQLite answers one of them SQLITE_BUSY at once, without its busy handler (waiting could
+  // deadlock two connections that both hold a shared lock), so the wait is here: tried again
+  // with a growing pause (1 to 50 ms: the lock belongs to another process, there is no event to
+  // wait on) until the busy timeout.
+  const auto deadline = std::chrono::steady_clock::now() + options_.busyTimeout;
+  int pauseMs = 1;
+  Statement mode(nullptr);
+  int rc = SQLITE_OK;
+  while (true) {
+    sqlite3_stmt* raw = nullptr;
+    rc = sqlite3_prepare_v2(db_, "PRAGMA journal_mode=WAL", -1, &raw, nullptr);
+    mode = Statement(raw);
+    if (rc == SQLITE_OK) rc = sqlite3_step(mode.get());
+    if (rc == SQLITE_ROW) break;
+    if ((rc & 0xff) != SQLITE_BUSY || std::chrono::steady_clock::now() >= deadline) {
+      fail("set WAL journal mode", rc);
+    }
+    mode.reset();
+    sqlite3_sleep(pauseMs);
+    pauseMs = std::min(pauseMs * 2, 50);
+  }
   const char* got = reinterpret_cast<const char*>(sqlite3_column_text(mode.get(), 0));
   if (got == nullptr || std::strcmp(got, "wal") != 0) {
     SHOAL_THROW(StoreError,
