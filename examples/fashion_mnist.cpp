@@ -80,7 +80,7 @@ struct Flags {
   int64_t crashAtStep = -1;      // tests: the last rank kills itself after this step
   int64_t stragglerWindow = 20;  // steps between straggler checks
   int64_t slowRank = -1;         // tests and demos: this rank computes about 3x as long
-  bool autotune = false;         // ddp: pick bucket size and overlap over the first steps
+  bool autotune = false;         // ddp: pick bucket, overlap, algorithm over the first steps
   bool quiet = false;
   std::string mode = "ddp";          // ddp | zero1 | zero2 | ps-sync | ps-async | ps-ssp
   std::string compression = "none";  // comm/compress/spec.h
@@ -372,8 +372,10 @@ int main(int argc, char** argv) {
   numbers.integer(app, "--straggler-window", f.stragglerWindow, 1, 1 << 20,
                   "steps between straggler checks (a slow rank is named after two slow windows)");
   app.add_flag("--autotune", f.autotune,
-               "ddp: try bucket sizes 1, 4, 25 MiB with and without overlap over the first "
-               "steps (successive halving) and keep the fastest");
+               "ddp: try bucket sizes 1, 4, 25 MiB (those giving distinct buckets) with and "
+               "without overlap and, without --compression, the all-reduce algorithm auto, ring, "
+               "rabenseifner over the first steps (successive halving) and keep the fastest; "
+               "pin an algorithm instead with SHOAL_ALLREDUCE_ALGORITHM");
   numbers.integer(app, "--slow-rank", f.slowRank, 0, 1 << 20,
                   "make this rank compute about 3x as long (to see straggler detection)");
   numbers.integer(app, "--crash-at-step", f.crashAtStep, 1, kMaxSteps,

@@ -173,22 +173,32 @@ TEST(RunDirectory, ASlowRankOfTheExampleIsNamedAsAStraggler) {
   for (size_t i = 1; i < ratio.size(); ++i) EXPECT_GT(ratio[i].value, 1.3) << ratio[i].step;
 }
 
-TEST(RunDirectory, TheExampleAutotunesItsBucketsAndEveryRankAgrees) {
+TEST(RunDirectory, TheExampleAutotunesItsBucketsAndAlgorithmAndEveryRankAgrees) {
   TempDir dir;
   const std::string run = dir.path + "/run";
-  // 6 candidates: 6 x 4 + 3 x 7 + 2 x 13 = 71 steps of the 64 per epoch (4096 / 2 / 32).
+  // FashionCnn's 1.7 MB of gradients: bucket 1 or 4 MiB (25 MiB makes 4 MiB's buckets) x overlap
+  // x algorithm auto / ring / rabenseifner, 12 candidates: 12 x 4 + 6 x 7 + 3 x 13 + 2 x 25 =
+  // 179 steps of the 192 in 3 epochs (4096 / 2 / 32 = 64 per epoch).
   const RunResult r = shoalRun(SHOAL_BIN,
                                {"-n", "2", "--run-dir", run, "--", FASHION_MNIST_BIN, "--epochs",
-                                "2", "--train-subset", "4096", "--batch", "32", "-q", "--autotune"},
+                                "3", "--train-subset", "4096", "--batch", "32", "-q", "--autotune"},
                                dir, std::chrono::seconds(300));
   ASSERT_EQ(r.code, 0) << r.output;
   EXPECT_NE(r.output.find("autotune: chose bucket="), std::string::npos) << r.output;
+  // The report lists every candidate's last trial: every algorithm and bucket size was tried.
+  for (const char* tried :
+       {"bucket=1MiB overlap=on alg=auto ", "bucket=1MiB overlap=off alg=ring ",
+        "bucket=4MiB overlap=on alg=rabenseifner ", "bucket=4MiB overlap=off alg=auto "}) {
+    EXPECT_NE(r.output.find(tried), std::string::npos) << tried << "\n" << r.output;
+  }
+  EXPECT_EQ(r.output.find("bucket=25MiB"), std::string::npos) << r.output;
   track::MetricsStore store(run::metricsPath(run), {.readOnly = true});
   const auto choice = store.series("autotune_choice");
   ASSERT_EQ(choice.size(), 2u);
   EXPECT_EQ(choice[0].value, choice[1].value);
-  EXPECT_EQ(choice[0].step, 71);
-  EXPECT_EQ(choice[1].step, 71);
+  EXPECT_NE(choice[0].rank, choice[1].rank);
+  EXPECT_EQ(choice[0].step, 179);
+  EXPECT_EQ(choice[1].step, 179);
 }
 
 }  // namespace

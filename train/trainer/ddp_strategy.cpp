@@ -1,11 +1,15 @@
 // Strategy::kDdp: DistributedDataParallel, a libtorch optimizer over the replica, sharded
 // checkpoints (train/ddp_checkpoint.h) that reload at any world size and into any ZeRO stage.
-// Under autotune, the bucket size and overlap are chosen over the first steps
-// (comm/autotuner.h), each candidate a DistributedDataParallel rebuilt over the same module.
+// Under autotune, the bucket size, overlap and (without compression) the all-reduce algorithm
+// are chosen over the first steps (comm/autotuner.h), each candidate a DistributedDataParallel
+// rebuilt over the same module. See Note [Autotune candidates].
 #include <fmt/format.h>
+
+#include <optional>
 
 #include "comm/autotuner.h"
 #include "train/ddp.h"
+#include "train/ddp/comm_hook.h"
 #include "train/ddp/compression_hook.h"
 #include "train/ddp_checkpoint.h"
 #include "train/trainer/distribution_strategy.h"
@@ -25,10 +29,15 @@ class DdpStrategy final : public DistributionStrategy {
     }
     if (in.options.autotune) {
       std::vector<std::string> labels;
-      for (size_t mib : {1, 4, 25}) {
+      for (size_t bytes : bucketSizes(gradientBytes(*module_))) {
         for (bool overlap : {true, false}) {
-          candidates_.push_back({mib << 20, overlap});
-          labels.push_back(fmt::format("bucket={}MiB overlap={}", mib, overlap ? "on" : "off"));
+          for (auto algorithm : algorithms()) {
+            candidates_.push_back({bytes, overlap, algorithm});
+            std::string label =
+                fmt::format("bucket={}MiB overlap={}", bytes >> 20, overlap ? "on" : "off");
+            if (algorithm) label += fmt::format(" alg={}", comm::toString(*algorithm));
+            labels.push_back(std::move(label));
+          }
         }
       }
       tuner_.emplace(workers_, std::move(labels));
@@ -81,10 +90,47 @@ class DdpStrategy final : public DistributionStrategy {
   }
 
  private:
+  // Note [Autotune candidates]
+  // Bucket sizes 1, 4, 25 MiB x overlap on/off x, when the default average all-reduce runs,
+  // algorithm auto / ring / rabenseifner. Two pruning rules keep the search short:
+  // - Bucket sizes that give the same buckets are tried once. Every bucket size at least the
+  //   gradients' total bytes makes the same layout (the first bucket is capped by
+  //   firstBucketBytes, the rest all fit in one), so only the smallest of those is kept
+  //   (FashionCnn: 1.7 MB of gradients, so 1 and 4 MiB; 25 MiB is 4 MiB's layout).
+  // - The algorithm is tuned only without a compression hook. A hook decides its own
+  //   collectives (their algorithm is the hook's), and compression settings are never tuned:
+  //   they change what is computed, and the tuner may only change how fast.
+  // Recursive doubling is not a candidate, to keep the grid at 3 algorithms: `auto` already runs
+  // it where it wins (at most 64 KiB per rank), and above that it sends the whole buffer in each
+  // of its log2(n) rounds (against Rabenseifner's 2(n-1)/n of it in all).
   struct Candidate {
     size_t bucketBytes;
     bool overlap;
+    std::optional<comm::AllreduceAlgorithm> algorithm;  // none: the hook's (compression)
   };
+
+  static size_t gradientBytes(torch::nn::Module& m) {
+    size_t total = 0;
+    for (const auto& p : m.parameters()) {
+      if (p.requires_grad()) total += static_cast<size_t>(p.numel()) * p.element_size();
+    }
+    return total;
+  }
+
+  static std::vector<size_t> bucketSizes(size_t gradientBytes) {
+    std::vector<size_t> sizes;
+    for (size_t mib : {1, 4, 25}) {
+      sizes.push_back(mib << 20);
+      if ((mib << 20) >= gradientBytes) break;  // larger ones: the same buckets
+    }
+    return sizes;
+  }
+
+  std::vector<std::optional<comm::AllreduceAlgorithm>> algorithms() const {
+    if (base_.commHook) return {std::nullopt};
+    return {comm::AllreduceAlgorithm::kAuto, comm::AllreduceAlgorithm::kRing,
+            comm::AllreduceAlgorithm::kRabenseifner};
+  }
 
   // A DistributedDataParallel for candidate c (collective: every rank switches at the same
   // step, as the autotuner's trials end at the same step everywhere). The old one goes first:
@@ -100,6 +146,10 @@ class DdpStrategy final : public DistributionStrategy {
     DdpOptions o = base_;
     o.bucketBytes = candidates_[c].bucketBytes;
     o.overlap = candidates_[c].overlap;
+    if (const auto a = candidates_[c].algorithm) {
+      o.commHook =
+          std::make_shared<ddp::AllreduceHook>(ReduceOp::kAvg, comm::CallOptions{.algorithm = *a});
+    }
     ddp_ = std::make_unique<DistributedDataParallel>(module_, workers_, o);
     applied_ = c;
   }
