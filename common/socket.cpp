@@ -140,6 +140,28 @@ bool pollFor(int fd, short events, const Deadline& deadline) {
   }
 }
 
+bool isSelfConnected(int fd) {
+  sockaddr_storage local{}, peer{};
+  socklen_t localLen = sizeof(local), peerLen = sizeof(peer);
+  if (::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &localLen) != 0 ||
+      ::getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &peerLen) != 0 ||
+      local.ss_family != peer.ss_family) {
+    return false;
+  }
+  if (local.ss_family == AF_INET) {
+    const auto& a = reinterpret_cast<const sockaddr_in&>(local);
+    const auto& b = reinterpret_cast<const sockaddr_in&>(peer);
+    return a.sin_port == b.sin_port && a.sin_addr.s_addr == b.sin_addr.s_addr;
+  }
+  if (local.ss_family == AF_INET6) {
+    const auto& a = reinterpret_cast<const sockaddr_in6&>(local);
+    const auto& b = reinterpret_cast<const sockaddr_in6&>(peer);
+    return a.sin6_port == b.sin6_port &&
+           std::memcmp(&a.sin6_addr, &b.sin6_addr, sizeof(a.sin6_addr)) == 0;
+  }
+  return false;
+}
+
 bool isLoopbackConnection(int fd) {
   auto loopback = [](const sockaddr_storage& a) {
     if (a.ss_family == AF_INET) {
@@ -208,6 +230,10 @@ Fd connectTcp(const HostPort& addr, const Deadline& deadline, const std::string&
       } else {
         errno = ETIMEDOUT;
       }
+    }
+    if (rc == 0 && isSelfConnected(fd.get())) {
+      rc = -1;  // nobody listens there yet: as refused
+      errno = ECONNREFUSED;
     }
     if (rc == 0) {
       setNoDelay(fd.get());

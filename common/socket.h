@@ -57,12 +57,20 @@ std::optional<std::string> firstExternalIPv4();
 // Listens on host:port (port 0 picks a free one); returns the socket and the bound port.
 Fd listenTcp(const std::string& host, int port, int* boundPort, int backlog = 128);
 
-// Connects, retrying refused/unreachable connections until the deadline. Throws TimeoutError
-// naming the address (`what` says who is connecting to what) when the deadline passes.
+// Connects, retrying refused/unreachable connections (and a connection to itself, see
+// isSelfConnected) until the deadline. Throws TimeoutError naming the address (`what` says who
+// is connecting to what) when the deadline passes.
 Fd connectTcp(const HostPort& addr, const Deadline& deadline, const std::string& what);
 
 // Accepts one connection or throws TimeoutError.
 Fd acceptTcp(int listenFd, const Deadline& deadline, const std::string& what);
+
+// Whether a connected TCP socket is connected to itself (the same address and port at both
+// ends). A connect to a port nobody listens on may pick that very port as its own source port
+// (ephemeral ports and ports bound to 0 come from one range) and then "succeed" by TCP's
+// simultaneous open: the caller would wait for a greeting that never comes. Callers treat it as
+// refused. False when either address cannot be read.
+bool isSelfConnected(int fd);
 
 // Whether both ends of a connected socket are loopback addresses (127.0.0.0/8, ::1) or it is a
 // Unix socket: traffic that never leaves this host's kernel. False when either address cannot be

@@ -1,8 +1,11 @@
 #include "transport/auth.h"
 
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
 #include <sys/socket.h>
 
+#include <cstring>
 #include <fstream>
 #include <thread>
 
@@ -39,6 +42,38 @@ std::pair<std::string, std::string> handshake(const std::string& connectorSecret
   }
   acceptor.join();
   return {connectorError, acceptorError};
+}
+
+// A dial to a port nobody listens on any more can be given that very port as its source port and
+// connect to itself (TCP simultaneous open); the dialers (connectTcp, the mesh's dial) must tell
+// it from a listener, or they wait for a greeting that never comes (a 60 s wait seen in CI).
+// Here the self-connection is made on purpose: bound to the port it connects to.
+TEST(Sockets, ASocketConnectedToItselfIsToldApart) {
+  int port = 0;
+  { Fd probe = listenTcp("127.0.0.1", 0, &port); }  // a port nobody listens on now
+  Fd self(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  ASSERT_TRUE(self.valid());
+  int one = 1;
+  ASSERT_EQ(::setsockopt(self.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)), 0);
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_port = htons(static_cast<uint16_t>(port));
+  ::inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
+  ASSERT_EQ(::bind(self.get(), reinterpret_cast<sockaddr*>(&sa), sizeof(sa)), 0)
+      << std::strerror(errno);
+  ASSERT_EQ(::connect(self.get(), reinterpret_cast<sockaddr*>(&sa), sizeof(sa)), 0)
+      << "a socket bound to the port it connects to, with no listener, connects to itself: "
+      << std::strerror(errno);
+  EXPECT_TRUE(isSelfConnected(self.get()));
+
+  // A real connection is not.
+  int listening = 0;
+  Fd listener = listenTcp("127.0.0.1", 0, &listening);
+  Fd client = connectTcp({"127.0.0.1", listening}, Deadline(5s), "test");
+  Fd server = acceptTcp(listener.get(), Deadline(5s), "test");
+  EXPECT_FALSE(isSelfConnected(client.get()));
+  EXPECT_FALSE(isSelfConnected(server.get()));
+  EXPECT_FALSE(isSelfConnected(listener.get()));  // not connected at all
 }
 
 TEST(Auth, SameSecretPasses) {
