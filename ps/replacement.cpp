@@ -6,13 +6,7 @@
 
 namespace shoal::ps {
 
-namespace {
-
-const char* copyName(bool backup) {
-  return backup ? "backup" : "primary";
-}
-
-}  // namespace
+const char* copyName(bool backup) { return backup ? "backup" : "primary"; }
 
 std::string replacementKey(int shard, bool backup) {
   return fmt::format("ps-replace/{}/{}", shard, copyName(backup));

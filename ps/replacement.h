@@ -54,6 +54,9 @@ inline constexpr uint64_t kMaxHandoverBytes = uint64_t{1} << 40;
 inline constexpr const char* kHandoverReady = "ready";
 inline constexpr const char* kHandoverEnded = "ended";
 
+// "primary" or "backup": a shard copy's name in keys, group names and messages.
+const char* copyName(bool backup);
+
 // The store counter of the replacements of shard `shard`'s primary (backup false) or backup,
 // in the world group's store (NativeEngine::store()).
 std::string replacementKey(int shard, bool backup);

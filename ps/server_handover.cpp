@@ -18,10 +18,6 @@ namespace shoal::ps::detail {
 
 namespace {
 
-const char* copyName(bool backup) {
-  return backup ? "backup" : "primary";
-}
-
 // Replacements counted in but never served are told so; at most this many (each one is a
 // process that was started and is waiting).
 constexpr int64_t kMaxUnserved = 64;

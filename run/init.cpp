@@ -240,16 +240,8 @@ World joinWorld(const EnvConfig& env, const run::MpiBridge* mpi) {
   }
   if (r.psReplacement > 0) {
     // Note [Replacement servers] (ps/replacement.h): the running ranks will not form the world
-    // again; this rank meets them in named groups under the world its earlier process joined
-    // (the last one that rank created: Group::create counts them per rank in the store).
-    const int64_t worlds = store->add(fmt::format("shoal/worlds/{}", r.rank), 0);
-    if (worlds < 1) {
-      SHOAL_THROW(InvalidArgument,
-                  "SHOAL_PS_REPLACEMENT={}: rank {} never joined a world on this store, so there "
-                  "is no place to take",
-                  r.psReplacement, r.rank);
-    }
-    w.group = comm::attachToWorld(store, r.rank, static_cast<uint64_t>(worlds - 1), options);
+    // again; this rank meets them in named groups under the world its earlier process joined.
+    w.group = comm::attachToWorld(store, r.rank, options);
     return w;
   }
   w.group = comm::Group::create(store, r.rank, r.size, options);

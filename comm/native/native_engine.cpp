@@ -42,6 +42,9 @@ std::shared_ptr<transport::Acceptor> makeAcceptor(const GroupOptions& o,
   return std::make_shared<transport::Acceptor>(std::move(a));
 }
 
+// How many worlds `rank` created on a store (the unscoped store: it numbers the generations).
+std::string worldsCreatedKey(int rank) { return fmt::format("shoal/worlds/{}", rank); }
+
 // The frame template of a collective described by `op`.
 FrameHeader baseHeader(const Operation& op) {
   FrameHeader h;
@@ -117,7 +120,7 @@ std::shared_ptr<Group> Group::create(std::shared_ptr<store::Store> store, int ra
   const uint64_t generation =
       options.generation
           ? *options.generation
-          : static_cast<uint64_t>(store->add(fmt::format("shoal/worlds/{}", rank), 1) - 1);
+          : static_cast<uint64_t>(store->add(worldsCreatedKey(rank), 1) - 1);
   const std::string prefix = worldPrefix(generation);
   store::PrefixStore scoped(prefix, store);
   auto secret = transport::resolveJobSecret(options.secret, options.secretFile, scoped, rank,
@@ -372,8 +375,14 @@ std::exception_ptr NativeEngine::abort(std::exception_ptr error, bool& fatal) no
 }
 
 std::shared_ptr<Group> attachToWorld(std::shared_ptr<store::Store> store, int rank,
-                                     uint64_t generation, GroupOptions options) {
+                                     GroupOptions options) {
   SHOAL_CHECK(store != nullptr, "attachToWorld needs a store");
+  const int64_t worlds = store->add(worldsCreatedKey(rank), 0);
+  if (worlds < 1) {
+    SHOAL_THROW(InvalidArgument,
+                "rank {} never joined a world on this store, so there is no place to take", rank);
+  }
+  const auto generation = static_cast<uint64_t>(worlds - 1);
   const std::string prefix = worldPrefix(generation);
   store::PrefixStore scoped(prefix, store);
   auto secret = transport::resolveJobSecret(options.secret, options.secretFile, scoped, rank,

@@ -127,13 +127,15 @@ class NativeEngine final : public Engine {
   std::map<std::pair<int, int>, std::shared_ptr<P2pChannel>> p2p_;
 };
 
-// A world of one that shares the store keys of world generation `generation` (the world group
-// this rank's earlier process joined): Group::connect() on it meets that world's members in
-// named groups, while its collectives involve no one else. For a rank started again to take
-// its old place in named groups when the world itself cannot be formed again (a replacement
-// parameter server, run/init.cpp). Blocking only to resolve the job secret (options.timeout).
+// A world of one that shares the store keys of the last world `rank` created on `store` (the
+// world group this rank's earlier process joined; Group::create counts them per rank):
+// Group::connect() on it meets that world's members in named groups, while its collectives
+// involve no one else. For a rank started again to take its old place in named groups when the
+// world itself cannot be formed again (a replacement parameter server, run/init.cpp).
+// InvalidArgument if `rank` never created a world on this store. Blocking only to resolve the
+// job secret (options.timeout).
 std::shared_ptr<Group> attachToWorld(std::shared_ptr<store::Store> store, int rank,
-                                     uint64_t generation, GroupOptions options);
+                                     GroupOptions options);
 
 // The native engine under `g`; InvalidArgument naming `what` and g's engine otherwise.
 NativeEngine& nativeEngine(Group& g, const char* what = "this");
