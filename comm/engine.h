@@ -76,6 +76,14 @@ class Engine {
   // The all-reduce algorithm run() uses for `op` (what it resolves kAuto to), for traces; the
   // request itself where the library chooses out of sight (MPI). Cheap, no communication.
   virtual AllreduceAlgorithm resolveAllreduce(const Operation& op) const { return op.algorithm; }
+  // The transport `op`'s messages take, for traces: the native engine names the kinds of this
+  // rank's links the operation can use ("shm", "tcp", "tls", several joined by '+', "none" in a
+  // group of one; a point-to-point operation its peer's); an engine whose library chooses out
+  // of sight, its own name. Static storage; cheap, no communication.
+  virtual std::string_view transportOf(const Operation& op) const {
+    (void)op;
+    return name();
+  }
 
   // Traces (Note [Operation spans] in comm/group.cpp): while `at` is set, the operation
   // running (run(), or a task of the engine's own run in issue order) sets *at, if it holds no

@@ -17,21 +17,6 @@ std::string spanName(transport::OpCode op, const Operation* described) {
   return opName(op);
 }
 
-// An error's first line, short enough for a span argument.
-std::string errorLine(std::exception_ptr error) {
-  std::string text;
-  try {
-    std::rethrow_exception(error);
-  } catch (const std::exception& e) {
-    text = e.what();
-  } catch (...) {
-    text = "unknown error";
-  }
-  text = text.substr(0, text.find('\n'));
-  if (text.size() > 160) text = text.substr(0, 157) + "...";
-  return text;
-}
-
 // Ends `span` with wait_us and transfer_us split at `firstArrival` (Note [Operation spans]);
 // without an arrival it adds nothing and the span ends when it goes.
 void splitAtFirstArrival(TraceScope& span, const TraceSink& sink, Clock::time_point firstArrival) {
@@ -140,6 +125,9 @@ std::shared_ptr<Group> Group::connect(const std::string& name, int rank, int siz
 //                point-to-point run in issue order has peer and tag instead
 //   bytes        this rank's buffer: count x element size (collectives and send / receive)
 //   algorithm    all-reduce only: the algorithm that ran (what kAuto resolved to)
+//   transport    the kinds of link the operation's messages take (Engine::transportOf):
+//                shm, tcp, tls, several joined by '+' (a group across hosts), mpi
+//   group        the group's label (Group::label(): "world", or what split / connect named)
 //   generation   the world generation; group_rank, group_size: this rank in the group
 //   queued_us    asynchronous operations only: how long it waited behind earlier ones
 //   error        only if it failed: the error's first line, shortened
@@ -195,8 +183,10 @@ void Group::runOrdered(transport::OpCode op, const CallOptions& call, const Task
     if (described != nullptr) {
       span.arg("bytes", described->count * elementSize(described->type));
       if (op == op::kAllreduce)
-        span.arg("algorithm", toString(engine_->resolveAllreduce(*described)));
+        span.arg("algorithm", StaticText{toString(engine_->resolveAllreduce(*described))});
+      span.arg("transport", StaticText{engine_->transportOf(*described)});
     }
+    span.arg("group", std::string_view(label_));
     span.arg("generation", generation()).arg("group_rank", rank_).arg("group_size", size_);
     if (issuedNs != 0) span.arg("queued_us", static_cast<double>(sink->now() - issuedNs) / 1e3);
   }
@@ -210,7 +200,7 @@ void Group::runOrdered(transport::OpCode op, const CallOptions& call, const Task
   } catch (...) {
     if (span.active()) engine_->watchFirstArrival(nullptr);
     if (span.active() || flight) {
-      const std::string error = errorLine(std::current_exception());
+      const std::string error = traceErrorLine(std::current_exception());
       if (span.active()) span.arg("error", error);
       if (flight) flight->end(flightId, error);
     }
@@ -292,12 +282,14 @@ void Group::traceMessage(Work& work, const Operation& op, int64_t postedNs) {
   span.add("peer", op.root);
   span.add("tag", op.tag);
   span.add("bytes", op.count * elementSize(op.type));
+  span.add("transport", StaticText{engine_->transportOf(op)});
+  span.add("group", std::string_view(label_));
   span.add("group_rank", rank_);
   // The callback may run on another thread after this group is gone: it holds the sink, not
   // the group.
   work.onDone([sink = options_.trace, span = std::move(span)](std::exception_ptr error) mutable {
     span.endNs = sink->now();
-    if (error) span.add("error", errorLine(error));
+    if (error) span.add("error", traceErrorLine(error));
     sink->record(std::move(span));
   });
 }

@@ -3,7 +3,9 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cstdint>
 
 #include "common/error.h"
 
@@ -41,8 +43,43 @@ void TraceSpan::add(const char* key, double value) {
 void TraceSpan::add(const char* key, std::string_view value) {
   if (TraceArg* a = nextArg(*this, key)) {
     a->kind = TraceArg::Kind::kText;
-    a->text.assign(value);
+    a->textOffset = texts.size();
+    a->textSize = static_cast<uint32_t>(std::min<size_t>(value.size(), UINT32_MAX));
+    texts.append(value.substr(0, a->textSize));
   }
+}
+
+void TraceSpan::add(const char* key, StaticText value) {
+  if (TraceArg* a = nextArg(*this, key)) {
+    a->kind = TraceArg::Kind::kStaticText;
+    a->staticText = value.text.data();
+    a->textSize = static_cast<uint32_t>(std::min<size_t>(value.text.size(), UINT32_MAX));
+  }
+}
+
+std::string_view TraceSpan::text(const TraceArg& arg) const {
+  switch (arg.kind) {
+    case TraceArg::Kind::kText:
+      return std::string_view(texts).substr(arg.textOffset, arg.textSize);
+    case TraceArg::Kind::kStaticText:
+      return std::string_view(arg.staticText, arg.textSize);
+    default:
+      return {};
+  }
+}
+
+std::string traceErrorLine(std::exception_ptr error) {
+  std::string text;
+  try {
+    std::rethrow_exception(error);
+  } catch (const std::exception& e) {
+    text = e.what();
+  } catch (...) {
+    text = "unknown error";
+  }
+  text = text.substr(0, text.find('\n'));
+  if (text.size() > 160) text = text.substr(0, 157) + "...";
+  return text;
 }
 
 TraceSink::TraceSink(TraceSinkOptions options)
@@ -71,19 +108,23 @@ uint64_t TraceSink::currentThread() {
   return tid;
 }
 
-void TraceSink::record(TraceSpan span) noexcept {
+void TraceSink::record(TraceSpan&& span) noexcept {
   std::lock_guard<std::mutex> lock(mutex_);
   ++recorded_;
-  if (ring_.size() < capacity_) {
-    try {
-      ring_.push_back(std::move(span));
-    } catch (...) {
-      ++dropped_;  // out of memory: losing a span beats failing the operation it describes
+  if (size_ < capacity_) {
+    if (size_ == chunks_.size() * kChunkSpans) {
+      try {
+        chunks_.push_back(std::make_unique<TraceSpan[]>(std::min(kChunkSpans, capacity_ - size_)));
+      } catch (...) {
+        ++dropped_;  // out of memory: losing a span beats failing the operation it describes
+        return;
+      }
     }
+    slot(size_++) = std::move(span);
     return;
   }
   // Full: overwrite the oldest.
-  ring_[next_] = std::move(span);
+  slot(next_) = std::move(span);
   next_ = (next_ + 1) % capacity_;
   ++dropped_;
 }
@@ -93,10 +134,10 @@ std::vector<TraceSpan> TraceSink::snapshot(uint64_t* recorded, uint64_t* dropped
   if (recorded != nullptr) *recorded = recorded_;
   if (dropped != nullptr) *dropped = dropped_;
   std::vector<TraceSpan> out;
-  out.reserve(ring_.size());
+  out.reserve(size_);
   // Before the ring is full next_ is 0 and this is the insertion order; after, next_ is the
   // oldest slot.
-  for (size_t i = 0; i < ring_.size(); ++i) out.push_back(ring_[(next_ + i) % ring_.size()]);
+  for (size_t i = 0; i < size_; ++i) out.push_back(slot((next_ + i) % size_));
   return out;
 }
 

@@ -11,8 +11,9 @@
 // tracing", and TraceScope then costs a branch.
 //
 // Threading: record(), snapshot(), dropped() and the counters are thread-safe. Recording takes
-// one short mutex to move the span into its slot; the span is built outside the lock. Names and
-// text arguments of comm's spans are short enough to live inside std::string (no allocation).
+// one short mutex to move the span into its slot; the span is built outside the lock. A comm
+// span allocates nothing: its name and copied texts are short enough to live inside
+// std::string, and the names of algorithms and transports are StaticText.
 //
 // Clock: now() is CLOCK_MONOTONIC (std::chrono::steady_clock) plus TraceSinkOptions::clockSkewNs
 // and clockDrift, which are zero except where a test emulates hosts whose clocks disagree and
@@ -25,7 +26,7 @@
 #include <chrono>
 #include <concepts>
 #include <cstdint>
-#include <deque>
+#include <exception>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -35,20 +36,33 @@
 
 namespace shoal {
 
-// A collective's span carries up to ten (Note [Operation spans] in comm/group.cpp).
-inline constexpr size_t kMaxTraceArgs = 10;
+// A collective's span carries up to twelve (Note [Operation spans] in comm/group.cpp).
+inline constexpr size_t kMaxTraceArgs = 12;
 inline constexpr size_t kDefaultTraceEvents = 100000;
 inline constexpr size_t kMaxTraceEvents = size_t{1} << 24;
 
-// One argument of a span: a number or a short text. `key` must have static storage (a string
-// literal): spans keep the pointer, not a copy.
+// Text with static storage (a literal, a name from a static table): a span keeps the pointer
+// instead of a copy.
+struct StaticText {
+  std::string_view text;
+};
+
+// One argument of a span: a number or a text. `key` must have static storage (a string
+// literal): spans keep the pointer, not a copy. Trivially copyable on purpose: a span's
+// arguments are built, moved into the ring and overwritten on every traced operation, and
+// arguments holding strings of their own made that most of a span's cost
+// (bench/results/observability.md). Read a text with TraceSpan::text().
 struct TraceArg {
-  enum class Kind : uint8_t { kInt, kDouble, kText };
+  enum class Kind : uint8_t { kInt, kDouble, kText, kStaticText };
   const char* key = "";
   Kind kind = Kind::kInt;
-  int64_t intValue = 0;
-  double doubleValue = 0;
-  std::string text;
+  uint32_t textSize = 0;  // kText and kStaticText
+  union {
+    int64_t intValue = 0;
+    double doubleValue;
+    uint64_t textOffset;     // kText: where the text starts in TraceSpan::texts
+    const char* staticText;  // kStaticText
+  };
 };
 
 struct TraceSpan {
@@ -63,6 +77,9 @@ struct TraceSpan {
   uint64_t asyncId = 0;
   std::array<TraceArg, kMaxTraceArgs> args;
   uint8_t argCount = 0;
+  // The copied texts of the kText arguments, back to back (one buffer for all of them; short
+  // ones fit in the string itself).
+  std::string texts;
 
   // Adds an argument; beyond kMaxTraceArgs it is ignored (spans stay bounded).
   template <std::integral T>
@@ -70,9 +87,15 @@ struct TraceSpan {
     addInt(key, static_cast<int64_t>(value));
   }
   void add(const char* key, double value);
-  void add(const char* key, std::string_view value);
+  void add(const char* key, std::string_view value);  // copied
+  void add(const char* key, StaticText value);        // the pointer is kept
   void addInt(const char* key, int64_t value);
+  // A text argument's text (empty for a number).
+  std::string_view text(const TraceArg& arg) const;
 };
+
+// An error's first line, shortened to at most 160 characters: a span's "error" argument.
+std::string traceErrorLine(std::exception_ptr error);
 
 struct TraceSinkOptions {
   size_t capacity = kDefaultTraceEvents;  // spans kept, in [1, kMaxTraceEvents]
@@ -102,7 +125,7 @@ class TraceSink {
 
   // Keeps `span`, overwriting the oldest when full. Never throws (a span that cannot be kept is
   // counted as dropped).
-  void record(TraceSpan span) noexcept;
+  void record(TraceSpan&& span) noexcept;
 
   // The spans kept, oldest first (a copy; recording goes on meanwhile), and where given, the
   // counters at the same instant.
@@ -120,12 +143,17 @@ class TraceSink {
   const int64_t createdNs_;  // the steady clock when made: where the drift starts from
   std::atomic<uint64_t> nextAsyncId_{1};
   mutable std::mutex mutex_;
-  // Grows to capacity_, then wraps. A deque, not a vector: growing never moves or frees a block.
-  // A vector's reallocation frees multi-megabyte blocks, and glibc answers a freed mmapped block
-  // by raising its mmap and trim thresholds, after which the engine's per-operation buffers are
-  // returned to the kernel and faulted in again on every operation: 4 KiB all-reduces ran 3.5x
-  // slower with a vector here (bench/results/observability.md).
-  std::deque<TraceSpan> ring_;
+  // The ring: slot i is chunks_[i / kChunkSpans][i % kChunkSpans]. Chunks are added as the ring
+  // fills, up to capacity_, and are never moved or freed while the sink lives. A vector of spans
+  // would move and free multi-megabyte blocks as it grew, and glibc answers a freed mmapped
+  // block by raising its mmap and trim thresholds, after which the engine's per-operation
+  // buffers were returned to the kernel and faulted in again on every operation: 4 KiB
+  // all-reduces ran 3.5x slower (bench/results/observability.md). A deque avoided that but
+  // allocated every span on its own (a span is larger than its block).
+  static constexpr size_t kChunkSpans = 256;
+  std::vector<std::unique_ptr<TraceSpan[]>> chunks_;
+  size_t size_ = 0;  // spans in the ring, up to capacity_
+  TraceSpan& slot(size_t i) const { return chunks_[i / kChunkSpans][i % kChunkSpans]; }
   size_t next_ = 0;  // the slot the next span goes to, once full
   uint64_t recorded_ = 0;
   uint64_t dropped_ = 0;

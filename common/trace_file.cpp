@@ -33,7 +33,8 @@ json argsOf(const TraceSpan& s) {
         args[a.key] = a.doubleValue;
         break;
       case TraceArg::Kind::kText:
-        args[a.key] = a.text;
+      case TraceArg::Kind::kStaticText:
+        args[a.key] = std::string(s.text(a));
         break;
     }
   }

@@ -7,21 +7,6 @@ namespace shoal::ps {
 
 namespace {
 
-// An error's first line, short enough for a span argument.
-std::string errorLine(const std::exception_ptr& e) {
-  std::string text;
-  try {
-    std::rethrow_exception(e);
-  } catch (const std::exception& x) {
-    text = x.what();
-  } catch (...) {
-    text = "unknown error";
-  }
-  text = text.substr(0, text.find('\n'));
-  if (text.size() > 160) text = text.substr(0, 157) + "...";
-  return text;
-}
-
 TraceSpan begun(TraceSink& sink, std::string_view name) {
   TraceSpan span;
   span.name.assign(name);
@@ -71,7 +56,7 @@ void endCallSpan(TraceSink& sink, TraceSpan span, RequestKind kind,
       span.add("version", version);
       span.add("lead", lead);
     }
-    if (error) span.add("error", std::string_view(errorLine(error)));
+    if (error) span.add("error", std::string_view(traceErrorLine(error)));
     span.endNs = sink.now();
     sink.record(std::move(span));
   } catch (...) {

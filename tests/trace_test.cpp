@@ -102,7 +102,7 @@ TEST(TraceScope, RecordsOneSpanWithItsArgumentsOnThisThread) {
   EXPECT_LE(s.beginNs, s.endNs);
   EXPECT_EQ(s.argCount, kMaxTraceArgs);
   EXPECT_EQ(s.args[0].intValue, 7);
-  EXPECT_EQ(s.args[1].text, "ring");
+  EXPECT_EQ(s.text(s.args[1]), "ring");
   EXPECT_EQ(s.args[2].doubleValue, 0.25);
 }
 
@@ -201,7 +201,16 @@ TEST(GroupTrace, EveryOperationIsASpanWithItsSequenceNumberOnEveryRank) {
       if (i == 0) {
         EXPECT_EQ(args["bytes"]->intValue, 4000);
         ASSERT_TRUE(args.count("algorithm"));
-        EXPECT_EQ(args["algorithm"]->text, "ring");
+        EXPECT_EQ(comm[i].text(*args["algorithm"]), "ring");
+      }
+      // Every span names its group and the links its messages take; the barrier has no
+      // described operation (it runs as a task of its own), so no transport.
+      ASSERT_TRUE(args.count("group")) << names[i];
+      EXPECT_EQ(comm[i].text(*args["group"]), "world") << names[i];
+      if (i != 3) {
+        ASSERT_TRUE(args.count("transport")) << names[i];
+        // Thread ranks of one host: shared memory.
+        EXPECT_EQ(comm[i].text(*args["transport"]), "shm") << names[i];
       }
       // The asynchronous all-reduce says how long it was queued; the others do not.
       EXPECT_EQ(args.count("queued_us"), i == 2 ? 1u : 0u) << names[i];
@@ -224,11 +233,73 @@ TEST(GroupTrace, EveryOperationIsASpanWithItsSequenceNumberOnEveryRank) {
       EXPECT_EQ(p2p[0].name, r == 0 ? "send" : "recv");
       EXPECT_STREQ(p2p[0].category, "p2p");
       EXPECT_NE(p2p[0].asyncId, 0u);
+      std::map<std::string, std::string> texts;
+      for (size_t a = 0; a < p2p[0].argCount; ++a) {
+        texts[p2p[0].args[a].key] = std::string(p2p[0].text(p2p[0].args[a]));
+      }
+      EXPECT_EQ(texts["transport"], "shm");
+      EXPECT_EQ(texts["group"], "world");
       EXPECT_LE(p2p[0].beginNs, p2p[0].endNs);
     } else {
       EXPECT_TRUE(p2p.empty()) << "rank " << r;
     }
   }
+}
+
+TEST(GroupTrace, SpansNameTheTransportTheirMessagesTake) {
+  constexpr int n = 2;
+  std::vector<std::shared_ptr<TraceSink>> sinks;
+  for (int r = 0; r < n; ++r) sinks.push_back(std::make_shared<TraceSink>());
+  auto errors = runTracedRanks(
+      sinks,
+      [&](comm::Group& g) {
+        std::vector<float> v(64, 1.0f);
+        comm::allreduce(g, v.data(), v.size(), DataType::kFloat32, ReduceOp::kSum);
+      },
+      TransportKind::kTcp);
+  for (int r = 0; r < n; ++r) {
+    ASSERT_EQ(errors[r], "") << "rank " << r;
+    const auto spans = sinks[r]->snapshot();
+    ASSERT_EQ(spans.size(), 1u);
+    std::map<std::string, std::string> texts;
+    for (size_t a = 0; a < spans[0].argCount; ++a) {
+      texts[spans[0].args[a].key] = std::string(spans[0].text(spans[0].args[a]));
+    }
+    EXPECT_EQ(texts["transport"], "tcp");
+    EXPECT_EQ(texts["group"], "world");
+  }
+}
+
+TEST(TraceSpan, CopiedAndStaticTextsKeepTheirOwnValuesAfterTheSpanMoves) {
+  TraceSpan span;
+  span.add("a", std::string_view("first"));
+  span.add("s", StaticText{"static"});
+  span.add("b", std::string_view("a second, longer text than std::string keeps inline"));
+  span.add("n", 3);
+  const TraceSpan moved = std::move(span);
+  ASSERT_EQ(moved.argCount, 4u);
+  EXPECT_EQ(moved.text(moved.args[0]), "first");
+  EXPECT_EQ(moved.text(moved.args[1]), "static");
+  EXPECT_EQ(moved.text(moved.args[2]), "a second, longer text than std::string keeps inline");
+  EXPECT_EQ(moved.text(moved.args[3]), "");  // a number has no text
+  EXPECT_EQ(moved.args[3].intValue, 3);
+}
+
+TEST(TraceSink, ARingOverSeveralChunksKeepsTheNewestInOrder) {
+  // 600 slots: three chunks of the ring's storage, the last one partial.
+  TraceSink sink({.capacity = 600});
+  for (int i = 0; i < 1000; ++i) {
+    TraceSpan span;
+    span.name = "op";
+    span.add("i", i);
+    sink.record(std::move(span));
+  }
+  uint64_t recorded = 0, dropped = 0;
+  const auto spans = sink.snapshot(&recorded, &dropped);
+  EXPECT_EQ(recorded, 1000u);
+  EXPECT_EQ(dropped, 400u);
+  ASSERT_EQ(spans.size(), 600u);
+  for (size_t k = 0; k < spans.size(); ++k) EXPECT_EQ(spans[k].args[0].intValue, 400 + int(k));
 }
 
 TEST(GroupTrace, AGroupOfOneReceivesNothingAndHasNoSplit) {
@@ -269,8 +340,8 @@ TEST(GroupTrace, AFailedOperationSaysWhy) {
   for (size_t a = 0; a < spans[0].argCount; ++a) {
     if (std::string_view(spans[0].args[a].key) == "error") {
       hasError = true;
-      EXPECT_EQ(spans[0].args[a].text.find('\n'), std::string::npos);
-      EXPECT_FALSE(spans[0].args[a].text.empty());
+      EXPECT_EQ(spans[0].text(spans[0].args[a]).find('\n'), std::string::npos);
+      EXPECT_FALSE(spans[0].text(spans[0].args[a]).empty());
     }
   }
   EXPECT_TRUE(hasError);

@@ -26,11 +26,12 @@ inline constexpr double kBarrierSlackUs = 200;
 
 // Thread ranks (one per sink) whose groups record into sinks[rank].
 inline std::vector<std::string> runTracedRanks(const std::vector<std::shared_ptr<TraceSink>>& sinks,
-                                               const std::function<void(comm::Group&)>& body) {
+                                               const std::function<void(comm::Group&)>& body,
+                                               TransportKind transport = TransportKind::kAuto) {
   return runThreadRanks(
       static_cast<int>(sinks.size()),
       [&](int r) {
-        auto o = testOptions(TransportKind::kAuto);
+        auto o = testOptions(transport);
         o.trace = sinks[static_cast<size_t>(r)];
         return o;
       },

@@ -17,6 +17,16 @@ using transport::FrameHeader;
 
 namespace {
 
+// The kinds of a rank's links (bit k: transport::LinkKind k) as a name with static storage.
+std::string_view linkKindsName(unsigned kinds) {
+  static_assert(static_cast<unsigned>(transport::LinkKind::kTcp) == 0 &&
+                static_cast<unsigned>(transport::LinkKind::kShm) == 1 &&
+                static_cast<unsigned>(transport::LinkKind::kTls) == 2);
+  static constexpr std::string_view kNames[] = {"none", "tcp",     "shm",     "shm+tcp",
+                                                "tls",  "tcp+tls", "shm+tls", "shm+tcp+tls"};
+  return kinds < std::size(kNames) ? kNames[kinds] : "invalid";
+}
+
 uint32_t fnv1a(const std::string& s) {
   uint32_t h = 2166136261u;
   for (unsigned char c : s) {
@@ -43,7 +53,9 @@ std::shared_ptr<transport::Acceptor> makeAcceptor(const GroupOptions& o,
 }
 
 // How many worlds `rank` created on a store (the unscoped store: it numbers the generations).
-std::string worldsCreatedKey(int rank) { return fmt::format("shoal/worlds/{}", rank); }
+std::string worldsCreatedKey(int rank) {
+  return fmt::format("shoal/worlds/{}", rank);
+}
 
 // The frame template of a collective described by `op`.
 FrameHeader baseHeader(const Operation& op) {
@@ -97,13 +109,24 @@ NativeEngine::NativeEngine(std::shared_ptr<store::Store> root, std::string prefi
   b.endpoint = endpointOptions_;
   endpoint_ = transport::bootstrapEndpoint(b);
   allShm_ = size_ > 1;
+  unsigned kinds = 0;
   std::vector<std::string> hostOfRank(static_cast<size_t>(size_));
   for (int p = 0; p < size_; ++p) {
-    if (p != rank_) allShm_ = allShm_ && endpoint_->linkKind(p) == transport::LinkKind::kShm;
+    if (p != rank_) {
+      allShm_ = allShm_ && endpoint_->linkKind(p) == transport::LinkKind::kShm;
+      kinds |= 1u << static_cast<unsigned>(endpoint_->linkKind(p));
+    }
     hostOfRank[static_cast<size_t>(p)] =
         endpoint_->mesh().plan().peers[static_cast<size_t>(p)].host;
   }
   hosts_ = algo::hostLayout(hostOfRank, rank_);
+  linkKinds_ = linkKindsName(kinds);
+}
+
+std::string_view NativeEngine::transportOf(const Operation& op) const {
+  if (op.op == op::kSendRecv && op.root >= 0 && op.root < size_ && op.root != rank_)
+    return toString(linkKind(op.root));
+  return linkKinds_;
 }
 
 NativeEngine::~NativeEngine() {
@@ -118,9 +141,8 @@ std::shared_ptr<Group> Group::create(std::shared_ptr<store::Store> store, int ra
   SHOAL_CHECK(size >= 1, "world size {} must be at least 1", size);
   SHOAL_CHECK(rank >= 0 && rank < size, "rank {} outside 0..{}", rank, size - 1);
   const uint64_t generation =
-      options.generation
-          ? *options.generation
-          : static_cast<uint64_t>(store->add(worldsCreatedKey(rank), 1) - 1);
+      options.generation ? *options.generation
+                         : static_cast<uint64_t>(store->add(worldsCreatedKey(rank), 1) - 1);
   const std::string prefix = worldPrefix(generation);
   store::PrefixStore scoped(prefix, store);
   auto secret = transport::resolveJobSecret(options.secret, options.secretFile, scoped, rank,

@@ -73,6 +73,7 @@ class NativeEngine final : public Engine {
   // Every peer is (or will be, see linkKind) reached over shared memory (false for a group of
   // one).
   bool allLinksShm() const { return allShm_; }
+  std::string_view transportOf(const Operation& op) const override;
   // Which ranks share a host (the hierarchical all-reduce's shape).
   const algo::HostLayout& hosts() const { return hosts_; }
   transport::Endpoint& endpoint() { return *endpoint_; }
@@ -115,6 +116,7 @@ class NativeEngine final : public Engine {
   std::shared_ptr<transport::Acceptor> acceptor_;
   std::unique_ptr<transport::Endpoint> endpoint_;
   bool allShm_ = false;
+  std::string_view linkKinds_ = "none";  // the kinds of this rank's links, for transportOf()
   algo::HostLayout hosts_;
   uint64_t splits_ = 0;
   // The operation running (or that ran last): what abort() names.
