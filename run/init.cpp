@@ -11,6 +11,7 @@
 #include "common/socket.h"
 #include "run/init_backend.h"
 #include "run/join_file.h"
+#include "run/node_secret.h"
 #include "store/etcd_store.h"
 #include "store/memory_store.h"
 #include "store/tcp_store.h"
@@ -77,15 +78,46 @@ std::shared_ptr<store::TcpStore> hostStore(const run::Rendezvous& r, const std::
   return store;
 }
 
-// The secret the store is authenticated with: SHOAL_SECRET, else SHOAL_SECRET_FILE's contents.
-// Without either (Slurm / Kubernetes on one host), the store stays open: the generated secret
-// is shared through the store itself (transport::resolveJobSecret).
+// The secret the store is authenticated with: SHOAL_SECRET, else SHOAL_SECRET_FILE's contents
+// (shareNodeSecret sets the first where a launcher hands over none).
 std::string storeSecret(const comm::GroupOptions& o) {
   if (o.secret) return *o.secret;
   if (o.secretFile) {
     store::MemoryStore unused;
     return transport::resolveJobSecret(std::nullopt, o.secretFile, unused, 0, Duration(0)).bytes;
   }
+  return {};
+}
+
+// Slurm and Kubernetes start ranks with nothing shared but the environment, so without a
+// configured secret the store would have to be open: the generated secret used to travel
+// through the store itself. Instead, Slurm tasks on one node share a secret generated for the
+// job step through a private directory (run/node_secret.h), which authenticates the store and
+// every connection; ranks on several nodes or pods are refused before any store is open.
+// Sets options.secret; the returned file goes when the caller drops it.
+run::NodeSecret shareNodeSecret(const run::Rendezvous& r, comm::GroupOptions& options) {
+  if (options.secret || options.secretFile || !r.storeUrl.empty() || r.size <= 1) return {};
+  if (r.launcher == Launcher::kKubernetes || (r.launcher == Launcher::kSlurm && r.hosts > 1)) {
+    SHOAL_THROW(InvalidArgument,
+                "{}: a job across {} {} needs a shared secret: set SHOAL_SECRET or "
+                "SHOAL_SECRET_FILE (README \"Security\")",
+                toString(r.launcher), r.hosts,
+                r.launcher == Launcher::kKubernetes ? "pods" : "nodes");
+  }
+  if (r.launcher != Launcher::kSlurm) return {};
+  if (r.nodeSecretKey.empty()) {
+    SHOAL_THROW(InvalidArgument,
+                "slurm: SLURM_JOB_ID is not set, so the tasks cannot share a generated secret: "
+                "set SHOAL_SECRET");
+  }
+  if (r.hostsStore) {
+    run::NodeSecret s = run::publishNodeSecret(r.nodeSecretKey);
+    options.secret = s.secret;
+    SHOAL_LOG_INFO("rank 0 (slurm): no SHOAL_SECRET; generated one for the {} tasks on this node",
+                   r.size);
+    return s;
+  }
+  options.secret = run::awaitNodeSecret(r.nodeSecretKey, r.rank, options.timeout);
   return {};
 }
 
@@ -169,6 +201,8 @@ World joinWorld(const EnvConfig& env, const run::MpiBridge* mpi) {
     return w;
   }
 
+  // Kept until the world is complete (run/node_secret.h).
+  const run::NodeSecret nodeSecret = shareNodeSecret(r, options);
   std::shared_ptr<store::Store> store;
   std::string storeHost = r.storeHost;
   if (!r.storeUrl.empty()) {

@@ -5,6 +5,7 @@
 #include "common/env.h"
 #include "common/error.h"
 #include "common/socket.h"
+#include "run/node_secret.h"
 #include "store/etcd_store.h"
 
 namespace shoal::run {
@@ -269,6 +270,9 @@ Rendezvous detectLauncher(const EnvLookup& env) {
     r.hosts = in.getInt("SLURM_STEP_NUM_NODES", 1)
                   .value_or(in.getInt("SLURM_JOB_NUM_NODES", 1).value_or(r.hosts));
     r.hostsStore = r.rank == 0;
+    if (auto job = in.get("SLURM_JOB_ID")) {
+      r.nodeSecretKey = slurmSecretKey(*job, in.get("SLURM_STEP_ID").value_or(""));
+    }
     if (!storeOverride(in, r)) {
       auto nodes = in.first({"SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST", "SLURM_NODELIST"});
       if (!nodes) SHOAL_THROW(InvalidArgument, "slurm: SLURM_JOB_NODELIST is not set");

@@ -48,6 +48,9 @@ struct Rendezvous {
   std::string storeUrl;
   int storePort = 0;
   bool hostsStore = false;  // this rank starts the store server (rank 0, without shoal run)
+  // Slurm: the name of this job step's node secret (run/node_secret.h), for a job started
+  // without SHOAL_SECRET; empty under other launchers.
+  std::string nodeSecretKey;
   Role role = Role::kWorker;
   int roleRank = 0;  // among the ranks of its role
   int numServers = 0;

@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -483,6 +484,47 @@ TEST(OtherLaunchers, SlurmSrun) {
     };
   };
   expectMatrixPasses(env, n, "slurm");
+}
+
+// Slurm across nodes and Kubernetes start ranks that share no secret: refused before any store
+// is open (the one-node Slurm job above shares a generated one, run/node_secret.h).
+TEST(OtherLaunchers, JobsAcrossHostsWithoutASecretAreRefusedBeforeAnyStoreIsOpen) {
+  const std::vector<std::pair<Proc::Env, std::string>> cases{
+      {{{"SLURM_PROCID", "0"},
+        {"SLURM_NTASKS", "4"},
+        {"SLURM_TASKS_PER_NODE", "2(x2)"},
+        {"SLURM_NODEID", "0"},
+        {"SLURM_JOB_NUM_NODES", "2"},
+        {"SLURM_JOB_NODELIST", "localhost,localhost"},
+        {"SLURM_JOB_ID", "17"}},
+       "slurm: a job across 2 nodes needs a shared secret: set SHOAL_SECRET or "
+       "SHOAL_SECRET_FILE"},
+      {{{"JOB_COMPLETION_INDEX", "0"},
+        {"SHOAL_WORLD_SIZE", "2"},
+        {"SHOAL_K8S_SERVICE", "shoal-demo"},
+        {"MASTER_ADDR", "127.0.0.1"},
+        {"MASTER_PORT", "1"}},
+       "kubernetes: a job across 2 pods needs a shared secret"},
+      {{{"SLURM_PROCID", "0"},
+        {"SLURM_NTASKS", "2"},
+        {"SLURM_JOB_NUM_NODES", "1"},
+        {"SLURM_JOB_NODELIST", "localhost"}},
+       "slurm: SLURM_JOB_ID is not set, so the tasks cannot share a generated secret"},
+      {{{"SLURM_PROCID", "0"},
+        {"SLURM_NTASKS", "2"},
+        {"SLURM_JOB_NUM_NODES", "1"},
+        {"SLURM_JOB_NODELIST", "localhost"},
+        {"SLURM_JOB_ID", "12x"}},
+       "slurm: SLURM_JOB_ID '12x' is not a job id"},
+  };
+  for (const auto& [env, expected] : cases) {
+    TempDir dir;
+    Proc p({SHOAL_TEST_WORKER, "matrix"}, dir.path + "/out", env);
+    EXPECT_EQ(p.wait(60s), 2) << expected << "\n" << p.output();
+    const std::string out = p.output();
+    EXPECT_NE(out.find("ERROR InvalidArgument: " + expected), std::string::npos) << out;
+    EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 1) << out;
+  }
 }
 
 TEST(OtherLaunchers, KubernetesIndexedJob) {
