@@ -51,7 +51,8 @@ std::string bestCommandLine(const SweepConfig& config, const TrialRecord& best,
   std::string line;
   for (const auto& [name, value] : config.env) line += name + "=" + word(value) + " ";
   for (const std::string& w : bestArgv(config, best, dir)) {
-    line += (line.empty() || line.back() == ' ' ? "" : " ") + word(w);
+    if (!line.empty() && line.back() != ' ') line += ' ';
+    line += word(w);
   }
   return line;
 }
@@ -109,17 +110,19 @@ void writeResultsCsv(const std::string& path, const SweepConfig& c, const SweepR
   const bool hosts = std::any_of(r.trials.begin(), r.trials.end(),
                                  [](const TrialRecord& t) { return !t.hosts.empty(); });
   std::string text = "trial";
-  for (const Parameter& p : c.parameters) text += "," + csvField(p.name);
-  text +=
-      "," + csvField(c.metric) + ",status,epochs,seconds,reason" + (hosts ? ",hosts" : "") + "\n";
+  // Fields are appended, never made as "," + field: GCC 12 warns falsely (-Wrestrict) on that.
+  for (const Parameter& p : c.parameters) text += fmt::format(",{}", csvField(p.name));
+  text += fmt::format(",{},status,epochs,seconds,reason{}\n", csvField(c.metric),
+                      hosts ? ",hosts" : "");
   for (const TrialRecord& t : r.trials) {
     text += std::to_string(t.id);
     for (size_t i = 0; i < t.params.size(); ++i) {
-      text += "," + csvField(formatParameter(c.parameters[i], t.params[i]));
+      text += fmt::format(",{}", csvField(formatParameter(c.parameters[i], t.params[i])));
     }
     text += fmt::format(",{},{},{},{:.3f},{}", metricText(t.metric), toString(t.status),
                         t.curve.empty() ? 0 : t.curve.back().epoch, t.seconds, csvField(t.reason));
-    text += (hosts ? "," + csvField(t.hosts) : std::string()) + "\n";
+    if (hosts) text += fmt::format(",{}", csvField(t.hosts));
+    text += '\n';
   }
   writeFileAtomically(path, text);
 }
