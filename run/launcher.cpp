@@ -11,7 +11,6 @@
 #include <cstring>
 #include <deque>
 #include <filesystem>
-#include <map>
 #include <memory>
 #include <set>
 #include <utility>
@@ -28,6 +27,7 @@
 #include "run/process_util.h"
 #include "run/rank_environment.h"
 #include "run/run_directory.h"
+#include "run/server_loss.h"
 #include "run/spawner.h"
 #include "store/etcd_store.h"
 #include "store/tcp_store.h"
@@ -131,6 +131,7 @@ class Job {
       SHOAL_THROW(InvalidArgument, "--servers {} leaves no slot for a worker", o_.servers);
     }
     workers_ = static_cast<int>(places_.size()) - o_.servers;
+    serverLoss_.emplace(workers_, o_.servers, o_.psReplicas, o_.psReplacements);
     if (o_.psReplicas != 1 && o_.psReplicas != 2) {
       SHOAL_THROW(InvalidArgument, "--ps-replicas {}: 1 or 2", o_.psReplicas);
     }
@@ -318,8 +319,8 @@ class Job {
     rk.errFwd = std::make_unique<OutputForwarder>(r, 2, rk.log.get(), &rk.tail);
 
     auto vars = rankVariables(o_, environment(), rk.where, r, member);
-    if (auto it = replacing_.find(r); it != replacing_.end()) {
-      vars.emplace_back("SHOAL_PS_REPLACEMENT", std::to_string(it->second));
+    if (const int replacement = serverLoss_->replacementOf(r); replacement > 0) {
+      vars.emplace_back("SHOAL_PS_REPLACEMENT", std::to_string(replacement));
     }
     SpawnOptions so;
     if (rk.where.local) {
@@ -393,7 +394,9 @@ class Job {
       reap();  // cheap, and robust to a SIGCHLD that went elsewhere
       // Outside reap(): starting a rank adds to ranks_, which reap() walks.
       for (int rank : std::exchange(pendingReplacements_, {})) {
-        if (!stopping_) start(rank, rank);
+        if (stopping_) continue;
+        start(rank, rank);
+        serverLoss_->replacementStarted(rank);
       }
       if (elastic_) {
         elastic_->supervise(places_, stopping_, [this](int r, int member) { start(r, member); });
@@ -500,40 +503,15 @@ class Job {
     ::kill(-r.pid, SIGKILL);
     const bool failed = !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
     if (elastic_ && elastic_->ended(r, failed, stopping_)) return;
-    if (failed && !stopping_ && o_.psReplicas == 2 && r.rank >= workers_) {
-      // Note [Replicated shards] (ps/server.h): the workers go on with its shard's backup;
-      // if they cannot (both copies lost), they fail and say so.
-      r.tolerated = true;
-      const int s = r.rank - workers_, next = (s + 1) % o_.servers,
-                previous = (s + o_.servers - 1) % o_.servers;
-      // The server's latest process (a replacement's, if one was started) failed.
-      auto lost = [&](int server) {
-        const Rank* latest = nullptr;
-        for (const auto& q : ranks_) {
-          if (q.rank == workers_ + server) latest = &q;
-        }
-        return latest != nullptr && latest->tolerated;
-      };
-      if (lost(next) || lost(previous)) {
-        say("parameter server {} (rank {}) {}; server {} failed before it: a shard lost both "
-            "copies, the workers will fail",
-            s, r.rank, describeRankStatus(status, r.where.local), lost(next) ? next : previous);
+    if (failed && !stopping_) {
+      // run/server_loss.h: a server of a replicated job may be lost (and replaced).
+      if (auto verdict = serverLoss_->failed(r.rank)) {
+        r.tolerated = verdict->tolerated;
+        if (verdict->replacement > 0) pendingReplacements_.push_back(r.rank);
+        say("parameter server {} (rank {}) {}; {}", r.rank - workers_, r.rank,
+            describeRankStatus(status, r.where.local), verdict->message);
         return;
       }
-      // Note [Replacement servers] (ps/replacement.h): started again in its place, it takes
-      // its shards back from the copies that survived.
-      std::string replacement;
-      if (replacements_ < o_.psReplacements) {
-        ++replacements_;
-        replacing_[r.rank] = replacements_;
-        pendingReplacements_.push_back(r.rank);
-        replacement =
-            fmt::format("; starting a replacement ({} of {})", replacements_, o_.psReplacements);
-      }
-      say("parameter server {} (rank {}) {}; the workers go on with its shard's backup on "
-          "server {}{}",
-          s, r.rank, describeRankStatus(status, r.where.local), next, replacement);
-      return;
     }
     if (failed && !stopping_) {
       r.failedAt = Clock::now();
@@ -676,10 +654,9 @@ class Job {
   int numHosts_ = 1;
   int workers_ = 0;
   std::deque<Rank> ranks_;  // stable addresses
-  // --ps-replacements: how many were started, which server rank's latest process is which
-  // replacement (SHOAL_PS_REPLACEMENT), and those to start once reap() is done.
-  int replacements_ = 0;
-  std::map<int, int> replacing_;
+  // Replicated parameter servers: which losses the job survives, which to replace
+  // (run/server_loss.h); the replacements to start once reap() is done.
+  std::optional<ServerLossPolicy> serverLoss_;
   std::vector<int> pendingReplacements_;
   Fd signalFd_;
   sigset_t oldMask_{};
