@@ -20,6 +20,7 @@
 #include <string_view>
 
 #include "comm/op_code.h"
+#include "comm/operation_times.h"
 #include "comm/work.h"
 #include "common/deadline.h"
 #include "common/types.h"
@@ -91,6 +92,13 @@ class Engine {
   // rank. Left as it is where no message arrived or the engine cannot see its messages (MPI).
   // Called around one operation by the thread that runs it: with `at`, then with null.
   virtual void watchFirstArrival(Clock::time_point* at) { (void)at; }
+
+  // Step-time breakdowns (comm/operation_times.h): from now on, each operation run() (or a
+  // task of the engine's own run in issue order) completes adds its record to `log`, its first
+  // arrival noted as for watchFirstArrival (whether a trace watches or not; failed operations
+  // add none); null stops it. Thread-safe: an operation already running records into the log
+  // it started with. The default records nothing (an engine that cannot see its messages: MPI).
+  virtual void logOperationTimes(std::shared_ptr<OperationTimeLog> log) { (void)log; }
 
   // Called once, right after run() or split() threw `error`: tells the peers (as far as the
   // engine can) and returns what the caller gets: the error with the cause named (for a

@@ -76,11 +76,12 @@ struct Flags {
   std::string resume;  // "latest"
   bool noOverlap = false;
   size_t bucketMb = 25;
-  std::string saveParams;        // tests: rank 0 writes the final parameters here
-  int64_t crashAtStep = -1;      // tests: the last rank kills itself after this step
-  int64_t stragglerWindow = 20;  // steps between straggler checks
-  int64_t slowRank = -1;         // tests and demos: this rank computes about 3x as long
-  bool autotune = false;         // ddp: pick bucket, overlap, algorithm over the first steps
+  std::string saveParams;           // tests: rank 0 writes the final parameters here
+  int64_t crashAtStep = -1;         // tests: the last rank kills itself after this step
+  int64_t stragglerWindow = 20;     // steps between straggler checks
+  double stragglerThreshold = 1.3;  // slow: above this x the median rank's compute
+  int64_t slowRank = -1;            // tests and demos: this rank computes about 3x as long
+  bool autotune = false;            // ddp: pick bucket, overlap, algorithm over the first steps
   bool quiet = false;
   std::string mode = "ddp";          // ddp | zero1 | zero2 | ps-sync | ps-async | ps-ssp
   std::string compression = "none";  // comm/compress/spec.h
@@ -130,6 +131,7 @@ train::TrainerOptions trainerOptions(const Flags& f) {
   o.overlap = !f.noOverlap;
   o.autotune = f.autotune;
   o.stragglerWindow = static_cast<int>(f.stragglerWindow);
+  o.stragglerThreshold = f.stragglerThreshold;
   const auto compression = compress::CompressionSpec::parse(f.compression);
   if (isPs(f)) {
     o.psMode = ps::parseMode(f.mode);
@@ -371,6 +373,9 @@ int main(int argc, char** argv) {
   app.add_option("--save-params", f.saveParams, "write the final parameters (tests)");
   numbers.integer(app, "--straggler-window", f.stragglerWindow, 1, 1 << 20,
                   "steps between straggler checks (a slow rank is named after two slow windows)");
+  numbers.numberAbove(app, "--straggler-threshold", f.stragglerThreshold, 1, 1e6,
+                      "a rank is slow in a window when its compute is above this many times the "
+                      "median rank's");
   app.add_flag("--autotune", f.autotune,
                "ddp: try bucket sizes 1, 4, 25 MiB (those giving distinct buckets) with and "
                "without overlap and, without --compression, the all-reduce algorithm auto, ring, "

@@ -36,6 +36,27 @@ struct NumericFlags {
       if (!text->empty()) into = parseNumber(name, *text, min, max);
     });
   }
+  // As number(), but `min` itself is refused too: a number above min, at most max.
+  void numberAbove(CLI::App& app, const std::string& name, double& into, double min, double max,
+                   const std::string& help) {
+    auto text = std::make_shared<std::string>();
+    app.add_option(name, *text,
+                   fmt::format("{} (above {}, at most {}; default {})", help, min, max, into));
+    parsers.push_back([text, name, &into, min, max] {
+      if (text->empty()) return;
+      // One message for every refusal, "1" as "nan": the range is not parseNumber's.
+      double d = min;
+      try {
+        d = parseNumber(name, *text, min, max);
+      } catch (const InvalidArgument&) {
+      }
+      if (!(d > min)) {
+        SHOAL_THROW(InvalidArgument, "{}='{}': expected a finite number above {}, at most {}", name,
+                    *text, min, max);
+      }
+      into = d;
+    });
+  }
   void parseAll() {
     for (auto& p : parsers) p();
   }

@@ -43,6 +43,9 @@ struct LaunchOptions {
   // ps/replacement.h; synchronous mode). 0: a lost server stays lost.
   int psReplacements = 0;
   std::vector<HostSlots> hosts;
+  // `shoal run`'s own arguments as given, for the run record's configuration
+  // (run/run_configuration.h: secret values redacted there); nothing reads them otherwise.
+  std::vector<std::string> arguments;
   std::vector<std::string> command;                      // program, then its arguments
   std::vector<std::pair<std::string, std::string>> env;  // set for every rank (-x)
   std::optional<double> opTimeoutSeconds;                // SHOAL_TIMEOUT for the ranks

@@ -15,6 +15,8 @@
 #include "common/trace_file.h"
 #include "common/wall_clock.h"
 #include "run/launcher.h"
+#include "run/process_util.h"
+#include "run/run_configuration.h"
 
 namespace shoal::run {
 
@@ -132,7 +134,8 @@ json toJson(const RunRecord& r) {
           {"ended_ns", r.endedNs},
           {"status", r.status},
           {"exit_code", r.exitCode ? json(*r.exitCode) : json(nullptr)},
-          {"attempts", r.attempts}};
+          {"attempts", r.attempts},
+          {"configuration", r.configuration}};
 }
 
 void writeRunRecord(const std::string& dir, const RunRecord& r) {
@@ -168,6 +171,12 @@ RunRecord readRunRecord(const std::string& dir) {
     }
     if (!j.at("exit_code").is_null()) r.exitCode = j.at("exit_code").get<int>();
     r.attempts = j.at("attempts").get<int>();
+    // Optional: records from before it have none.
+    r.configuration = j.value("configuration", json(nullptr));
+    if (!r.configuration.is_null() && !r.configuration.is_object()) {
+      SHOAL_THROW(InvalidArgument, "configuration: expected an object, got {}",
+                  r.configuration.type_name());
+    }
   } catch (const InvalidArgument& e) {
     SHOAL_THROW(InvalidArgument, "run record {}: {}", path, e.what());
   } catch (const std::exception& e) {
@@ -198,6 +207,7 @@ RunDirectory::RunDirectory(const LaunchOptions& o) {
   record_.servers = o.servers;
   record_.elastic = o.elastic;
   record_.startedNs = wallClockNs();
+  record_.configuration = jobConfiguration(o, environmentWithout({}));
   try {
     writeRunRecord(dir_, record_);
   } catch (const std::exception& e) {

@@ -2,7 +2,9 @@
 // holds what it left, as `shoal run --run-dir DIR` keeps it:
 //   run.json     the job: name, command, working directory, git revision, hosts, ranks, start
 //                and end (wall clock), status ("running", then "succeeded" or "failed"), exit
-//                code and attempts; rewritten atomically at the start and at the end
+//                code, attempts and configuration (run/run_configuration.h: the launcher's
+//                options and SHOAL_* environment, secrets redacted); rewritten atomically at
+//                the start and at the end
 //   metrics.db   the ranks' metrics (track/metrics_store.h), opened by each rank's Tracker at
 //                metricsPath(runDirectoryFromEnv())
 //   flight/      the ranks' flight recorders (run/flight_report.h)
@@ -12,7 +14,7 @@
 #pragma once
 
 #include <cstdint>
-#include <nlohmann/json_fwd.hpp>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <utility>
@@ -36,6 +38,8 @@ struct RunRecord {
   std::string status = "running";      // running | succeeded | failed
   std::optional<int> exitCode;
   int attempts = 0;  // attempts started (restarts + 1)
+  // run/run_configuration.h's object; null in a record written before it existed.
+  nlohmann::json configuration;
 };
 
 // "metrics.db" in `dir`.

@@ -390,6 +390,8 @@ int main(int argc, char** argv) {
       return processEnvReader()(name);
     });
     o.command = run->remaining();
+    // Before `--` (or the program, without it): the launcher's own words.
+    o.arguments.assign(argv + 2, argv + ours - static_cast<ptrdiff_t>(o.command.size()));
     o.command.insert(o.command.end(), command.begin(), command.end());
     return run::launch(o);
   } catch (const InvalidArgument& e) {

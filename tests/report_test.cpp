@@ -399,6 +399,61 @@ TEST(Report, WithoutComputeRatioTheBreakdownFindsTheStraggler) {
   EXPECT_FALSE(fs::exists(dir + "/report"));
 }
 
+TEST(Report, TheBreakdownHasThreePartsAsAStackedBarAndTheConfigurationIsShown) {
+  TempDir tmp;
+  const std::string dir = tmp.path + "/parts";
+  fs::create_directories(dir);
+  run::RunRecord rec = record("parts");
+  rec.configuration = {{"ranks", 2},
+                       {"store", nullptr},
+                       {"arguments", {"-n", "2", "-x", "A=<b>"}},
+                       {"environment", {{"SHOAL_SECRET", "<redacted>"}, {"SHOAL_TIMEOUT", "30"}}}};
+  run::writeRunRecord(dir, rec);
+  // Steps of 60 ms: rank 0 computes 20 ms and waits 30 ms for rank 1, which computes 50 ms;
+  // both move data for 10 ms. Step 3 of rank 1 logged no parts: comm_wait_s stands in.
+  for (int rank = 0; rank < 2; ++rank) {
+    track::Tracker t({.path = run::metricsPath(dir), .rank = rank});
+    for (int step = 0; step < 4; ++step) {
+      t.log("step_time_s", step, 0.06);
+      if (rank == 1 && step == 3) {
+        t.log("comm_wait_s", step, 0.01);
+        continue;
+      }
+      t.log("compute_s", step, rank == 0 ? 0.02 : 0.05);
+      t.log("communication_s", step, 0.01);
+      t.log("waiting_s", step, rank == 0 ? 0.03 : 0.0);
+    }
+    t.flush(std::chrono::seconds(30));
+  }
+  const std::string html = readFile(tools::writeReport(dir).htmlPath);
+  EXPECT_NE(html.find("<tr data-rank=\"0\"><td>0</td><td>4</td><td>60.00 ms</td><td>20.00 ms</td>"
+                      "<td>10.00 ms</td><td>30.00 ms</td><td><span class=\"bar\">"
+                      "<span class=\"compute\" style=\"width: 33.33%\"></span>"
+                      "<span class=\"comm\" style=\"width: 16.67%\"></span>"
+                      "<span class=\"wait\" style=\"width: 50.00%\"></span></span></td>"),
+            std::string::npos)
+      << html;
+  // Rank 1's compute is 2.5x rank 0's: the straggler.
+  EXPECT_NE(html.find("<tr data-rank=\"1\" class=\"straggler\" data-straggler=\"1\"><td>1</td>"
+                      "<td>4</td><td>60.00 ms</td><td>50.00 ms</td>"
+                      "<td>10.00 ms</td><td>0.00 ms</td><td><span class=\"bar\">"
+                      "<span class=\"compute\" style=\"width: 83.33%\"></span>"
+                      "<span class=\"comm\" style=\"width: 16.67%\"></span>"
+                      "<span class=\"wait\" style=\"width: 0.00%\"></span></span></td>"),
+            std::string::npos)
+      << html;
+  // The configuration: escaped, an object's entries one per row, absent ones left out.
+  EXPECT_NE(html.find("<h2>Configuration</h2>"), std::string::npos);
+  EXPECT_NE(html.find("<tr><th>ranks</th><td>2</td></tr>"), std::string::npos) << html;
+  EXPECT_NE(html.find("<tr><th>arguments</th><td>-n 2 -x &#39;A=&lt;b&gt;&#39;</td></tr>"),
+            std::string::npos)
+      << html;
+  EXPECT_NE(html.find("<tr><th>environment.SHOAL_SECRET</th><td>&lt;redacted&gt;</td></tr>"),
+            std::string::npos);
+  EXPECT_NE(html.find("<tr><th>environment.SHOAL_TIMEOUT</th><td>30</td></tr>"), std::string::npos);
+  EXPECT_EQ(html.find("<th>store</th>"), std::string::npos);
+}
+
 TEST(Report, ARunWithoutMetricsIsItsRecordAlone) {
   TempDir tmp;
   const std::string dir = tmp.path + "/bare";
@@ -409,6 +464,7 @@ TEST(Report, ARunWithoutMetricsIsItsRecordAlone) {
   const std::string html = readFile(r.htmlPath);
   EXPECT_NE(html.find("No metrics.db"), std::string::npos);
   EXPECT_NE(html.find("<th>name</th><td>bare</td>"), std::string::npos);
+  EXPECT_NE(html.find("<h2>Configuration</h2>\n<p>Not recorded.</p>"), std::string::npos);
   EXPECT_FALSE(fs::exists(run::metricsPath(dir)));  // read-only: no store made
 }
 

@@ -1,6 +1,8 @@
-// Run directories (run/run_directory.h): the record `shoal run --run-dir` keeps of a job, the
-// git revision read from .git, the refusal of malformed records and of a folder that holds a
-// run, and the Fashion-MNIST example's metrics from every rank in the run's store.
+// Run directories (run/run_directory.h): the record `shoal run --run-dir` keeps of a job and its
+// configuration (secrets never written), the git revision read from .git, the refusal of
+// malformed records and of a folder that holds a run, and the Fashion-MNIST example's metrics
+// from every rank in the run's store: the step time's three parts, and a slowed rank named as a
+// straggler under a threshold it exceeds and not under one it does not.
 #include "run/run_directory.h"
 
 #include <fmt/format.h>
@@ -8,6 +10,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "common/error.h"
 #include "tests/process_util.h"
@@ -70,6 +73,40 @@ TEST(RunDirectory, RecordsASucceededAndAFailedJob) {
   EXPECT_EQ(run::readRunRecord(ok).status, "succeeded");
 }
 
+TEST(RunDirectory, RecordsTheConfigurationWithoutItsSecrets) {
+  TempDir dir;
+  const std::string run = dir.path + "/runs/configured";
+  // Secrets three ways: the launcher's environment, -x NAME=VALUE and --env=NAME=VALUE. The ranks
+  // get -x's (checked by its length: the program's command is recorded as it is given).
+  const std::string secret = "s3cret-in-the-environment";
+  Proc p({SHOAL_BIN, "run", "-n", "2", "--timeout", "30", "--run-dir", run, "-x",
+          "SHOAL_TEST_TOKEN=t0ken-on-the-command-line", "--env=MY_PASSWORD=passw0rd-as-well", "-x",
+          "SHOAL_LOG_LEVEL=info", "--", "sh", "-c", "test \"${#SHOAL_TEST_TOKEN}\" = 25"},
+         dir.path + "/launcher.out", {{"SHOAL_SECRET", secret}, {"SHOAL_TRANSPORT", "tcp"}});
+  ASSERT_EQ(p.wait(std::chrono::seconds(120)), 0) << readFile(dir.path + "/launcher.out");
+  const std::string text = readFile(run + "/run.json");
+  for (const std::string& s :
+       {secret, std::string("t0ken-on-the-command-line"), std::string("passw0rd-as-well")}) {
+    EXPECT_EQ(text.find(s), std::string::npos) << s << " written:\n" << text;
+  }
+  const nlohmann::json c = run::readRunRecord(run).configuration;
+  ASSERT_TRUE(c.is_object()) << text;
+  EXPECT_EQ(c["ranks"], 2);
+  EXPECT_EQ(c["timeout_s"], 30.0);
+  EXPECT_EQ(c["backend"], "native");
+  EXPECT_EQ(c["environment"]["SHOAL_SECRET"], "<redacted>");
+  EXPECT_EQ(c["environment"]["SHOAL_TEST_TOKEN"], "<redacted>");
+  EXPECT_EQ(c["environment"]["SHOAL_TRANSPORT"], "tcp");
+  EXPECT_EQ(c["environment"]["SHOAL_LOG_LEVEL"], "info");
+  EXPECT_EQ(c["arguments"],
+            nlohmann::json({"-n", "2", "--timeout", "30", "--run-dir", run, "-x",
+                            "SHOAL_TEST_TOKEN=<redacted>", "--env=MY_PASSWORD=<redacted>", "-x",
+                            "SHOAL_LOG_LEVEL=info"}));
+  // What the launcher made itself is not the configuration.
+  EXPECT_FALSE(c["environment"].contains("SHOAL_RANK"));
+  EXPECT_FALSE(c["environment"].contains("SHOAL_RUN_DIR"));
+}
+
 TEST(RunDirectory, ReadsTheGitRevisionFromDotGit) {
   TempDir dir;
   const std::string a(40, 'a'), b(40, 'b'), c(40, 'c');
@@ -109,8 +146,10 @@ TEST(RunDirectory, RefusesAMalformedRecordInOneLine) {
            {"[]", "not a Shoal run record"},
            {"{\"shoal_run\": 1}", "name"},
            {std::string(text).replace(text.find("\"running\""), 9, "\"maybe\""), "status 'maybe'"},
-           {std::string(text).replace(text.find("\"ranks\": 0"), 10, "\"ranks\": \"two\""),
-            "type"}}) {
+           {std::string(text).replace(text.find("\"ranks\": 0"), 10, "\"ranks\": \"two\""), "type"},
+           {std::string(text).replace(text.find("\"configuration\": null"), 21,
+                                      "\"configuration\": [1]"),
+            "configuration: expected an object"}}) {
     writeText(dir.path + "/run.json", bad);
     try {
       run::readRunRecord(dir.path);
@@ -143,8 +182,28 @@ TEST(RunDirectory, EveryRankOfTheExampleReportsIntoTheRunsStore) {
       EXPECT_EQ(loss[i].step, static_cast<int64_t>(i + 1)) << rank;
       EXPECT_GT(loss[i].value, 0) << rank;
     }
-    EXPECT_EQ(store.series("step_time_s", {.rank = rank}).size(), 16u) << rank;
+    const auto steps = store.series("step_time_s", {.rank = rank});
+    EXPECT_EQ(steps.size(), 16u) << rank;
     EXPECT_EQ(store.series("comm_wait_s", {.rank = rank}).size(), 16u) << rank;
+    // The step time's three parts, each step, adding up to it (Note [Step-time breakdown]).
+    const auto compute = store.series("compute_s", {.rank = rank});
+    const auto communication = store.series("communication_s", {.rank = rank});
+    const auto waiting = store.series("waiting_s", {.rank = rank});
+    ASSERT_EQ(compute.size(), steps.size()) << rank;
+    ASSERT_EQ(communication.size(), steps.size()) << rank;
+    ASSERT_EQ(waiting.size(), steps.size()) << rank;
+    double blocked = 0;
+    for (size_t i = 0; i < steps.size(); ++i) {
+      EXPECT_EQ(compute[i].step, steps[i].step);
+      EXPECT_GE(compute[i].value, 0);
+      EXPECT_GE(communication[i].value, 0);
+      EXPECT_GE(waiting[i].value, 0);
+      EXPECT_NEAR(compute[i].value + communication[i].value + waiting[i].value, steps[i].value,
+                  1e-9 * steps[i].value + 1e-12)
+          << rank << " step " << steps[i].step;
+      blocked += communication[i].value + waiting[i].value;
+    }
+    EXPECT_GT(blocked, 0) << "a DDP rank waits for its buckets: rank " << rank;
   }
   const auto accuracy = store.latest("test_accuracy");
   ASSERT_EQ(accuracy.size(), 1u);
@@ -153,24 +212,59 @@ TEST(RunDirectory, EveryRankOfTheExampleReportsIntoTheRunsStore) {
   EXPECT_EQ(run::readRunRecord(run).status, "succeeded");
 }
 
+// The example's mean of a metric over one rank's steps.
+double meanOf(track::MetricsStore& store, const std::string& name, int rank) {
+  const auto points = store.series(name, {.rank = rank});
+  double sum = 0;
+  for (const auto& p : points) sum += p.value;
+  return points.empty() ? 0 : sum / static_cast<double>(points.size());
+}
+
 TEST(RunDirectory, ASlowRankOfTheExampleIsNamedAsAStraggler) {
-  TempDir dir;
-  const std::string run = dir.path + "/run";
   // Rank 1 computes about 3x as long; windows of 4 steps, named after two slow ones in a row
-  // (the first window may not count: both ranks warm up in it).
-  const RunResult r = shoalRun(
-      SHOAL_BIN,
-      {"-n", "2", "--run-dir", run, "--", FASHION_MNIST_BIN, "--epochs", "1", "--train-subset",
-       "1024", "--batch", "32", "-q", "--straggler-window", "4", "--slow-rank", "1"},
-      dir, std::chrono::seconds(300));
+  // (the first window may not count: both ranks warm up in it). The threshold is the job's:
+  // 1.5 names it, 50 does not.
+  const auto job = [](TempDir& dir, const std::string& threshold) {
+    return shoalRun(SHOAL_BIN,
+                    {"-n", "2", "--run-dir", dir.path + "/run", "--", FASHION_MNIST_BIN, "--epochs",
+                     "1", "--train-subset", "1024", "--batch", "32", "-q", "--straggler-window",
+                     "4", "--slow-rank", "1", "--straggler-threshold", threshold},
+                    dir, std::chrono::seconds(300));
+  };
+  TempDir dir;
+  const RunResult r = job(dir, "1.5");
   ASSERT_EQ(r.code, 0) << r.output;
   EXPECT_NE(r.output.find("stragglers at step "), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("slower than 1.50x the median"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("rank 1: compute"), std::string::npos) << r.output;
   EXPECT_EQ(r.output.find("rank 0: compute"), std::string::npos) << r.output;
-  track::MetricsStore store(run::metricsPath(run), {.readOnly = true});
+  track::MetricsStore store(run::metricsPath(dir.path + "/run"), {.readOnly = true});
   const auto ratio = store.series("compute_ratio", {.rank = 1});
   ASSERT_EQ(ratio.size(), 4u);
-  for (size_t i = 1; i < ratio.size(); ++i) EXPECT_GT(ratio[i].value, 1.3) << ratio[i].step;
+  for (size_t i = 1; i < ratio.size(); ++i) EXPECT_GT(ratio[i].value, 1.5) << ratio[i].step;
+  // The fast rank spends the difference waiting for the slow one at each step's end; the slow
+  // one finds the fast one's data there.
+  EXPECT_GT(meanOf(store, "waiting_s", 0), meanOf(store, "waiting_s", 1));
+  EXPECT_GT(meanOf(store, "compute_s", 1), meanOf(store, "compute_s", 0));
+
+  TempDir lenient;
+  const RunResult l = job(lenient, "50");
+  ASSERT_EQ(l.code, 0) << l.output;
+  EXPECT_EQ(l.output.find("stragglers at step "), std::string::npos) << l.output;
+  track::MetricsStore lenientStore(run::metricsPath(lenient.path + "/run"), {.readOnly = true});
+  EXPECT_EQ(lenientStore.series("compute_ratio", {.rank = 1}).size(), 4u);
+}
+
+TEST(RunDirectory, TheExampleRefusesABadStragglerThreshold) {
+  TempDir dir;
+  for (const std::string bad : {"0", "-2", "1", "nan", "inf", "1.5x", "fast"}) {
+    const ShellRun r = runShell(
+        fmt::format("{} --straggler-threshold '{}' --epochs 1 -q", FASHION_MNIST_BIN, bad));
+    EXPECT_EQ(r.code, 2) << bad << ": " << r.output;
+    EXPECT_NE(r.output.find("fashion_mnist: error: "), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find("--straggler-threshold"), std::string::npos) << r.output;
+    EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << r.output;
+  }
 }
 
 TEST(RunDirectory, TheExampleAutotunesItsBucketsAndAlgorithmAndEveryRankAgrees) {

@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 #include <httplib.h>
 
+#include <array>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -49,6 +51,12 @@ std::string makeRun(const std::string& runs, const std::string& name, const std:
     r.exitCode = status == "succeeded" ? 0 : 1;
   }
   r.attempts = 1;
+  // As run/run_configuration.h writes it, with a name that must reach the page as text only.
+  r.configuration = {{"ranks", ranks},
+                     {"store", nullptr},
+                     {"arguments", {"-n", std::to_string(ranks), "-x", "SHOAL_SECRET=<redacted>"}},
+                     {"environment", {{"SHOAL_SECRET", "<redacted>"}, {"SHOAL_TIMEOUT", "30"}}},
+                     {"note", "<b>bold</b>"}};
   run::writeRunRecord(dir, r);
   return dir;
 }
@@ -117,6 +125,7 @@ TEST_F(UiApi, ListsEveryRunWithItsRecordAndMetrics) {
   EXPECT_EQ(r[0]["git_revision"], "0123456789abcdef0123456789abcdef01234567");
   EXPECT_GT(r[0]["duration_s"].get<double>(), 80.0);
   EXPECT_EQ(r[0]["metrics"], json::array({"loss"}));
+  EXPECT_EQ(r[0]["configuration"]["environment"]["SHOAL_TIMEOUT"], "30");
   EXPECT_EQ(r[1]["name"], "beta");
   EXPECT_EQ(r[1]["status"], "running");
   EXPECT_EQ(r[1]["metrics"], json::array({"loss", "test_accuracy"}));
@@ -355,6 +364,43 @@ std::string servingUrl(Proc& ui) {
   return m[1];
 }
 
+// Each breakdown row (div.brow) of `run`'s panel in a dumped DOM: rank -> the row's opening tag
+// and text up to the next row.
+std::map<int, std::string> breakdownRows(const std::string& dom, const std::string& run) {
+  std::map<int, std::string> rows;
+  const size_t panel = dom.find("class=\"breakdown\" data-run=\"" + run + "\"");
+  if (panel == std::string::npos) return rows;
+  const size_t end = dom.find("</div></div>", panel);  // the breakdown's end closes its last row
+  const std::string part =
+      dom.substr(panel, end == std::string::npos ? std::string::npos : end - panel);
+  const std::regex row("<div class=\"brow[^\"]*\" data-rank=\"([0-9]+)\"");
+  std::vector<std::pair<int, size_t>> starts;
+  for (auto it = std::sregex_iterator(part.begin(), part.end(), row); it != std::sregex_iterator();
+       ++it) {
+    starts.emplace_back(std::stoi((*it)[1]), static_cast<size_t>(it->position()));
+  }
+  for (size_t i = 0; i < starts.size(); ++i) {
+    const size_t to = i + 1 < starts.size() ? starts[i + 1].second : part.size();
+    rows[starts[i].first] = part.substr(starts[i].second, to - starts[i].second);
+  }
+  return rows;
+}
+
+// A breakdown row's data-NAME attribute as a number (NaN if it has none).
+double rowSeconds(const std::string& row, const std::string& name) {
+  std::smatch m;
+  if (!std::regex_search(row, m, std::regex("data-" + name + "=\"([^\"]*)\""))) return NAN;
+  return std::stod(m[1]);
+}
+
+// `run`'s configuration element (details.configuration) in a dumped DOM; empty if none.
+std::string configurationOf(const std::string& dom, const std::string& run) {
+  const size_t at = dom.find("<details class=\"configuration\" data-run=\"" + run + "\"");
+  if (at == std::string::npos) return "";
+  const size_t end = dom.find("</details>", at);
+  return dom.substr(at, end == std::string::npos ? std::string::npos : end - at);
+}
+
 class Chromium {
  public:
   explicit Chromium(const std::string& dir) : dir_(dir) { fs::create_directories(dir); }
@@ -399,6 +445,10 @@ TEST(UiBrowser, ThePageShowsTheRunsAndALiveCurveAdvances) {
         ranks[r]->log("loss", step, 2.0 / (1 + step) + 0.1 * r);
         ranks[r]->log("step_time_s", step, 0.05 + 0.01 * r);
         ranks[r]->log("comm_wait_s", step, 0.01 * (r + 1));
+        // The three parts: rank 0 waits 20 ms for rank 1 (compute 20 ms against 45 ms).
+        ranks[r]->log("compute_s", step, r == 0 ? 0.02 : 0.045);
+        ranks[r]->log("communication_s", step, r == 0 ? 0.01 : 0.015);
+        ranks[r]->log("waiting_s", step, r == 0 ? 0.02 : 0.0);
       }
     }
     for (auto& t : ranks) t->flush(std::chrono::seconds(30));
@@ -418,6 +468,30 @@ TEST(UiBrowser, ThePageShowsTheRunsAndALiveCurveAdvances) {
   EXPECT_EQ(before, 30) << first;  // every point logged so far, 15 steps x 2 ranks
   EXPECT_NE(first.find("class=\"breakdown\" data-run=\"live\" data-ranks=\"2\""), std::string::npos)
       << first;
+  // Each rank's step time in three parts, each a part of its stacked bar.
+  const std::map<int, std::string> rows = breakdownRows(first, "live");
+  ASSERT_EQ(rows.size(), 2u) << first;
+  const std::map<int, std::array<double, 3>> parts = {{0, {0.02, 0.01, 0.02}},
+                                                      {1, {0.045, 0.015, 0.0}}};
+  for (const auto& [rank, html] : rows) {
+    const std::array<double, 3> got = {rowSeconds(html, "compute-s"), rowSeconds(html, "comm-s"),
+                                       rowSeconds(html, "wait-s")};
+    for (size_t i = 0; i < 3; ++i) EXPECT_NEAR(got[i], parts.at(rank)[i], 1e-9) << rank << html;
+    for (const char* part : {"compute", "comm", "wait"}) {
+      EXPECT_NE(html.find(fmt::format("<span class=\"{}\" style=\"width:", part)),
+                std::string::npos)
+          << part << ": " << html;
+    }
+  }
+  // The run's configuration, as text (the markup in it is not markup on the page).
+  const std::string config = configurationOf(first, "live");
+  EXPECT_NE(config.find("data-key=\"environment.SHOAL_SECRET\"><td>environment.SHOAL_SECRET"
+                        "</td><td>&lt;redacted&gt;</td>"),
+            std::string::npos)
+      << config;
+  EXPECT_NE(config.find("<td>note</td><td>&lt;b&gt;bold&lt;/b&gt;</td>"), std::string::npos)
+      << config;
+  EXPECT_NE(config.find("data-entries=\"5\""), std::string::npos) << config;  // store is null
 
   train(10);
   const std::string second = chromium.load(url, "--dump-dom");
@@ -526,28 +600,6 @@ TEST(UiBrowser, TheTimelineShowsTheChosenWindow) {
 
   ::kill(ui.pid(), SIGTERM);
   EXPECT_EQ(ui.wait(std::chrono::seconds(15)), 0) << ui.output();
-}
-
-// Each breakdown row (div.brow) of `run`'s panel in a dumped DOM: rank -> the row's opening tag
-// and text up to the next row.
-std::map<int, std::string> breakdownRows(const std::string& dom, const std::string& run) {
-  std::map<int, std::string> rows;
-  const size_t panel = dom.find("class=\"breakdown\" data-run=\"" + run + "\"");
-  if (panel == std::string::npos) return rows;
-  const size_t end = dom.find("</div></div>", panel);  // the breakdown's end closes its last row
-  const std::string part =
-      dom.substr(panel, end == std::string::npos ? std::string::npos : end - panel);
-  const std::regex row("<div class=\"brow[^\"]*\" data-rank=\"([0-9]+)\"");
-  std::vector<std::pair<int, size_t>> starts;
-  for (auto it = std::sregex_iterator(part.begin(), part.end(), row); it != std::sregex_iterator();
-       ++it) {
-    starts.emplace_back(std::stoi((*it)[1]), static_cast<size_t>(it->position()));
-  }
-  for (size_t i = 0; i < starts.size(); ++i) {
-    const size_t to = i + 1 < starts.size() ? starts[i + 1].second : part.size();
-    rows[starts[i].first] = part.substr(starts[i].second, to - starts[i].second);
-  }
-  return rows;
 }
 
 TEST(UiBrowser, AStragglersRowIsMarked) {

@@ -83,6 +83,30 @@ std::string recordTable(const run::RunRecord& r) {
   return html + "</table>\n";
 }
 
+// A configuration value as one cell's text: strings as they are, the rest as JSON.
+std::string configurationText(const nlohmann::json& v) {
+  return v.is_string() ? v.get<std::string>() : v.dump();
+}
+
+// run.json's configuration (run/run_configuration.h), one row per entry, an object's entries
+// (the environment) as key.NAME; absent (null) entries are left out.
+std::string configurationSection(const run::RunRecord& r) {
+  std::string html = "<h2>Configuration</h2>\n";
+  if (!r.configuration.is_object()) return html + "<p>Not recorded.</p>\n";
+  html += "<table class=\"record configuration\">\n";
+  for (const auto& [key, value] : r.configuration.items()) {
+    if (key == "arguments" && value.is_array() &&
+        std::all_of(value.begin(), value.end(), [](const auto& a) { return a.is_string(); })) {
+      row(html, key, joinCommand(value.get<std::vector<std::string>>()));
+    } else if (value.is_object()) {
+      for (const auto& [name, v] : value.items()) row(html, key + "." + name, configurationText(v));
+    } else if (!value.is_null()) {
+      row(html, key, configurationText(value));
+    }
+  }
+  return html + "</table>\n";
+}
+
 Image metricChart(const MetricSummary& m) {
   std::vector<PlotSeries> lines;
   for (size_t i = 0; i < m.byRank.size(); ++i) {
@@ -113,20 +137,37 @@ std::string metricSection(const MetricSummary& m, const std::string& png) {
   return html + "</table>\n</section>\n";
 }
 
+// One rank's step as a bar of its three parts, as wide as the longest step (`top`) allows.
+std::string stackedBar(const RankBreakdown& b, double top) {
+  const auto part = [&](const char* name, double seconds) {
+    return fmt::format("<span class=\"{}\" style=\"width: {:.2f}%\"></span>", name,
+                       top > 0 ? 100 * seconds / top : 0.0);
+  };
+  return "<span class=\"bar\">" + part("compute", b.computeS) + part("comm", b.commS) +
+         part("wait", b.waitS) + "</span>";
+}
+
 std::string breakdownSection(const RunSummary& s) {
   std::string html = "<h2>Step time per rank</h2>\n";
   if (s.breakdown.empty()) return html + "<p>No <code>step_time_s</code> logged.</p>\n";
+  double top = 0;
+  for (const RankBreakdown& b : s.breakdown) top = std::max(top, b.stepS);
   html +=
-      "<p>Means over each rank's steps: compute is <code>step_time_s - comm_wait_s</code>; the "
-      "ratio is compute over the median rank's.</p>\n<table class=\"breakdown\">\n<tr><th>rank"
-      "</th><th>steps</th><th>step time</th><th>compute</th><th>comm wait</th><th>comm share"
-      "</th><th>compute ratio</th><th>last compute_ratio</th><th></th></tr>\n";
+      "<p>Means over each rank's steps, in three parts: <span class=\"key compute\"></span> "
+      "compute, <span class=\"key comm\"></span> communication (<code>communication_s</code>: "
+      "blocked moving data), <span class=\"key wait\"></span> waiting (<code>waiting_s</code>: "
+      "blocked on slower peers); compute is the rest of <code>step_time_s</code>. A run that "
+      "logged only <code>comm_wait_s</code> shows it as communication. The ratio is compute over "
+      "the median rank's.</p>\n<table class=\"breakdown\">\n<tr><th>rank</th><th>steps</th>"
+      "<th>step time</th><th>compute</th><th>communication</th><th>waiting</th><th></th>"
+      "<th>compute ratio</th><th>last compute_ratio</th><th></th></tr>\n";
   for (const RankBreakdown& b : s.breakdown) {
     html += fmt::format(
         "<tr data-rank=\"{}\"{}><td>{}</td><td>{}</td><td>{:.2f} ms</td><td>{:.2f} ms</td>"
-        "<td>{:.2f} ms</td><td>{:.1f}%</td><td>{:.2f}</td><td>{}</td><td>{}</td></tr>\n",
+        "<td>{:.2f} ms</td><td>{:.2f} ms</td><td>{}</td><td>{:.2f}</td><td>{}</td><td>{}</td>"
+        "</tr>\n",
         b.rank, b.straggler ? " class=\"straggler\" data-straggler=\"1\"" : "", b.rank, b.steps,
-        b.stepS * 1e3, b.computeS * 1e3, b.commS * 1e3, b.stepS > 0 ? 100 * b.commS / b.stepS : 0.0,
+        b.stepS * 1e3, b.computeS * 1e3, b.commS * 1e3, b.waitS * 1e3, stackedBar(b, top),
         b.computeRatio, b.lastComputeRatio ? cellValue(*b.lastComputeRatio) : "",
         b.straggler ? "<span class=\"tag\">straggler</span>" : "");
   }
@@ -167,6 +208,10 @@ img { display: block; border: 1px solid #ccc; background: #fff; max-width: 100%;
 tr.straggler td { background: #fde8e8; }
 .tag { color: #fff; background: #c22; border-radius: 3px; padding: 0 5px; font-weight: bold; }
 .warn { color: #a40; }
+.bar { display: inline-flex; width: 240px; height: 12px; background: #f0f0f0; }
+.bar span, .key { display: inline-block; height: 12px; }
+.key { width: 12px; vertical-align: middle; }
+.compute { background: #3b7dd8; } .comm { background: #f0a030; } .wait { background: #c03030; }
 </style>
 )";
 
@@ -260,6 +305,7 @@ ReportResult writeReport(const std::string& runDir, const std::string& outDir) {
       "<title>Shoal run {}</title>\n{}</head>\n<body>\n<h1>Shoal run {}</h1>\n",
       htmlEscape(record.name), kStyle, htmlEscape(record.name));
   html += recordTable(record);
+  html += configurationSection(record);
   html += breakdownSection(summary);
   html += stragglerSection(summary);
   for (const track::DroppedPoints& d : summary.dropped) {

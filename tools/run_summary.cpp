@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 #include <map>
+#include <optional>
 
 #include "common/statistics.h"
 
@@ -46,29 +47,50 @@ double medianCompute(const std::vector<RankBreakdown>& rows) {
   return lowerMedian(std::move(c));
 }
 
-std::vector<RankBreakdown> breakdown(const std::map<int, Points>& steps,
-                                     const std::map<int, Points>& comms) {
-  std::vector<RankBreakdown> rows;
-  for (const auto& [rank, points] : steps) {
-    std::map<double, double> commAt;
-    if (auto it = comms.find(rank); it != comms.end()) {
-      for (const auto& [step, v] : it->second) {
-        if (std::isfinite(v)) commAt[step] = v;
-      }
+// The finite values of `rank` in `series`, by step.
+std::map<double, double> valuesAt(const std::map<int, Points>& series, int rank) {
+  std::map<double, double> at;
+  if (auto it = series.find(rank); it != series.end()) {
+    for (const auto& [step, v] : it->second) {
+      if (std::isfinite(v)) at[step] = v;
     }
+  }
+  return at;
+}
+
+// The named step-time series (step_time_s and its parts) by rank.
+struct StepSeries {
+  std::map<int, Points> steps, communication, waiting, commWait;
+};
+
+std::vector<RankBreakdown> breakdown(const StepSeries& s) {
+  std::vector<RankBreakdown> rows;
+  for (const auto& [rank, points] : s.steps) {
+    const auto commAt = valuesAt(s.communication, rank);
+    const auto waitAt = valuesAt(s.waiting, rank);
+    const auto oldCommAt = valuesAt(s.commWait, rank);
+    const auto find = [](const std::map<double, double>& at, double step) {
+      const auto it = at.find(step);
+      return it == at.end() ? std::optional<double>() : it->second;
+    };
     RankBreakdown b{.rank = rank};
     for (const auto& [step, v] : points) {
       if (!std::isfinite(v) || v < 0) continue;
-      const auto c = commAt.find(step);
-      const double comm = std::clamp(c == commAt.end() ? 0.0 : c->second, 0.0, v);
+      const auto comm = find(commAt, step);
+      const auto wait = find(waitAt, step);
+      // A run from before the three parts: comm_wait_s is all it says.
+      const double c = comm || wait ? comm.value_or(0) : find(oldCommAt, step).value_or(0);
+      const double communication = std::clamp(c, 0.0, v);
       b.stepS += v;
-      b.commS += comm;
+      b.commS += communication;
+      b.waitS += std::clamp(wait.value_or(0), 0.0, v - communication);
       ++b.steps;
     }
     if (b.steps > 0) {
       b.stepS /= b.steps;
       b.commS /= b.steps;
-      b.computeS = b.stepS - b.commS;
+      b.waitS /= b.steps;
+      b.computeS = std::max(0.0, b.stepS - b.commS - b.waitS);
     }
     rows.push_back(b);
   }
@@ -98,19 +120,22 @@ RankStats rankStats(int rank, const Points& points) {
 
 RunSummary summarizeRun(track::MetricsStore& store) {
   RunSummary out;
-  std::map<int, Points> steps, comms, ratios;
+  StepSeries steps;
+  std::map<int, Points> ratios;
   for (const std::string& name : store.metricNames()) {
     std::map<int, Points> ranks = byRank(store, name);
     MetricSummary m{.name = name};
     if (ranks.size() > 1) m.mean = meanOverRanks(ranks);
     for (const auto& [rank, points] : ranks) m.stats.push_back(rankStats(rank, points));
-    if (name == "step_time_s") steps = ranks;
-    if (name == "comm_wait_s") comms = ranks;
+    if (name == "step_time_s") steps.steps = ranks;
+    if (name == "communication_s") steps.communication = ranks;
+    if (name == "waiting_s") steps.waiting = ranks;
+    if (name == "comm_wait_s") steps.commWait = ranks;
     if (name == "compute_ratio") ratios = ranks;
     m.byRank.assign(std::make_move_iterator(ranks.begin()), std::make_move_iterator(ranks.end()));
     out.metrics.push_back(std::move(m));
   }
-  out.breakdown = breakdown(steps, comms);
+  out.breakdown = breakdown(steps);
   out.stragglersFromComputeRatio = !ratios.empty();
   if (out.stragglersFromComputeRatio) {
     for (const auto& [rank, points] : ratios) {

@@ -1,15 +1,19 @@
 // What `shoal report` (tools/report.h) says about a run's metrics, computed from its store
 // (track/metrics_store.h): each metric per rank with its statistics and the mean over ranks, each
-// rank's step time split into compute and communication wait, and the stragglers.
+// rank's step time split into compute, communication and waiting, and the stragglers.
+//
+// The split (Note [Step-time breakdown] in train/trainer.h): communication_s and waiting_s as
+// the rank logged them at each step, compute the rest of step_time_s. A step that logged
+// neither (a run from before them) takes comm_wait_s as its communication and no waiting.
 //
 // Note [Stragglers]: a straggler is a rank whose compute is persistently above the others'.
 // When the run logged `compute_ratio` (a rank's mean compute time over a window, divided by the
 // median rank's, as fashion_mnist logs it), a rank is a straggler when its last
 // kStragglerWindows values all exceed kStragglerRatio. Without it, the step-time breakdown
-// decides: a rank whose mean compute (step_time_s - comm_wait_s) exceeds kStragglerRatio times
-// the median rank's. The median rank of an even count is the lower middle one, so of two ranks
-// the slower is compared with the faster. The dashboard (tools/ui_page.h) marks its breakdown
-// with the same ratio.
+// decides: a rank whose mean compute (its step time less communication and waiting) exceeds
+// kStragglerRatio times the median rank's. The median rank of an even count is the lower middle
+// one, so of two ranks the slower is compared with the faster. The dashboard (tools/ui_page.h)
+// marks its breakdown with the same ratio.
 //
 // Reads only; blocking on the store's file. Not thread-safe (the store is not).
 #pragma once
@@ -49,9 +53,12 @@ struct RankBreakdown {
   int rank = 0;
   size_t steps = 0;
   double stepS = 0;
-  double commS = 0;         // comm_wait_s at the same step, 0 where none, at most the step time
-  double computeS = 0;      // stepS - commS
-  double computeRatio = 0;  // computeS over the median rank's
+  // At each step, at most the step time together: communication_s (or comm_wait_s, see above)
+  // and waiting_s, 0 where none.
+  double commS = 0;
+  double waitS = 0;
+  double computeS = 0;                     // stepS - commS - waitS
+  double computeRatio = 0;                 // computeS over the median rank's
   std::optional<double> lastComputeRatio;  // the newest logged compute_ratio, if any
   bool straggler = false;                  // Note [Stragglers]
 };

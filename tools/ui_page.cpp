@@ -31,6 +31,9 @@ th { background: #eee; }
 .brow .bar { display: flex; width: 280px; height: 12px; background: #f0f0f0; }
 .brow .compute { background: #3b7dd8; }
 .brow .comm { background: #f0a030; }
+.brow .wait { background: #c03030; }
+.configuration { font-size: 12px; margin: 6px 0; }
+.configuration td { font-family: monospace; white-space: normal; word-break: break-all; }
 .brow .nums { margin-left: 8px; color: #555; }
 .brow .straggler-tag { margin-left: 8px; color: #fff; background: #c22; border-radius: 3px;
   padding: 0 5px; font-weight: bold; }
@@ -279,12 +282,24 @@ function panelFor(run) {
   lg.className = 'legend';
   p.appendChild(lg);
   const bt = document.createElement('h3');
-  bt.textContent = 'step time: compute | comm wait (last 50 steps)';
+  bt.textContent = 'step time: compute | communication | waiting (last 50 steps)';
   p.appendChild(bt);
+  const bk = document.createElement('div');
+  bk.className = 'legend';
+  legend(bk, [['compute', '#3b7dd8'], ['communication: moving data', '#f0a030'],
+              ['waiting for peers', '#c03030']]);
+  p.appendChild(bk);
   const b = document.createElement('div');
   b.className = 'breakdown';
   b.dataset.run = run;
   p.appendChild(b);
+  const cf = document.createElement('details');
+  cf.className = 'configuration';
+  cf.dataset.run = run;
+  const cs = document.createElement('summary');
+  cs.textContent = 'configuration';
+  cf.append(cs, document.createElement('table'));
+  p.appendChild(cf);
   const tt = document.createElement('h3');
   tt.className = 'timeline-title';
   p.appendChild(tt);
@@ -304,19 +319,30 @@ function panelFor(run) {
 // same rule when the run logged no compute_ratio.
 const kStragglerRatio = 1.3;
 
+// Note [Step-time breakdown] in train/trainer.h: each step's communication_s and waiting_s,
+// compute the rest of step_time_s; a step that logged neither (a run from before them) takes
+// comm_wait_s as its communication, as `shoal report` does (tools/run_summary.h).
 function renderBreakdown(div, run) {
   const steps = seriesOf(run, 'step_time_s').byRank;
-  const comms = seriesOf(run, 'comm_wait_s').byRank;
+  const byStep = (metric, r) => new Map((seriesOf(run, metric).byRank.get(r) || [])
+      .filter(p => p[1] !== null).map(p => [p[0], p[1]]));
   const ratios = seriesOf(run, 'compute_ratio').byRank;
   const ranks = [...steps.keys()].sort((a, b) => a - b);
-  const mean = pts => {
-    const last = pts.slice(-50).filter(p => p[1] !== null);
-    return last.length ? last.reduce((a, p) => a + p[1], 0) / last.length : 0;
-  };
   const rows = ranks.map(r => {
-    const step = mean(steps.get(r));
-    const comm = Math.min(step, comms.has(r) ? mean(comms.get(r)) : 0);
-    return {rank: r, step: step, comm: comm, compute: Math.max(0, step - comm)};
+    const comms = byStep('communication_s', r), waits = byStep('waiting_s', r);
+    const old = byStep('comm_wait_s', r);
+    const last = steps.get(r).filter(p => p[1] !== null && p[1] >= 0).slice(-50);
+    let step = 0, comm = 0, wait = 0;
+    for (const [s, v] of last) {
+      const c = comms.has(s) || waits.has(s) ? (comms.get(s) || 0) : (old.get(s) || 0);
+      const cc = Math.min(v, Math.max(0, c));
+      step += v;
+      comm += cc;
+      wait += Math.min(v - cc, Math.max(0, waits.get(s) || 0));
+    }
+    const n = Math.max(1, last.length);
+    return {rank: r, step: step / n, comm: comm / n, wait: wait / n,
+            compute: Math.max(0, (step - comm - wait) / n)};
   });
   const top = Math.max(1e-12, ...rows.map(x => x.step));
   const sorted = rows.map(x => x.compute).sort((a, b) => a - b);
@@ -330,6 +356,7 @@ function renderBreakdown(div, run) {
     row.dataset.rank = String(x.rank);
     row.dataset.computeS = String(x.compute);
     row.dataset.commS = String(x.comm);
+    row.dataset.waitS = String(x.wait);
     const straggler = rows.length > 1 && median > 0 && x.compute > kStragglerRatio * median;
     if (straggler) {
       row.classList.add('straggler');
@@ -340,16 +367,16 @@ function renderBreakdown(div, run) {
     label.textContent = 'rank ' + x.rank;
     const bar = document.createElement('span');
     bar.className = 'bar';
-    const c = document.createElement('span');
-    c.className = 'compute';
-    c.style.width = (100 * x.compute / top) + '%';
-    const w = document.createElement('span');
-    w.className = 'comm';
-    w.style.width = (100 * x.comm / top) + '%';
-    bar.append(c, w);
+    for (const [cls, seconds] of [['compute', x.compute], ['comm', x.comm], ['wait', x.wait]]) {
+      const part = document.createElement('span');
+      part.className = cls;
+      part.style.width = (100 * seconds / top) + '%';
+      bar.appendChild(part);
+    }
     const nums = document.createElement('span');
     nums.className = 'nums';
-    nums.textContent = (x.compute * 1e3).toFixed(1) + ' ms | ' + (x.comm * 1e3).toFixed(1) + ' ms';
+    nums.textContent = (x.compute * 1e3).toFixed(1) + ' ms | ' + (x.comm * 1e3).toFixed(1) +
+        ' ms | ' + (x.wait * 1e3).toFixed(1) + ' ms';
     // The job's own measure, when it logs one: its newest window.
     const ratio = (ratios.get(x.rank) || []).filter(p => p[1] !== null).slice(-1)[0];
     if (ratio) nums.textContent += ' | compute_ratio ' + fmtValue(ratio[1]);
@@ -362,6 +389,42 @@ function renderBreakdown(div, run) {
     }
     div.appendChild(row);
   }
+}
+
+// run.json's configuration (run/run_configuration.h): one row per entry, an object's entries
+// (the environment) as key.NAME, absent (null) ones left out.
+function renderConfiguration(details, run) {
+  const table = details.querySelector('table');
+  table.replaceChildren();
+  const c = run.configuration;
+  details.dataset.entries = '0';
+  if (!c || typeof c !== 'object') {
+    const tr = document.createElement('tr');
+    cell(tr, 'not recorded');
+    table.appendChild(tr);
+    return;
+  }
+  const text = v => typeof v === 'string' ? v
+      : Array.isArray(v) && v.every(a => typeof a === 'string') ? v.join(' ') : JSON.stringify(v);
+  let entries = 0;
+  const add = (key, value) => {
+    const tr = document.createElement('tr');
+    tr.dataset.key = key;
+    cell(tr, key);
+    cell(tr, text(value));
+    table.appendChild(tr);
+    ++entries;
+  };
+  for (const key of Object.keys(c).sort()) {
+    const v = c[key];
+    if (v === null) continue;
+    if (typeof v === 'object' && !Array.isArray(v)) {
+      for (const name of Object.keys(v).sort()) add(key + '.' + name, v[name]);
+    } else {
+      add(key, v);
+    }
+  }
+  details.dataset.entries = String(entries);
 }
 
 // The timeline's window: the last `steps` steps of each rank (from === null), or the steps
@@ -545,6 +608,7 @@ function renderPanels() {
     p.querySelector('h3').textContent = r.name + ' (' + r.status + '): ' + state.metric +
         (last === null ? '' : ' = ' + fmtValue(last));
     renderBreakdown(p.querySelector('.breakdown'), r.name);
+    renderConfiguration(p.querySelector('details.configuration'), r);
     renderTimeline(p.querySelector('canvas.timeline'), p.querySelector('.timeline-title'), r.name);
     const color = palette[i++ % palette.length];
     overlay.push({pts: mean, color: color, width: 2});
@@ -581,6 +645,8 @@ async function tick(now) {
       if (state.metric) await poll(r.name, state.metric);
       await poll(r.name, 'step_time_s');
       await poll(r.name, 'comm_wait_s');
+      await poll(r.name, 'communication_s');
+      await poll(r.name, 'waiting_s');
       await poll(r.name, 'compute_ratio');
     }
     renderPanels();

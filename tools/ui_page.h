@@ -10,12 +10,18 @@
 //   .panel[data-run]                 one per compared run, side by side:
 //     canvas.curve[data-run][data-metric][data-points][data-ranks]  the curve per rank and mean;
 //                                    data-points counts the points received so far
-//     .breakdown[data-run][data-ranks]  per rank: compute (step_time_s - comm_wait_s) and
-//                                    communication wait, mean over the last 50 steps
-//       .brow[data-rank]             one rank's row; with data-straggler="1" and a "straggler"
+//     .breakdown[data-run][data-ranks]  per rank, mean over its last 50 steps: the step time in
+//                                    three parts (Note [Step-time breakdown], train/trainer.h)
+//       .brow[data-rank][data-compute-s][data-comm-s][data-wait-s]  one rank's row, a stacked
+//                                    bar of span.compute, span.comm, span.wait (compute is
+//                                    step_time_s less communication_s and waiting_s; a run
+//                                    logging only comm_wait_s shows it as communication);
+//                                    with data-straggler="1" and a "straggler"
 //                                    label when its compute is above 1.3x the median rank's
 //                                    (tools/run_summary.h, Note [Stragglers]); its last
 //                                    compute_ratio when the run logs one
+//     details.configuration[data-run][data-entries]  run.json's configuration
+//                                    (run/run_configuration.h), a row tr[data-key] per entry
 //     canvas.timeline[data-run][data-steps]  each rank's steps of the timeline window on a
 //                                    time axis; data-steps counts the bars drawn,
 //       [data-first-step][data-last-step]  the first and last step drawn (empty: none),

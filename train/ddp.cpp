@@ -134,6 +134,7 @@ DistributedDataParallel::Stats DistributedDataParallel::stats() const {
     s.steps = reducer_->stats().steps;
     s.finishSeconds = reducer_->stats().finishSeconds;
   }
+  s.lastFinish = lastFinish_;
   return s;
 }
 
@@ -149,11 +150,19 @@ void DistributedDataParallel::backward(const torch::Tensor& loss) {
     // ready for the next one.
     std::rethrow_exception(reducer_->abandonIteration(std::current_exception()));
   }
-  reducer_->finish();
+  finishTimed();
 }
 
 void DistributedDataParallel::finishGradientSync() {
-  if (reducer_) reducer_->finish();
+  if (reducer_) finishTimed();
+}
+
+void DistributedDataParallel::finishTimed() {
+  // Inside noSync() finish() returns at once: the last synchronizing one is the step's.
+  if (!sync_) return reducer_->finish();
+  const auto begin = Clock::now();
+  reducer_->finish();
+  lastFinish_ = {begin, Clock::now()};
 }
 
 }  // namespace shoal::train

@@ -121,12 +121,17 @@ class DistributedDataParallel {
                                // wait for every bucket, the hook's finish()
     uint64_t bytesSent = 0;    // by this rank in the group since construction (every
                                // operation on the group, checks and buffers included; 0 on MPI)
+    // When the last synchronized finishGradientSync() began and ended: the caller's thread
+    // waited for the buckets then (the Trainer's step-time breakdown); {} before the first.
+    comm::TimeSpan lastFinish;
   };
   Stats stats() const;
 
  private:
   void setSync(bool sync);
   void packBuffers();
+  // reducer_->finish(), its span noted in lastFinish_ when it synchronizes.
+  void finishTimed();
 
   std::shared_ptr<torch::nn::Module> module_;
   std::shared_ptr<comm::Group> group_;
@@ -147,6 +152,7 @@ class DistributedDataParallel {
   std::vector<BufferSlot> buffers_;  // empty with one rank or broadcastBuffers off
   std::vector<uint8_t> packedBuffers_;
   double bufferSeconds_ = 0;
+  comm::TimeSpan lastFinish_;
 };
 
 }  // namespace shoal::train

@@ -2,8 +2,10 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <thread>
 #include <utility>
 
 #include "comm/collectives.h"
@@ -107,6 +109,9 @@ void validateOptions(const TrainerOptions& o) {
           toString(o.strategy));
   require(o.stragglerWindow >= 0, "Trainer: stragglerWindow must be >= 0, not {}",
           o.stragglerWindow);
+  require(std::isfinite(o.stragglerThreshold) && o.stragglerThreshold > 1,
+          "Trainer: stragglerThreshold must be a finite number above 1, not {}",
+          o.stragglerThreshold);
   require(o.referenceBatch >= 0 && (o.referenceBatch == 0 || o.linearScaling),
           "Trainer: referenceBatch {} needs linearScaling (it says what to scale by)",
           o.referenceBatch);
@@ -223,7 +228,9 @@ void Trainer::build(const ModelBuilder& build) {
   forward_ = [seq = *sequential_](const torch::Tensor& x) mutable { return seq->forward(x); };
 }
 
-Trainer::~Trainer() = default;
+Trainer::~Trainer() {
+  for (const auto& g : timedGroups_) g->engine().logOperationTimes(nullptr);
+}
 
 void Trainer::init(const TrainerContext& ctx) {
   validateOptions(options_);
@@ -265,8 +272,22 @@ void Trainer::init(const TrainerContext& ctx) {
     // 0.2 ms against 0.1 ms is 2x and harmless beside steps of tens of milliseconds.
     stragglers_.emplace(workers_, comm::StragglerOptions{.phases = {"compute", "data"},
                                                          .window = options_.stragglerWindow,
+                                                         .threshold = options_.stragglerThreshold,
                                                          .minSeconds = 1e-3});
   }
+  operationTimes_ = std::make_shared<comm::OperationTimeLog>();
+  timeOperations(workers_);
+  if (grid_) {
+    for (const auto& g : {grid_->tensor, grid_->pipe, grid_->data}) timeOperations(g);
+  }
+}
+
+void Trainer::timeOperations(const std::shared_ptr<comm::Group>& group) {
+  if (!group || std::find(timedGroups_.begin(), timedGroups_.end(), group) != timedGroups_.end()) {
+    return;
+  }
+  group->engine().logOperationTimes(operationTimes_);
+  timedGroups_.push_back(group);
 }
 
 void Trainer::addCallback(std::shared_ptr<Callback> callback) {
@@ -484,8 +505,10 @@ std::vector<EpochMetrics> Trainer::fit(const TensorDataset& train,
 
 void Trainer::finishStep(StepInfo& info, std::chrono::steady_clock::time_point started,
                          double waitedBefore) {
-  info.seconds = secondsSince(started);
+  const auto ended = std::chrono::steady_clock::now();
+  info.seconds = std::chrono::duration<double>(ended - started).count();
   info.commWaitSeconds = std::max(0.0, strategy_->commWaitSeconds() - waitedBefore);
+  splitStepTime(info, {started, ended});
   // The autotuner compares the steps without their data (the same for every candidate).
   if (auto choice = strategy_->noteStepTime(std::max(0.0, info.seconds - info.dataSeconds))) {
     info.autotuneChoice = choice->index;
@@ -493,11 +516,25 @@ void Trainer::finishStep(StepInfo& info, std::chrono::steady_clock::time_point s
   }
   if (stragglers_) {
     // Waiting for a straggler makes everyone's communication slow: it is no phase of its own.
-    const double phases[2] = {std::max(0.0, info.seconds - info.dataSeconds - info.commWaitSeconds),
+    const double phases[2] = {std::max(0.0, info.computeSeconds - info.dataSeconds),
                               info.dataSeconds};
     lastStragglers_ = stragglers_->step(phases);
     info.stragglers = lastStragglers_ ? &*lastStragglers_ : nullptr;
   }
+}
+
+void Trainer::splitStepTime(StepInfo& info, comm::TimeSpan step) {
+  std::vector<comm::TimeSpan> waits;
+  strategy_->waitSpans(step.begin, waits);
+  // Every record since the last step: those of operations between steps (validation,
+  // checkpoints) fall outside this step's span.
+  const auto ops = operationTimes_->take();
+  const comm::BlockedTime blocked =
+      comm::splitBlockedTime(ops, waits, std::this_thread::get_id(), step);
+  info.waitingSeconds = blocked.waitingSeconds;
+  info.communicationSeconds = blocked.communicationSeconds;
+  info.computeSeconds =
+      std::max(0.0, info.seconds - info.waitingSeconds - info.communicationSeconds);
 }
 
 EpochMetrics Trainer::validate(const TensorDataset& data) {

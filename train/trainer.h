@@ -149,12 +149,15 @@ struct TrainerOptions {
   // InvalidArgument.
   bool autotune = false;
   // > 0: every stragglerWindow optimizer steps the workers compare their mean compute and data
-  // time per step (comm/straggler_monitor.h: one all-gather of two numbers; a rank slow in two
-  // windows in a row is named in a warning by rank 0) and the callbacks get the report
-  // (StepInfo::stragglers). Compute is the step's time less its data and its wait for the
-  // communication at its end (ddp's last buckets); a phase under 1 ms per step on the median
-  // rank is not judged. 0: off.
+  // time per step (comm/straggler_monitor.h: one all-gather of two numbers; a rank above
+  // stragglerThreshold times the median rank in two windows in a row is named in a warning by
+  // rank 0) and the callbacks get the report (StepInfo::stragglers). Compute is the step's
+  // computeSeconds less its data (StepInfo); a phase under 1 ms per step on the median rank is
+  // not judged. 0: off.
   int stragglerWindow = 0;
+  // A finite number above 1 (InvalidArgument otherwise): how many times the median rank's
+  // time a rank's must be to count as slow in a window.
+  double stragglerThreshold = 1.3;
   // Strategy::kParameterServer: the consistency (sync, async, ssp with staleness) and the
   // client's compression.
   ps::Mode psMode = ps::Mode::kSync;
@@ -224,6 +227,20 @@ struct StepInfo {
   double seconds = 0;
   double dataSeconds = 0;
   double commWaitSeconds = 0;
+  // Note [Step-time breakdown]: `seconds` in three parts that add up to it. waitingSeconds and
+  // communicationSeconds are the time the training thread was blocked on communication (an
+  // operation it ran, or ddp's wait for its buckets at the end of backward), split where each
+  // operation first heard from a peer (comm/operation_times.h): before, it waited for slower
+  // peers (a lower bound: a late peer met only after the first message shows as moving);
+  // after, it moved and reduced data that no computation hid (and a blocked operation in which
+  // no message arrived counts here whole). computeSeconds is the rest: data loading, forward,
+  // backward, the optimizer, and any communication overlapped with them. Seen: the operations
+  // of the native engine on the Trainer's groups that run in issue order; waits on
+  // asynchronous work that no strategy reports (ZeRO's prefetches, the pipeline's transfers,
+  // the parameter-server client, MPI) count as compute.
+  double computeSeconds = 0;
+  double communicationSeconds = 0;
+  double waitingSeconds = 0;
   // The straggler report on the steps that end a window (stragglerWindow > 0); null otherwise.
   // Valid during the call.
   const comm::StragglerReport* stragglers = nullptr;
@@ -331,6 +348,10 @@ class Trainer {
   // of their trials and windows).
   void finishStep(StepInfo& info, std::chrono::steady_clock::time_point started,
                   double waitedBefore);
+  // Note [Step-time breakdown]: fills the step's three parts.
+  void splitStepTime(StepInfo& info, comm::TimeSpan step);
+  // Records the operations of `group`'s engine into operationTimes_ (once per group).
+  void timeOperations(const std::shared_ptr<comm::Group>& group);
 
   std::shared_ptr<torch::nn::Module> module_;
   std::optional<torch::nn::Sequential> sequential_;
@@ -342,6 +363,10 @@ class Trainer {
   std::optional<ProcessGrid> grid_;
   std::unique_ptr<DistributionStrategy> strategy_;
   std::optional<comm::StragglerMonitor> stragglers_;  // stragglerWindow > 0
+  // The step-time breakdown's records, from the engines of timedGroups_ (detached by the
+  // destructor: a group may outlive the Trainer).
+  std::shared_ptr<comm::OperationTimeLog> operationTimes_;
+  std::vector<std::shared_ptr<comm::Group>> timedGroups_;
   std::optional<comm::StragglerReport> lastStragglers_;
   int lrScale_ = 1;  // linearScaling's factor
   std::vector<std::shared_ptr<Callback>> callbacks_;

@@ -1,6 +1,7 @@
 #include "comm/native/native_engine.h"
 
 #include <algorithm>
+#include <thread>
 
 #include "comm/native/abort_record.h"
 #include "comm/native/algorithms.h"
@@ -202,14 +203,44 @@ std::shared_ptr<Engine> NativeEngine::connect(const std::string& name, int rank,
 
 // ---- Operations
 
+void NativeEngine::logOperationTimes(std::shared_ptr<OperationTimeLog> log) {
+  std::lock_guard lock(timesMutex_);
+  times_ = std::move(log);
+}
+
 void NativeEngine::runBody(const FrameHeader& base, uint64_t seq, const Deadline& deadline,
                            const std::function<void(OpContext&)>& body) {
   current_ = base;
   current_.group = id_;
   // Point-to-point frames are numbered per direction by their channel, not in issue order.
   if (static_cast<transport::OpCode>(base.op) != op::kSendRecv) current_.seq = seq;
+  std::shared_ptr<OperationTimeLog> times;
+  {
+    std::lock_guard lock(timesMutex_);
+    times = times_;
+  }
   OpContext ctx(*this, current_, deadline);
-  body(ctx);
+  if (!times) {
+    body(ctx);
+    return;
+  }
+  // The arrival is watched for the log even where no trace watches it; where one does, both
+  // read the trace's (the group cleared it before this operation).
+  Clock::time_point arrival{};
+  Clock::time_point* const traced = firstArrival_;
+  if (traced == nullptr) firstArrival_ = &arrival;
+  const auto start = Clock::now();
+  try {
+    body(ctx);
+  } catch (...) {
+    firstArrival_ = traced;
+    throw;
+  }
+  firstArrival_ = traced;
+  times->add({.thread = std::this_thread::get_id(),
+              .start = start,
+              .firstArrival = traced != nullptr ? *traced : arrival,
+              .end = Clock::now()});
 }
 
 AllreduceAlgorithm NativeEngine::resolveAllreduce(const Operation& op) const {

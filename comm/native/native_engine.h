@@ -53,6 +53,7 @@ class NativeEngine final : public Engine {
                                   Duration timeout) override;
   std::shared_ptr<Work> post(const Operation& op, Duration timeout) override;
   void watchFirstArrival(Clock::time_point* at) override { firstArrival_ = at; }
+  void logOperationTimes(std::shared_ptr<OperationTimeLog> log) override;
   void interrupt() noexcept override { endpoint_->interrupt(); }
   uint64_t bytesSent() const override { return endpoint_->bytesSent(); }
 
@@ -124,6 +125,9 @@ class NativeEngine final : public Engine {
   // Where OpContext::run notes the running operation's first arrival (watchFirstArrival);
   // null when nobody traces it.
   Clock::time_point* firstArrival_ = nullptr;
+  // Where runBody records each operation's times (logOperationTimes); null: nowhere.
+  std::mutex timesMutex_;
+  std::shared_ptr<OperationTimeLog> times_;
   std::mutex p2pMutex_;
   // Closed by the destructor first: the channels use this engine until they are closed.
   std::map<std::pair<int, int>, std::shared_ptr<P2pChannel>> p2p_;

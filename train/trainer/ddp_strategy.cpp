@@ -78,6 +78,11 @@ class DdpStrategy final : public DistributionStrategy {
     return {previous_.bytesSent + s.bytesSent, previous_.steps + s.steps};
   }
   double commWaitSeconds() const override { return previousWait_ + ddp_->stats().finishSeconds; }
+  void waitSpans(Clock::time_point since, std::vector<comm::TimeSpan>& out) const override {
+    if (const comm::TimeSpan last = ddp_->stats().lastFinish; last.begin >= since) {
+      out.push_back(last);
+    }
+  }
 
   std::optional<Choice> noteStepTime(double seconds) override {
     if (!tuner_ || !tuner_->record(seconds)) {

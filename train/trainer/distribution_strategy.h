@@ -45,6 +45,10 @@ class DistributionStrategy {
   // steps (ddp's last buckets), both since construction.
   virtual CommunicationTotals communication() const { return {}; }
   virtual double commWaitSeconds() const { return 0; }
+  // Note [Step-time breakdown] (train/trainer.h): the spans since `since` in which the training
+  // thread waited for communication that another thread ran (ddp: its wait for the buckets at
+  // the end of backward), appended to `out`.
+  virtual void waitSpans(Clock::time_point /*since*/, std::vector<comm::TimeSpan>& /*out*/) const {}
   // Notes a finished step's wall time (ddp under autotune: its trials). Returns the autotuner's
   // choice on the step that made it.
   struct Choice {

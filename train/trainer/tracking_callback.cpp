@@ -5,6 +5,9 @@ namespace shoal::train {
 void TrackingCallback::onStep(const StepInfo& s) {
   tracker_.log("loss", s.step, s.loss);
   tracker_.log("step_time_s", s.step, s.seconds);
+  tracker_.log("compute_s", s.step, s.computeSeconds);
+  tracker_.log("communication_s", s.step, s.communicationSeconds);
+  tracker_.log("waiting_s", s.step, s.waitingSeconds);
   if (s.seconds > 0) {
     tracker_.log("samples_per_s", s.step, static_cast<double>(s.samples) / s.seconds);
   }

@@ -1,11 +1,13 @@
 // A Trainer callback (train/trainer.h) that logs the run's metrics into the experiment tracker
 // (track/tracker.h; under `shoal run --run-dir DIR`, DIR/metrics.db: the dashboard's curves).
 //
-// Every worker, every step: loss, step_time_s, samples_per_s, lr; comm_wait_s where the strategy
-// waits for communication at a step's end (ddp); compute_ratio (this rank's compute time over
-// the median rank's) at each straggler window's end; autotune_choice on the step the autotuner
-// chose. The lead (worker 0), after each validation and epoch: validation_loss, test_accuracy
-// (class targets), epoch_loss and job_samples_per_s.
+// Every worker, every step: loss, step_time_s, samples_per_s, lr; the step time's three parts
+// compute_s, communication_s and waiting_s (they add up to step_time_s: Note [Step-time
+// breakdown] in train/trainer.h); comm_wait_s where the strategy waits for communication at a
+// step's end (ddp); compute_ratio (this rank's compute time over the median rank's) at each
+// straggler window's end; autotune_choice on the step the autotuner chose. The lead (worker 0),
+// after each validation and epoch: validation_loss, test_accuracy (class targets), epoch_loss and
+// job_samples_per_s.
 //
 // Threading: the training thread's (Tracker::log is non-blocking). Errors: the tracker's writer
 // error is rethrown by the log that meets it. The tracker must outlive the callback.
