@@ -147,7 +147,9 @@ std::shared_ptr<Group> Group::connect(const std::string& name, int rank, int siz
 // late (the ring with more than 2 ranks, recursive doubling's first partner), the late peer
 // shows in transfer_us. The arrival is one clock read per operation, noted by the transport's
 // progress loop (transport::Endpoint::run) only while the span watches for it
-// (Engine::watchFirstArrival): without a trace nothing is read.
+// (Engine::watchFirstArrival), or while an OperationTimeLog is attached (the Trainer's
+// step-time breakdown, comm/operation_times.h: then three clock reads per operation, trace or
+// not); with neither, nothing is read.
 // Point-to-point messages on the engine's own channels are asynchronous spans (category "p2p",
 // named send / recv, from post to completion, with peer, tag and bytes): many overlap on one
 // thread.

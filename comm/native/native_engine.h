@@ -11,6 +11,7 @@
 // thread-safe.
 #pragma once
 
+#include <atomic>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -128,6 +129,7 @@ class NativeEngine final : public Engine {
   // Where runBody records each operation's times (logOperationTimes); null: nowhere.
   std::mutex timesMutex_;
   std::shared_ptr<OperationTimeLog> times_;
+  std::atomic<bool> logging_{false};  // times_ is set: read without the lock first
   std::mutex p2pMutex_;
   // Closed by the destructor first: the channels use this engine until they are closed.
   std::map<std::pair<int, int>, std::shared_ptr<P2pChannel>> p2p_;
