@@ -51,6 +51,14 @@ bool isParameter(const std::vector<KeySpec>& keys, const Piece& p) {
 }  // namespace
 
 Encoding pushEncoding(const compress::CompressionSpec& spec) {
+  // The servers' optimizer holds the momentum; a worker-side one (compress/spec.h) would apply
+  // it twice.
+  if (spec.momentum != 0) {
+    SHOAL_THROW(InvalidArgument,
+                "parameter servers do not support compression {}: the servers' optimizer applies "
+                "the momentum (momentum correction is DDP's and ZeRO-1's)",
+                spec.toString());
+  }
   switch (spec.codec) {
     case compress::Codec::kNone:
       return Encoding::kRaw;

@@ -55,6 +55,7 @@ void expectSameSpec(const CompressionSpec& a, const CompressionSpec& b, std::str
   EXPECT_EQ(a.codec, b.codec) << text;
   EXPECT_EQ(a.density, b.density) << text;
   EXPECT_EQ(a.rank, b.rank) << text;
+  EXPECT_EQ(a.momentum, b.momentum) << text;
   EXPECT_EQ(a.warmupSteps, b.warmupSteps) << text;
 }
 
@@ -78,6 +79,12 @@ TEST(CompressSpec, ParsesEveryCodecWithItsDefaults) {
   EXPECT_EQ(warm.rank, 2);
   EXPECT_EQ(warm.warmupSteps, 50);
   EXPECT_EQ(CompressionSpec::parse("fp16,warmup=7").warmupSteps, 7);
+  EXPECT_EQ(topk.momentum, 0.0);
+  const auto dgc = CompressionSpec::parse("topk:0.01,momentum=0.9,warmup=2");
+  EXPECT_EQ(dgc.codec, Codec::kTopK);
+  EXPECT_EQ(dgc.momentum, 0.9);
+  EXPECT_EQ(dgc.warmupSteps, 2);
+  EXPECT_EQ(CompressionSpec::parse("onebit,warmup=3,momentum=0.5").momentum, 0.5);
 }
 
 TEST(CompressSpec, PrintsCanonicalTextThatParsesBackToTheSameSpec) {
@@ -94,6 +101,9 @@ TEST(CompressSpec, PrintsCanonicalTextThatParsesBackToTheSameSpec) {
       {"powersgd", "powersgd:4"},
       {"powersgd:16,warmup=0", "powersgd:16"},
       {"onebit,warmup=9223372036854775807", "onebit,warmup=9223372036854775807"},
+      {"topk:0.01,warmup=2,momentum=0.9", "topk:0.01,momentum=0.9,warmup=2"},
+      {"onebit,momentum=0.999", "onebit,momentum=0.999"},
+      {"topk,momentum=0", "topk:0.01"},
   };
   for (const auto& [text, canonical] : cases) {
     const CompressionSpec spec = CompressionSpec::parse(text);
@@ -136,6 +146,17 @@ TEST(CompressSpec, RefusesBadTextInOneLineNamingItAndWhatIsAccepted) {
       {"topk,", "unknown option ''"},
       {"topk,warmup=5,", "unknown option ''"},
       {"topk:0.1:0.2", "topk density='0.1:0.2'"},
+      {"topk,momentum=1", "momentum='1': expected a number in [0, 1)"},
+      {"topk,momentum=-0.1", "momentum='-0.1': expected a number in [0, 1)"},
+      {"topk,momentum=0.9x", "momentum='0.9x'"},
+      {"topk,momentum=nan", "momentum='nan'"},
+      {"topk,momentum=", "momentum=''"},
+      {"onebit,momentum", "momentum=''"},
+      {"topk,momentum=0.9,warmup=2,momentum=0.9", "momentum given twice"},
+      {"fp16,momentum=0.9", "momentum is top-k's and 1-bit's (momentum correction), not fp16's"},
+      {"bf16,momentum=0.9", "not bf16's"},
+      {"powersgd:4,momentum=0.9", "not powersgd's"},
+      {"none,momentum=0.5", "not none's"},
   };
   for (const auto& [text, reason] : cases) {
     const std::string what =

@@ -12,6 +12,7 @@
 
 #include "comm/collectives.h"
 #include "comm/compress/half_cast.h"
+#include "comm/compress/momentum_correction.h"
 #include "comm/compress/sign.h"
 #include "comm/compress/topk.h"
 #include "common/error.h"
@@ -43,8 +44,9 @@ class StepCounter {
   int64_t step_ = 0;
 };
 
-// Error-feedback residuals kept per parameter (the element range each parameter has in a
-// bucket), so DDP's rebuild of the bucket layout carries them over instead of dropping them.
+// Error-feedback residuals (and momentum correction's velocities) kept per parameter (the
+// element range each parameter has in a bucket), so DDP's rebuild of the bucket layout carries
+// them over instead of dropping them.
 class Residuals {
  public:
   // The residual of a bucket of the current layout: a flat float tensor as long as its buffer,
@@ -131,12 +133,21 @@ class CastHook : public CommHook {
 // ---- top-k and 1-bit: fixed-size messages, one all-gather ----
 
 struct GatherState : BucketState {
-  torch::Tensor residual;
+  torch::Tensor residual;         // with momentum correction, the accumulation of velocities
+  torch::Tensor velocity;         // momentum correction's (spec momentum > 0), else undefined
   std::vector<uint8_t> message;   // this rank's
   std::vector<uint8_t> gathered;  // every rank's, rank order
   bool compressed = false;
 };
 
+// Note [Momentum in the hook]
+// With spec momentum m > 0 the hook applies SGD's momentum before compression
+// (comm/compress/momentum_correction.h) and the optimizer must have none. So that every step
+// of every bucket has the momentum, the steps and buckets sent uncompressed (the warm-up,
+// buckets that are not float32) send the velocity u = m u + g whole and keep it: heavy-ball
+// SGD exactly, as the optimizer's buffer would have done. The velocity, like the residual, is
+// kept per parameter, and in float32 whatever the bucket's dtype.
+//
 // A codec whose message has the same size on every rank for a buffer of n elements: encoded,
 // all-gathered, and every rank's message decoded into the average.
 class GatherHook : public CommHook {
@@ -146,30 +157,48 @@ class GatherHook : public CommHook {
   std::unique_ptr<BucketState> makeState(comm::Group&, const GradBucket& bucket) override {
     auto s = std::make_unique<GatherState>();
     if (isFloat32(bucket)) s->residual = residuals_.forBucket(bucket);
+    if (spec_.momentum > 0) s->velocity = velocities_.forBucket(bucket);
     return s;
   }
 
   std::shared_ptr<comm::Work> start(comm::Group& group, GradBucket& bucket) override {
     auto& s = bucket.stateAs<GatherState>();
     s.compressed = steps_.compressed(bucket) && isFloat32(bucket);
-    if (!s.compressed) return plainAverage(group, bucket);
+    if (!s.compressed) {
+      if (s.velocity.defined()) sendVelocity(s, bucket);  // Note [Momentum in the hook]
+      return plainAverage(group, bucket);
+    }
     const auto n = static_cast<size_t>(bucket.buffer.numel());
     const float* grad = bucket.buffer.data_ptr<float>();
     float* residual = s.residual.data_ptr<float>();
+    float* velocity = s.velocity.defined() ? s.velocity.data_ptr<float>() : nullptr;
+    const auto m = static_cast<float>(spec_.momentum);
     if (spec_.codec == Codec::kTopK) {
       const size_t k = compress::topkCount(n, spec_.density);
       s.message.resize(compress::topkMessageBytes(k));
-      compress::topkEncode(grad, residual, n, k, s.message.data());
+      if (velocity != nullptr) {
+        compress::topkEncodeWithMomentum(grad, velocity, residual, n, k, m, s.message.data());
+      } else {
+        compress::topkEncode(grad, residual, n, k, s.message.data());
+      }
     } else {
       s.message.resize(compress::signMessageBytes(n));
-      compress::signEncode(grad, residual, n, s.message.data());
+      if (velocity != nullptr) {
+        compress::signEncodeWithMomentum(grad, velocity, residual, n, m, s.message.data());
+      } else {
+        compress::signEncode(grad, residual, n, s.message.data());
+      }
     }
     // Note [Non-finite gradients]
     // An inf or NaN gradient (a loss-scaling overflow step, which the scaler then skips) would
-    // stay in the residual and poison every later step: the residual starts over instead. Its
-    // 1-bit scale is not finite, which the receivers turn into NaN gradients (finish()), so
-    // every rank sees the overflow, as with the plain average.
-    if (!torch::isfinite(bucket.buffer).all().item<bool>()) s.residual.zero_();
+    // stay in the residual (and the velocity) and poison every later step: they start over
+    // instead. Top-k sends a NaN or inf before any finite value; the 1-bit scale is not finite,
+    // which the receivers turn into NaN gradients (finish()), so every rank sees the overflow,
+    // as with the plain average.
+    if (!torch::isfinite(bucket.buffer).all().item<bool>()) {
+      s.residual.zero_();
+      if (s.velocity.defined()) s.velocity.zero_();
+    }
     s.gathered.resize(s.message.size() * static_cast<size_t>(group.size()));
     return comm::allgatherAsync(group, s.message.data(), s.gathered.data(), s.message.size(),
                                 DataType::kUInt8);
@@ -199,9 +228,20 @@ class GatherHook : public CommHook {
   std::string name() const override { return fmt::format("{} all-gather", spec_.toString()); }
 
  private:
+  // An uncompressed step with momentum (Note [Momentum in the hook]): u = m u + g, and the
+  // bucket's gradients become u for the plain average.
+  void sendVelocity(GatherState& s, GradBucket& bucket) const {
+    torch::NoGradGuard noGrad;
+    s.velocity.mul_(spec_.momentum).add_(bucket.buffer);
+    bucket.buffer.copy_(s.velocity);
+    // Note [Non-finite gradients]: the velocity starts over, the buffer carries the overflow.
+    if (!torch::isfinite(s.velocity).all().item<bool>()) s.velocity.zero_();
+  }
+
   CompressionSpec spec_;
   StepCounter steps_;
   Residuals residuals_;
+  Residuals velocities_;
 };
 
 // ---- PowerSGD ----

@@ -17,6 +17,14 @@
 // Residuals are kept per parameter, so they survive DDP's one rebuild of the bucket layout;
 // after `warmupSteps` synchronized steps of the plain average, compression starts.
 //
+// topk and onebit with `momentum=M` (momentum correction, comm/compress/momentum_correction.h):
+// each rank keeps a velocity u = M u + g per element and compresses the accumulation of
+// velocities (the residual); top-k also zeroes u where it sent. What finish() leaves in the
+// buffer is then an update to apply as plain SGD: the optimizer must have no momentum of its
+// own (momentum 0, not Adam's moments; train::Trainer refuses otherwise). The warm-up steps and
+// buckets that are not float32 send u whole: heavy-ball SGD. Velocities, like residuals, are
+// kept per parameter and are not checkpointed (a resumed job starts them from zero).
+//
 // Every rank must use the same spec (the collectives would not match: MismatchError on every
 // rank). The hook keeps state: one hook per DistributedDataParallel. Threads and blocking as
 // CommHook (start() never waits; finish() may run PowerSGD's second all-reduce).
