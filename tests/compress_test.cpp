@@ -18,9 +18,13 @@
 #include "comm/compress/topk.h"
 #include "common/error.h"
 #include "common/half.h"
+#include "tests/compress_test_util.h"
 
 namespace shoal::compress {
 namespace {
+
+using test::normal;
+using test::sameBits;
 
 constexpr float kInf = std::numeric_limits<float>::infinity();
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
@@ -37,18 +41,6 @@ std::string errorOf(Fn&& fn) {
   return "";
 }
 
-bool sameBits(float a, float b) {
-  return std::memcmp(&a, &b, sizeof(float)) == 0;
-}
-
-std::vector<float> normal(size_t n, uint32_t seed, float sigma = 1) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> d(0, sigma);
-  std::vector<float> v(n);
-  for (float& x : v) x = d(rng);
-  return v;
-}
-
 // ---- spec
 
 void expectSameSpec(const CompressionSpec& a, const CompressionSpec& b, std::string_view text) {
@@ -56,6 +48,7 @@ void expectSameSpec(const CompressionSpec& a, const CompressionSpec& b, std::str
   EXPECT_EQ(a.density, b.density) << text;
   EXPECT_EQ(a.rank, b.rank) << text;
   EXPECT_EQ(a.momentum, b.momentum) << text;
+  EXPECT_EQ(a.denseElements, b.denseElements) << text;
   EXPECT_EQ(a.warmupSteps, b.warmupSteps) << text;
 }
 
@@ -85,6 +78,9 @@ TEST(CompressSpec, ParsesEveryCodecWithItsDefaults) {
   EXPECT_EQ(dgc.momentum, 0.9);
   EXPECT_EQ(dgc.warmupSteps, 2);
   EXPECT_EQ(CompressionSpec::parse("onebit,warmup=3,momentum=0.5").momentum, 0.5);
+  EXPECT_EQ(topk.denseElements, 0);
+  EXPECT_EQ(CompressionSpec::parse("topk:0.01,dense=65536").denseElements, 65536);
+  EXPECT_EQ(CompressionSpec::parse("onebit,dense=1").denseElements, 1);
 }
 
 TEST(CompressSpec, PrintsCanonicalTextThatParsesBackToTheSameSpec) {
@@ -104,6 +100,9 @@ TEST(CompressSpec, PrintsCanonicalTextThatParsesBackToTheSameSpec) {
       {"topk:0.01,warmup=2,momentum=0.9", "topk:0.01,momentum=0.9,warmup=2"},
       {"onebit,momentum=0.999", "onebit,momentum=0.999"},
       {"topk,momentum=0", "topk:0.01"},
+      {"topk:0.01,warmup=2,dense=65536,momentum=0.9",
+       "topk:0.01,momentum=0.9,dense=65536,warmup=2"},
+      {"onebit,dense=0", "onebit"},
   };
   for (const auto& [text, canonical] : cases) {
     const CompressionSpec spec = CompressionSpec::parse(text);
@@ -157,6 +156,13 @@ TEST(CompressSpec, RefusesBadTextInOneLineNamingItAndWhatIsAccepted) {
       {"bf16,momentum=0.9", "not bf16's"},
       {"powersgd:4,momentum=0.9", "not powersgd's"},
       {"none,momentum=0.5", "not none's"},
+      {"topk,dense=-1", "dense='-1': expected an integer from 0"},
+      {"topk,dense=1.5", "dense='1.5'"},
+      {"topk,dense=", "dense=''"},
+      {"onebit,dense", "dense=''"},
+      {"topk,dense=5,dense=5", "dense given twice"},
+      {"fp16,dense=100", "dense is top-k's and 1-bit's, not fp16's"},
+      {"powersgd:2,dense=100", "not powersgd's"},
   };
   for (const auto& [text, reason] : cases) {
     const std::string what =

@@ -106,19 +106,20 @@ TEST_P(EveryCodec, ReplicasStayIdenticalAndTheLossFalls) {
   EXPECT_TRUE(failures.empty()) << failures.front();
 }
 
-INSTANTIATE_TEST_SUITE_P(Codecs, EveryCodec,
-                         ::testing::Combine(::testing::Values("fp16", "bf16", "topk:0.1", "onebit",
-                                                              "powersgd:2", "powersgd:1,warmup=3",
-                                                              "topk:0.1,momentum=0.9",
-                                                              "onebit,momentum=0.9,warmup=2"),
-                                            ::testing::Values(1, 2, 3, 4)),
-                         [](const ::testing::TestParamInfo<std::tuple<std::string, int>>& info) {
-                           std::string name = std::get<0>(info.param);
-                           for (char& ch : name) {
-                             if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
-                           }
-                           return name + "_n" + std::to_string(std::get<1>(info.param));
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Codecs, EveryCodec,
+    ::testing::Combine(::testing::Values("fp16", "bf16", "topk:0.1", "onebit", "powersgd:2",
+                                         "powersgd:1,warmup=3", "topk:0.1,momentum=0.9",
+                                         "onebit,momentum=0.9,warmup=2",
+                                         "topk:0.1,momentum=0.9,dense=64", "onebit,dense=64"),
+                       ::testing::Values(1, 2, 3, 4)),
+    [](const ::testing::TestParamInfo<std::tuple<std::string, int>>& info) {
+      std::string name = std::get<0>(info.param);
+      for (char& ch : name) {
+        if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+      }
+      return name + "_n" + std::to_string(std::get<1>(info.param));
+    });
 
 // The gradients one step leaves in the model, with `spec`, on each of n ranks.
 std::vector<torch::Tensor> gradientsAfter(const std::string& specText, int n, int steps) {
@@ -175,6 +176,31 @@ TEST(Compression, WarmUpStepsWithMomentumAreHeavyBallSgd) {
     EXPECT_FALSE(torch::allclose(gradientsAfter(spec, 3, 3)[0],
                                  0.9 * heavyBall + gradientsAfter("none", 3, 3)[0], 1e-3, 1e-5))
         << spec << ": step 3 is compressed";
+  }
+}
+
+// dense=128 on the 16-32-4 model: fc1's bias (32), fc2's weight (128) and bias (4) are sent
+// whole (the plain average; with momentum, heavy-ball SGD's buffer), fc1's 512 weights are the
+// only top-k selection, 52 of them per rank.
+TEST(Compression, DenseParametersAreSentWholeAndTheOthersEncodedAlone) {
+  torch::set_num_threads(1);
+  const int n = 3;
+  const int64_t weights = 16 * 32;  // fc1's weight first in the flat gradients, then the rest
+  const auto first = gradientsAfter("none", n, 1)[0], second = gradientsAfter("none", n, 2)[0];
+  const auto sparse = [&](const torch::Tensor& t) { return t.narrow(0, 0, weights); };
+  const auto dense = [&](const torch::Tensor& t) {
+    return t.narrow(0, weights, t.numel() - weights);
+  };
+  const auto plain = gradientsAfter("topk:0.1,dense=128", n, 1);
+  const auto corrected = gradientsAfter("topk:0.1,momentum=0.9,dense=128", n, 2);
+  for (int r = 0; r < n; ++r) {
+    EXPECT_TRUE(torch::allclose(dense(plain[r]), dense(first), 1e-5, 1e-7)) << "rank " << r;
+    const int64_t sent = sparse(plain[r]).ne(0).sum().item<int64_t>();
+    EXPECT_GT(sent, 52);  // the ranks chose different elements
+    EXPECT_LE(sent, 52 * n);
+    EXPECT_TRUE(torch::allclose(dense(corrected[r]), dense(0.9 * first + second), 1e-5, 1e-7))
+        << "rank " << r;
+    EXPECT_LE(sparse(corrected[r]).ne(0).sum().item<int64_t>(), 52 * n);
   }
 }
 
@@ -301,7 +327,8 @@ TEST(Compression, BytesSentShrinkAsTheCodecPromises) {
 
 TEST(Compression, ZeroStageOneTakesTheHookAndStagesTwoThreeRefuseIt) {
   torch::set_num_threads(1);
-  for (const char* spec : {"powersgd:2", "topk:0.2", "topk:0.2,momentum=0.9"}) {
+  for (const char* spec :
+       {"powersgd:2", "topk:0.2", "topk:0.2,momentum=0.9", "onebit,momentum=0.9,dense=40"}) {
     auto errors = runThreadRanks(3, testOptions(TransportKind::kShm), [&](comm::Group& g) {
       Mlp net = seededMlp();
       train::zero::ZeroOptions o;

@@ -15,21 +15,13 @@
 
 #include "comm/compress/sign.h"
 #include "comm/compress/topk.h"
+#include "tests/compress_test_util.h"
 
 namespace shoal::compress {
 namespace {
 
-std::vector<float> normal(size_t n, uint32_t seed, float sigma = 1) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> d(0, sigma);
-  std::vector<float> v(n);
-  for (float& x : v) x = d(rng);
-  return v;
-}
-
-bool sameBits(float a, float b) {
-  return std::memcmp(&a, &b, sizeof(float)) == 0;
-}
+using test::normal;
+using test::sameBits;
 
 std::vector<uint32_t> sentIndices(const std::vector<uint8_t>& message, size_t k) {
   std::vector<uint32_t> indices(k);

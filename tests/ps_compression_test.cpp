@@ -340,9 +340,11 @@ TEST(PsCompression, PowerSgdIsRefusedForParameterServersInOneLine) {
             "bf16, topk:DENSITY or onebit");
 }
 
-// The servers' optimizer holds the momentum: a worker-side one (the codec's) is refused.
-TEST(PsCompression, CodecMomentumIsRefusedForParameterServersInOneLine) {
-  for (const char* spec : {"topk:0.1,momentum=0.9", "onebit,momentum=0.5,warmup=2"}) {
+// The servers' optimizer holds the momentum: a worker-side one (the codec's) is refused, and so
+// is dense= (pushes are cut by pieces, not parameters).
+TEST(PsCompression, CodecMomentumAndDenseAreRefusedForParameterServersInOneLine) {
+  for (const char* spec :
+       {"topk:0.1,momentum=0.9", "onebit,momentum=0.5,warmup=2", "topk:0.1,dense=100"}) {
     std::string error;
     auto errors = runThreadRanks(1, testOptions(TransportKind::kShm, 30), [&](comm::Group& g) {
       try {
@@ -352,9 +354,9 @@ TEST(PsCompression, CodecMomentumIsRefusedForParameterServersInOneLine) {
       }
     });
     EXPECT_EQ(errors[0], "");
-    EXPECT_EQ(error, fmt::format("parameter servers do not support compression {}: the servers' "
-                                 "optimizer applies the momentum (momentum correction is DDP's "
-                                 "and ZeRO-1's)",
+    EXPECT_EQ(error, fmt::format("parameter servers do not support compression {}: momentum= and "
+                                 "dense= are DDP's and ZeRO-1's (the servers' optimizer applies "
+                                 "the momentum)",
                                  CompressionSpec::parse(spec).toString()));
   }
 }

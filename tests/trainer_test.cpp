@@ -328,8 +328,8 @@ TEST(Trainer, BadConfigurationIsOneLineAndExitCodeTwo) {
        "sends momentum updates, not gradients; clipNorm 1 would clip those"},
       {"-n 2 --servers 1",
        "--strategy ps --optimizer sgd --momentum 0 --compression topk:0.1,momentum=0.9",
-       "parameter servers do not support compression topk:0.1,momentum=0.9: the servers' "
-       "optimizer applies the momentum"},
+       "parameter servers do not support compression topk:0.1,momentum=0.9: momentum= and "
+       "dense= are DDP's and ZeRO-1's"},
   };
   for (const auto& c : cases) {
     const auto r = train(c.launch, c.flags);
