@@ -5,6 +5,7 @@
 // ddp::compressionHook(--compression) (train/ddp/compression_hook.h), plain SGD with momentum at
 // a constant rate, --batch samples per rank and step from a DistributedSampler shard:
 //     build/shoal run -n 4 -- build/bench/compression_train --compression powersgd:4,warmup=10
+// A spec with momentum (topk:0.01,momentum=0.9: the hook applies it) needs --momentum 0.
 //
 // Every --eval-every steps (and after the last) training pauses: the 10k test images are
 // classified, each rank a contiguous quarter of them (all ranks' cores work on it; the counts
@@ -99,6 +100,10 @@ struct Meter {
 
 int trainMlp(const World& world, const Options& o) {
   const auto spec = compress::CompressionSpec::parse(o.compression);
+  SHOAL_CHECK(spec.momentum == 0 || o.momentum == 0,
+              "--compression {} applies the momentum itself; the optimizer's would apply it twice "
+              "(pass --momentum 0, not {})",
+              spec.toString(), o.momentum);
   torch::manual_seed(o.seed);  // the same initial model on every rank
   auto trainSet = train::readIdxDataset(train::kFashionMnistDir, "train");
   auto testSet = train::readIdxDataset(train::kFashionMnistDir, "t10k");
@@ -230,7 +235,7 @@ int main(int argc, char** argv) {
   CLI::App app{"the compression benchmark's training loop (a rank of `shoal run`)"};
   Options o;
   app.add_option("--compression", o.compression,
-                 "none | fp16 | bf16 | topk:D | powersgd:R | onebit [,warmup=N]");
+                 "none | fp16 | bf16 | topk:D | powersgd:R | onebit [,momentum=M] [,warmup=N]");
   app.add_option("--target-accuracy", o.targetAccuracy, "test accuracy that counts as reached")
       ->check(CLI::Range(0.0, 1.0));
   app.add_option("--eval-every", o.evalEvery, "steps between evaluations")

@@ -11,8 +11,9 @@ ReLUs (11.9 M parameters), SGD with momentum 0.9 at a constant rate, 64 samples 
 step, DistributedSampler shards; the 10k test images evaluated every --eval-every steps, the
 clock paused meanwhile.
   Shoal      build/shoal run --hosts H1:2,H2:2 --ssh netns-ssh -- build/bench/compression_train
-             --compression SPEC (none, fp16, topk:0.01, powersgd:4, onebit; the error-feedback
-             codecs after --warmup uncompressed steps)
+             --compression SPEC (none, fp16, topk:0.01, powersgd:4, onebit, and top-k with
+             momentum correction, topk:0.01,momentum=0.9, whose optimizer runs without momentum;
+             the error-feedback codecs after --warmup uncompressed steps)
   PyTorch    bench/pytorch_compression.py, one process per rank started in its host's
              namespace (ip netns exec), gloo over the host's interface: no hook, its fp16 hook,
              its PowerSGD hook (rank 4, start_powerSGD_iter = --warmup)
@@ -30,6 +31,7 @@ namespaces) and an otherwise idle machine.
 usage: /usr/bin/python3 bench/run_compression.py [--rates 100mbit[,1gbit]] [--reps 1]
        [--configs shoal-none,shoal-fp16,...] [--target-accuracy 0.77] [--max-steps 70]
        [--max-seconds 330] [--eval-every 5] [--warmup 2] [--lr 0.01] [--lr-for topk=0.005,...]
+       (--lr-for and --momentum-for take codecs or configuration names: shoal-topk-mc=0.02)
        [--malloc reuse|default] [--quick] [--name compression] [--out DIR]
 --quick: 12 steps of every configuration at 1gbit, a smoke test of the harness (about 5 minutes)."""
 import argparse, json, os, platform, random, shlex, signal, statistics, subprocess, sys, time
@@ -43,14 +45,21 @@ CONFIGS = {
     "shoal-none": ("shoal", "none", "Shoal DDP, uncompressed"),
     "shoal-fp16": ("shoal", "fp16", "Shoal DDP, fp16"),
     "shoal-topk": ("shoal", "topk:0.01", "Shoal DDP, top-k 1%"),
+    # DGC's momentum correction (comm/compress/momentum_correction.h): the momentum is the
+    # codec's, before compression, and the optimizer's is 0 (momentum_of); the output layer
+    # (30 K weights) and the biases are sent whole (dense=, see NOTES).
+    "shoal-topk-mc": ("shoal", "topk:0.01,momentum=0.9,dense=65536",
+                      "Shoal DDP, top-k 1%, momentum correction"),
+    # The same without momentum correction (the optimizer's momentum): what dense= alone does.
+    "shoal-topk-dense": ("shoal", "topk:0.01,dense=65536", "Shoal DDP, top-k 1%, dense output layer"),
     "shoal-powersgd": ("shoal", "powersgd:4", "Shoal DDP, PowerSGD rank 4"),
     "shoal-onebit": ("shoal", "onebit", "Shoal DDP, 1-bit"),
     "torch-none": ("pytorch", "none", "PyTorch DDP, no hook"),
     "torch-fp16": ("pytorch", "fp16", "PyTorch DDP, fp16_compress_hook"),
     "torch-powersgd": ("pytorch", "powersgd:4", "PyTorch DDP, PowerSGD hook rank 4"),
 }
-DEFAULT_CONFIGS = ("shoal-none,shoal-fp16,shoal-topk,shoal-powersgd,shoal-onebit,torch-fp16,"
-                   "torch-powersgd")
+DEFAULT_CONFIGS = ("shoal-none,shoal-fp16,shoal-topk,shoal-topk-mc,shoal-topk-dense,"
+                   "shoal-powersgd,shoal-onebit,torch-fp16,torch-powersgd")
 # The codecs that keep an error-feedback residual start after --warmup plain steps; a cast
 # needs none (and PyTorch's fp16 hook has none).
 WARMED = ("topk", "powersgd", "onebit")
@@ -70,12 +79,24 @@ def spec_of(name, a):
     return text + (f",warmup={a.warmup}" if codec_of(name) in WARMED and a.warmup else "")
 
 
+def has_codec_momentum(name):
+    return "momentum=" in CONFIGS[name][1]
+
+
 def lr_of(name, a):
+    # A configuration's own rate first, then its codec's (a codec with momentum correction is
+    # another algorithm: the codec's rate does not carry over).
+    if name in a.lr_for or has_codec_momentum(name):
+        return a.lr_for.get(name, a.lr)
     return a.lr_for.get(codec_of(name), a.lr)
 
 
 def momentum_of(name, a):
-    return a.momentum_for.get(codec_of(name), a.momentum)
+    # The codec applies the momentum: the optimizer's would apply it twice (compression_train
+    # refuses that).
+    if has_codec_momentum(name):
+        return 0.0
+    return a.momentum_for.get(name, a.momentum_for.get(codec_of(name), a.momentum))
 
 
 def env_for(a):
@@ -224,11 +245,12 @@ def main():
     # Tuned on this model (bench/results/compression.md, "Hyperparameters"): with momentum 0.9
     # the error-feedback codecs oscillated (top-k fell from 0.719 to 0.646 between steps 40
     # and 60), so they run with less momentum and a larger rate.
-    p.add_argument("--lr-for", default="topk=0.03,onebit=0.06",
-                   help="per codec, e.g. topk=0.005,onebit=0.005")
+    p.add_argument("--lr-for",
+                   default="topk=0.03,onebit=0.06,shoal-topk-mc=0.02,shoal-topk-dense=0.02",
+                   help="per codec or configuration, e.g. topk=0.005,shoal-topk-mc=0.02")
     p.add_argument("--momentum", type=float, default=0.9)
-    p.add_argument("--momentum-for", default="topk=0.5,onebit=0",
-                   help="per codec, e.g. topk=0.5,onebit=0")
+    p.add_argument("--momentum-for", default="topk=0.5,onebit=0,shoal-topk-dense=0.9",
+                   help="per codec or configuration (not those with the codec's momentum)")
     p.add_argument("--batch", type=int, default=64)
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--malloc", choices=["reuse", "default"], default="reuse")
@@ -465,6 +487,19 @@ without momentum 0.747 at 70, 0.809 at 150; 1-bit at lr 0.06 without momentum 0.
 0.803 at 120. Uncompressed and PowerSGD stay at lr 0.01 with momentum 0.9 (PowerSGD: 0.796 at
 step 70, the uncompressed run's 0.797).
 
+Momentum correction (shoal-topk-mc, `topk:0.01,momentum=0.9,dense=65536`, the optimizer without
+momentum), tuned the same way (70 steps; 150 where said): the codec's momentum alone, with
+DGC's masking, was smooth but slow (0.749 at step 70 at lr 0.01, 0.778 at 0.015) and oscillated
+at 0.02 and 0.03 (0.718, 0.758). The output layer was the main cause: it shares a bucket with
+only the biases, and 1% of its 30 K weights (about 340) a step could not train it. Sent whole
+(dense=65536: the output layer and the biases, 3.3 MB a step instead of 2.9), step 70 reached
+0.782 (lr 0.01), 0.803 (0.015) and 0.796 (0.02), lr 0.02 at or above the uncompressed curve at
+every evaluation. dense= alone with the optimizer's momentum 0.9 (shoal-topk-dense) did as
+well at step 70: 0.785 (lr 0.01), 0.787 (0.015), 0.800 (0.02). Over 150 steps at lr 0.02 the
+momentum correction is the smoother: 0.811 to 0.823 at every evaluation from step 80 on,
+against 0.790 to 0.825 with the optimizer's momentum. 1-bit with momentum correction
+(`onebit,momentum=0.9`, lr 0.01): 0.779 at step 60, 0.756 at 70, no better than without.
+
 Malloc. glibc serves blocks above its mmap threshold from fresh mmap'd pages and unmaps them on
 free; Shoal's benchmarks raise the threshold (train/allocator.h), but glibc caps it at 32 MiB and
 the 3072 x 3072 gradient is 37.7 MB, so every full-size temporary of that matrix (autograd's
@@ -489,7 +524,7 @@ def targets(summaries, rate, a):
     base = summaries.get(("shoal-none", rate))
     if not base or not base.get("runs"):
         return T
-    for n in ("shoal-powersgd", "shoal-topk"):
+    for n in ("shoal-powersgd", "shoal-topk", "shoal-topk-mc", "shoal-topk-dense"):
         s = summaries.get((n, rate))
         if not s or not s["runs"]:
             continue

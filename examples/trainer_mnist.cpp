@@ -40,6 +40,7 @@ struct Flags {
   std::string strategy = "ddp";
   std::string optimizer = "adam";
   double lr = 1e-3;
+  double momentum = 0.9;  // sgd, rmsprop, lars
   double weightDecay = 0;
   int64_t batch = 64;
   int64_t epochs = 2;
@@ -114,6 +115,7 @@ int trainMain(const Flags& f) {
   o.strategy = train::parseStrategy(f.strategy);
   o.optimizer.kind = train::parseOptimizer(f.optimizer);
   o.optimizer.lr = f.lr;
+  o.optimizer.momentum = f.momentum;
   o.optimizer.weightDecay = f.weightDecay;
   o.epochs = f.epochs;
   o.stepsPerEpoch = f.steps;
@@ -258,6 +260,8 @@ int main(int argc, char** argv) {
   app.add_option("--optimizer", f.optimizer, "sgd, adam, adamw, rmsprop, lamb or lars")
       ->capture_default_str();
   numbers.number(app, "--lr", f.lr, 1e-12, 1e3, "learning rate");
+  numbers.number(app, "--momentum", f.momentum, 0, 0.999,
+                 "sgd, rmsprop, lars: momentum (0 with a --compression that has its own)");
   numbers.number(app, "--weight-decay", f.weightDecay, 0, 1e3,
                  "weight decay (adamw: decoupled; the others: added to the gradient)");
   numbers.integer(app, "--batch", f.batch, 1, 1 << 20, "samples per rank per micro-batch");
@@ -294,7 +298,8 @@ int main(int argc, char** argv) {
   app.add_option("--metrics", f.metrics, "append one JSON line per epoch to this file");
   app.add_option("--compression", f.compression,
                  "gradient compression (ddp, zero1, ps): none, fp16, bf16, topk:DENSITY, "
-                 "powersgd:RANK, onebit; optionally ,warmup=STEPS")
+                 "powersgd:RANK, onebit; optionally ,momentum=M (topk, onebit; with "
+                 "--optimizer sgd --momentum 0) and ,warmup=STEPS")
       ->capture_default_str();
   app.add_flag("--no-overlap", f.noOverlap, "ddp: all-reduce after backward, not during it");
   app.add_option("--save", f.save,

@@ -51,6 +51,14 @@ bool isParameter(const std::vector<KeySpec>& keys, const Piece& p) {
 }  // namespace
 
 Encoding pushEncoding(const compress::CompressionSpec& spec) {
+  // The servers' optimizer holds the momentum; a worker-side one (compress/spec.h) would apply
+  // it twice. Pushes encode pieces of a flat partition, not parameters (Note [Payload layout]).
+  if (spec.momentum != 0 || spec.denseElements != 0) {
+    SHOAL_THROW(InvalidArgument,
+                "parameter servers do not support compression {}: momentum= and dense= are DDP's "
+                "and ZeRO-1's (the servers' optimizer applies the momentum)",
+                spec.toString());
+  }
   switch (spec.codec) {
     case compress::Codec::kNone:
       return Encoding::kRaw;

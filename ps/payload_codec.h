@@ -38,7 +38,9 @@
 namespace shoal::ps {
 
 // The encoding pushes use under `spec` once its warm-up is over. InvalidArgument (one line) for
-// powersgd: it factors whole matrices across ranks, which only DDP has (train/ddp/).
+// powersgd: it factors whole matrices across ranks, which only DDP has (train/ddp/); and for a
+// spec with momentum= or dense= (the servers' optimizer applies the momentum; pushes are cut
+// by pieces, not parameters).
 Encoding pushEncoding(const compress::CompressionSpec& spec);
 
 // Bytes of a push payload of `pieces` (contiguous, one server's) in `encoding`, raw included.

@@ -18,9 +18,13 @@
 #include "comm/compress/topk.h"
 #include "common/error.h"
 #include "common/half.h"
+#include "tests/compress_test_util.h"
 
 namespace shoal::compress {
 namespace {
+
+using test::normal;
+using test::sameBits;
 
 constexpr float kInf = std::numeric_limits<float>::infinity();
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
@@ -37,24 +41,14 @@ std::string errorOf(Fn&& fn) {
   return "";
 }
 
-bool sameBits(float a, float b) {
-  return std::memcmp(&a, &b, sizeof(float)) == 0;
-}
-
-std::vector<float> normal(size_t n, uint32_t seed, float sigma = 1) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> d(0, sigma);
-  std::vector<float> v(n);
-  for (float& x : v) x = d(rng);
-  return v;
-}
-
 // ---- spec
 
 void expectSameSpec(const CompressionSpec& a, const CompressionSpec& b, std::string_view text) {
   EXPECT_EQ(a.codec, b.codec) << text;
   EXPECT_EQ(a.density, b.density) << text;
   EXPECT_EQ(a.rank, b.rank) << text;
+  EXPECT_EQ(a.momentum, b.momentum) << text;
+  EXPECT_EQ(a.denseElements, b.denseElements) << text;
   EXPECT_EQ(a.warmupSteps, b.warmupSteps) << text;
 }
 
@@ -78,6 +72,15 @@ TEST(CompressSpec, ParsesEveryCodecWithItsDefaults) {
   EXPECT_EQ(warm.rank, 2);
   EXPECT_EQ(warm.warmupSteps, 50);
   EXPECT_EQ(CompressionSpec::parse("fp16,warmup=7").warmupSteps, 7);
+  EXPECT_EQ(topk.momentum, 0.0);
+  const auto dgc = CompressionSpec::parse("topk:0.01,momentum=0.9,warmup=2");
+  EXPECT_EQ(dgc.codec, Codec::kTopK);
+  EXPECT_EQ(dgc.momentum, 0.9);
+  EXPECT_EQ(dgc.warmupSteps, 2);
+  EXPECT_EQ(CompressionSpec::parse("onebit,warmup=3,momentum=0.5").momentum, 0.5);
+  EXPECT_EQ(topk.denseElements, 0);
+  EXPECT_EQ(CompressionSpec::parse("topk:0.01,dense=65536").denseElements, 65536);
+  EXPECT_EQ(CompressionSpec::parse("onebit,dense=1").denseElements, 1);
 }
 
 TEST(CompressSpec, PrintsCanonicalTextThatParsesBackToTheSameSpec) {
@@ -94,6 +97,12 @@ TEST(CompressSpec, PrintsCanonicalTextThatParsesBackToTheSameSpec) {
       {"powersgd", "powersgd:4"},
       {"powersgd:16,warmup=0", "powersgd:16"},
       {"onebit,warmup=9223372036854775807", "onebit,warmup=9223372036854775807"},
+      {"topk:0.01,warmup=2,momentum=0.9", "topk:0.01,momentum=0.9,warmup=2"},
+      {"onebit,momentum=0.999", "onebit,momentum=0.999"},
+      {"topk,momentum=0", "topk:0.01"},
+      {"topk:0.01,warmup=2,dense=65536,momentum=0.9",
+       "topk:0.01,momentum=0.9,dense=65536,warmup=2"},
+      {"onebit,dense=0", "onebit"},
   };
   for (const auto& [text, canonical] : cases) {
     const CompressionSpec spec = CompressionSpec::parse(text);
@@ -136,6 +145,24 @@ TEST(CompressSpec, RefusesBadTextInOneLineNamingItAndWhatIsAccepted) {
       {"topk,", "unknown option ''"},
       {"topk,warmup=5,", "unknown option ''"},
       {"topk:0.1:0.2", "topk density='0.1:0.2'"},
+      {"topk,momentum=1", "momentum='1': expected a number in [0, 1)"},
+      {"topk,momentum=-0.1", "momentum='-0.1': expected a number in [0, 1)"},
+      {"topk,momentum=0.9x", "momentum='0.9x'"},
+      {"topk,momentum=nan", "momentum='nan'"},
+      {"topk,momentum=", "momentum=''"},
+      {"onebit,momentum", "momentum=''"},
+      {"topk,momentum=0.9,warmup=2,momentum=0.9", "momentum given twice"},
+      {"fp16,momentum=0.9", "momentum is top-k's and 1-bit's (momentum correction), not fp16's"},
+      {"bf16,momentum=0.9", "not bf16's"},
+      {"powersgd:4,momentum=0.9", "not powersgd's"},
+      {"none,momentum=0.5", "not none's"},
+      {"topk,dense=-1", "dense='-1': expected an integer from 0"},
+      {"topk,dense=1.5", "dense='1.5'"},
+      {"topk,dense=", "dense=''"},
+      {"onebit,dense", "dense=''"},
+      {"topk,dense=5,dense=5", "dense given twice"},
+      {"fp16,dense=100", "dense is top-k's and 1-bit's, not fp16's"},
+      {"powersgd:2,dense=100", "not powersgd's"},
   };
   for (const auto& [text, reason] : cases) {
     const std::string what =

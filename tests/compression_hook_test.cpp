@@ -1,12 +1,13 @@
 // Gradient compression through DDP's and ZeRO-1's communication hook
 // (train/ddp/compression_hook.h), ranks as threads over real shared memory: every codec keeps
 // the replicas identical at every world size, the casts stay close to the true average, error
-// feedback loses nothing over steps, warm-up steps are exact, and compression cuts the bytes
-// a step really sends.
+// feedback loses nothing over steps, warm-up steps are exact (heavy-ball SGD's with the codec's
+// momentum), and compression cuts the bytes a step really sends.
 #include "train/ddp/compression_hook.h"
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <limits>
 #include <mutex>
 
@@ -76,7 +77,9 @@ TEST_P(EveryCodec, ReplicasStayIdenticalAndTheLossFalls) {
     train::DdpOptions o;
     o.commHook = train::ddp::compressionHook(spec);
     train::DistributedDataParallel ddp(net.ptr(), g.shared_from_this(), o);
-    torch::optim::SGD opt(net->parameters(), torch::optim::SGDOptions(0.05).momentum(0.9));
+    // A spec with momentum applies it in the hook: the optimizer has none then.
+    torch::optim::SGD opt(net->parameters(),
+                          torch::optim::SGDOptions(0.05).momentum(spec.momentum > 0 ? 0 : 0.9));
     // A fixed regression problem every rank samples from: the loss must fall.
     auto [x, y] = batchOf(g.rank(), 0);
     double first = 0, last = 0;
@@ -103,17 +106,20 @@ TEST_P(EveryCodec, ReplicasStayIdenticalAndTheLossFalls) {
   EXPECT_TRUE(failures.empty()) << failures.front();
 }
 
-INSTANTIATE_TEST_SUITE_P(Codecs, EveryCodec,
-                         ::testing::Combine(::testing::Values("fp16", "bf16", "topk:0.1", "onebit",
-                                                              "powersgd:2", "powersgd:1,warmup=3"),
-                                            ::testing::Values(1, 2, 3, 4)),
-                         [](const ::testing::TestParamInfo<std::tuple<std::string, int>>& info) {
-                           std::string name = std::get<0>(info.param);
-                           for (char& ch : name) {
-                             if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
-                           }
-                           return name + "_n" + std::to_string(std::get<1>(info.param));
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Codecs, EveryCodec,
+    ::testing::Combine(::testing::Values("fp16", "bf16", "topk:0.1", "onebit", "powersgd:2",
+                                         "powersgd:1,warmup=3", "topk:0.1,momentum=0.9",
+                                         "onebit,momentum=0.9,warmup=2",
+                                         "topk:0.1,momentum=0.9,dense=64", "onebit,dense=64"),
+                       ::testing::Values(1, 2, 3, 4)),
+    [](const ::testing::TestParamInfo<std::tuple<std::string, int>>& info) {
+      std::string name = std::get<0>(info.param);
+      for (char& ch : name) {
+        if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+      }
+      return name + "_n" + std::to_string(std::get<1>(info.param));
+    });
 
 // The gradients one step leaves in the model, with `spec`, on each of n ranks.
 std::vector<torch::Tensor> gradientsAfter(const std::string& specText, int n, int steps) {
@@ -155,14 +161,62 @@ TEST(Compression, WarmUpStepsAreTheExactAverage) {
   EXPECT_FALSE(torch::equal(gradientsAfter("topk:0.05,warmup=1", 2, 2)[0], exact));
 }
 
+// With the codec's momentum, a warm-up step sends the velocity whole: the second step's
+// gradients are m times the first step's average plus the second's (heavy-ball SGD's buffer),
+// on every rank; once compression starts they are no longer.
+TEST(Compression, WarmUpStepsWithMomentumAreHeavyBallSgd) {
+  torch::set_num_threads(1);
+  const auto first = gradientsAfter("none", 3, 1)[0], second = gradientsAfter("none", 3, 2)[0];
+  const auto heavyBall = 0.9 * first + second;
+  for (const char* spec : {"topk:0.05,momentum=0.9,warmup=2", "onebit,momentum=0.9,warmup=2"}) {
+    const auto grads = gradientsAfter(spec, 3, 2);
+    for (int r = 0; r < 3; ++r) {
+      EXPECT_TRUE(torch::allclose(grads[r], heavyBall, 1e-5, 1e-7)) << spec << " rank " << r;
+    }
+    EXPECT_FALSE(torch::allclose(gradientsAfter(spec, 3, 3)[0],
+                                 0.9 * heavyBall + gradientsAfter("none", 3, 3)[0], 1e-3, 1e-5))
+        << spec << ": step 3 is compressed";
+  }
+}
+
+// dense=128 on the 16-32-4 model: fc1's bias (32), fc2's weight (128) and bias (4) are sent
+// whole (the plain average; with momentum, heavy-ball SGD's buffer), fc1's 512 weights are the
+// only top-k selection, 52 of them per rank.
+TEST(Compression, DenseParametersAreSentWholeAndTheOthersEncodedAlone) {
+  torch::set_num_threads(1);
+  const int n = 3;
+  const int64_t weights = 16 * 32;  // fc1's weight first in the flat gradients, then the rest
+  const auto first = gradientsAfter("none", n, 1)[0], second = gradientsAfter("none", n, 2)[0];
+  const auto sparse = [&](const torch::Tensor& t) { return t.narrow(0, 0, weights); };
+  const auto dense = [&](const torch::Tensor& t) {
+    return t.narrow(0, weights, t.numel() - weights);
+  };
+  const auto plain = gradientsAfter("topk:0.1,dense=128", n, 1);
+  const auto corrected = gradientsAfter("topk:0.1,momentum=0.9,dense=128", n, 2);
+  for (int r = 0; r < n; ++r) {
+    EXPECT_TRUE(torch::allclose(dense(plain[r]), dense(first), 1e-5, 1e-7)) << "rank " << r;
+    const int64_t sent = sparse(plain[r]).ne(0).sum().item<int64_t>();
+    EXPECT_GT(sent, 52);  // the ranks chose different elements
+    EXPECT_LE(sent, 52 * n);
+    EXPECT_TRUE(torch::allclose(dense(corrected[r]), dense(0.9 * first + second), 1e-5, 1e-7))
+        << "rank " << r;
+    EXPECT_LE(sparse(corrected[r]).ne(0).sum().item<int64_t>(), 52 * n);
+  }
+}
+
 // Error feedback: with the same gradient every step, what the codec delivers over T steps adds
 // up to T times that gradient, short only of the residual it still holds (bounded), though each
 // step sends a tenth of the elements, or only signs. Without it, top-k would send the same
 // elements every step and the others never; sign would deliver the mean magnitude everywhere.
+// 1-bit with momentum 0.9 delivers heavy-ball SGD's distance, sum over t of (1 - 0.9^t) / 0.1
+// times the gradient (it masks nothing: comm/compress/momentum_correction.h).
 TEST(Compression, ErrorFeedbackDeliversTheWholeGradientOverSteps) {
   torch::set_num_threads(1);
-  for (const char* spec : {"topk:0.1", "onebit"}) {
+  for (const char* spec : {"topk:0.1", "onebit", "onebit,momentum=0.9"}) {
     const int steps = 300;
+    const double m = CompressionSpec::parse(spec).momentum;
+    double factor = 0;  // heavy-ball's distance over the steps, in gradients
+    for (int t = 1; t <= steps; ++t) factor += (1 - std::pow(m, t)) / (1 - m);
     torch::Tensor delivered, truth;
     auto errors = runThreadRanks(2, testOptions(TransportKind::kShm), [&](comm::Group& g) {
       Mlp net = seededMlp();
@@ -189,7 +243,7 @@ TEST(Compression, ErrorFeedbackDeliversTheWholeGradientOverSteps) {
                       ReduceOp::kAvg);
       if (g.rank() == 0) {
         delivered = sum;
-        truth = mine * steps;
+        truth = mine * factor;
       }
     });
     ASSERT_EQ(errors[0], "") << spec;
@@ -202,10 +256,12 @@ TEST(Compression, ErrorFeedbackDeliversTheWholeGradientOverSteps) {
 
 // A loss-scaling overflow (an inf gradient on one rank) reaches every rank as a non-finite
 // gradient, as with the plain average, instead of failing the exchange; and the next step is
-// finite again (the residual did not keep the inf).
+// finite again (the residual and the codec's velocity did not keep the inf), compressed or in
+// the warm-up.
 TEST(Compression, AnOverflowStepIsSeenByEveryRankAndForgotten) {
   torch::set_num_threads(1);
-  for (const char* spec : {"onebit", "topk:0.5"}) {
+  for (const char* spec : {"onebit", "topk:0.5", "onebit,momentum=0.9", "topk:0.5,momentum=0.9",
+                           "topk:0.5,momentum=0.9,warmup=5"}) {
     std::vector<int> nonFinite(2, 0), finiteAfter(2, 0);
     auto errors = runThreadRanks(2, testOptions(TransportKind::kShm), [&](comm::Group& g) {
       Mlp net = seededMlp();
@@ -271,13 +327,16 @@ TEST(Compression, BytesSentShrinkAsTheCodecPromises) {
 
 TEST(Compression, ZeroStageOneTakesTheHookAndStagesTwoThreeRefuseIt) {
   torch::set_num_threads(1);
-  for (const char* spec : {"powersgd:2", "topk:0.2"}) {
+  for (const char* spec :
+       {"powersgd:2", "topk:0.2", "topk:0.2,momentum=0.9", "onebit,momentum=0.9,dense=40"}) {
     auto errors = runThreadRanks(3, testOptions(TransportKind::kShm), [&](comm::Group& g) {
       Mlp net = seededMlp();
       train::zero::ZeroOptions o;
       o.stage = 1;
       o.bucketBytes = 1024;  // several units
       o.optimizer.lr = 0.05;
+      // The codec's momentum replaces the optimizer's (compression_hook.h).
+      if (CompressionSpec::parse(spec).momentum > 0) o.optimizer.momentum = 0;
       o.commHook = train::ddp::compressionHook(CompressionSpec::parse(spec));
       train::zero::ZeroDataParallel zero(net.ptr(), g.shared_from_this(), o);
       auto [x, y] = batchOf(g.rank(), 0);

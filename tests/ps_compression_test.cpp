@@ -340,6 +340,27 @@ TEST(PsCompression, PowerSgdIsRefusedForParameterServersInOneLine) {
             "bf16, topk:DENSITY or onebit");
 }
 
+// The servers' optimizer holds the momentum: a worker-side one (the codec's) is refused, and so
+// is dense= (pushes are cut by pieces, not parameters).
+TEST(PsCompression, CodecMomentumAndDenseAreRefusedForParameterServersInOneLine) {
+  for (const char* spec :
+       {"topk:0.1,momentum=0.9", "onebit,momentum=0.5,warmup=2", "topk:0.1,dense=100"}) {
+    std::string error;
+    auto errors = runThreadRanks(1, testOptions(TransportKind::kShm, 30), [&](comm::Group& g) {
+      try {
+        ps::Client c(g, 0, 1, 1, {{"w", {4}}}, {}, compressed(spec));
+      } catch (const InvalidArgument& e) {
+        error = e.what();
+      }
+    });
+    EXPECT_EQ(errors[0], "");
+    EXPECT_EQ(error, fmt::format("parameter servers do not support compression {}: momentum= and "
+                                 "dense= are DDP's and ZeRO-1's (the servers' optimizer applies "
+                                 "the momentum)",
+                                 CompressionSpec::parse(spec).toString()));
+  }
+}
+
 // ---- the codec alone (ps/payload_codec.h)
 
 // Encoded then decoded, piece by piece: state pieces come back exactly, cast ones rounded, and

@@ -134,6 +134,16 @@ TEST(Trainer, CompressedAllreduceUnderDdpAndZero1) {
       << plain.output << powersgd.output;
 }
 
+// The codec's momentum (DGC's momentum correction) in place of the optimizer's, under ddp and
+// zero1: both learn with plain SGD after the hook.
+TEST(Trainer, CompressionWithMomentumLearnsWithPlainSgd) {
+  for (const char* strategy : {"ddp", "zero1"}) {
+    expectLearns(train("-n 2", fmt::format("--strategy {} --epochs 2 --optimizer sgd --lr 0.05 "
+                                           "--momentum 0 --compression topk:0.1,momentum=0.9",
+                                           strategy)));
+  }
+}
+
 TEST(Trainer, ParameterServerModes) {
   expectLearns(train("-n 2 --servers 1", "--strategy ps --ps-mode sync --epochs 2"));
   expectLearns(train("-n 2 --servers 1", "--strategy ps --ps-mode async --epochs 2 --lr 5e-4"));
@@ -309,6 +319,17 @@ TEST(Trainer, BadConfigurationIsOneLineAndExitCodeTwo) {
       {"-n 2", "--strategy zero2 --compression fp16",
        "compression fp16 is the all-reduce's (strategies ddp and zero1); strategy zero2"},
       {"-n 2", "--compression topk:2", "topk"},
+      {"-n 2", "--optimizer sgd --compression topk:0.1,momentum=0.9",
+       "Trainer: compression topk:0.1,momentum=0.9 applies the momentum itself; the optimizer "
+       "must be sgd with momentum 0, not sgd with momentum 0.9"},
+      {"-n 2", "--strategy zero1 --compression onebit,momentum=0.5",
+       "the optimizer must be sgd with momentum 0, not adam"},
+      {"-n 2", "--optimizer sgd --momentum 0 --clip 1 --compression topk:0.1,momentum=0.9",
+       "sends momentum updates, not gradients; clipNorm 1 would clip those"},
+      {"-n 2 --servers 1",
+       "--strategy ps --optimizer sgd --momentum 0 --compression topk:0.1,momentum=0.9",
+       "parameter servers do not support compression topk:0.1,momentum=0.9: momentum= and "
+       "dense= are DDP's and ZeRO-1's"},
   };
   for (const auto& c : cases) {
     const auto r = train(c.launch, c.flags);

@@ -104,6 +104,20 @@ void validateOptions(const TrainerOptions& o) {
       "{} cannot use it{}",
       o.compression.toString(), toString(o.strategy),
       o.strategy == Strategy::kParameterServer ? " (ps: psClient.compression)" : "");
+  // The codec's momentum (compression_hook.h) replaces the optimizer's: with both, every
+  // gradient would get momentum twice; and what the hook leaves is an update, not a gradient
+  // for Adam's moments or for clipping.
+  const bool sgd = o.optimizer.kind == OptimizerKind::kSgd;
+  require(o.compression.momentum == 0 || (sgd && o.optimizer.momentum == 0),
+          "Trainer: compression {} applies the momentum itself; the optimizer must be sgd with "
+          "momentum 0, not {}",
+          o.compression.toString(),
+          sgd ? fmt::format("sgd with momentum {}", o.optimizer.momentum)
+              : std::string(toString(o.optimizer.kind)));
+  require(o.compression.momentum == 0 || o.clipNorm == 0,
+          "Trainer: compression {} sends momentum updates, not gradients; clipNorm {} would clip "
+          "those (use clipNorm 0)",
+          o.compression.toString(), o.clipNorm);
   require(!o.autotune || o.strategy == Strategy::kDdp,
           "Trainer: autotune chooses ddp's buckets; strategy {} has none to tune",
           toString(o.strategy));

@@ -14,7 +14,7 @@ namespace {
 
 constexpr std::string_view kAccepted =
     "expected none, fp16, bf16, topk[:DENSITY], powersgd[:RANK] or onebit, optionally followed "
-    "by ,warmup=STEPS";
+    "by ,momentum=M and ,dense=ELEMENTS (topk, onebit) and ,warmup=STEPS";
 
 [[noreturn]] void refuse(std::string_view text, std::string_view why) {
   SHOAL_THROW(InvalidArgument, "compression '{}': {}; {}", text, why, kAccepted);
@@ -78,18 +78,50 @@ CompressionSpec CompressionSpec::parse(std::string_view text) {
   }
 
   if (comma == std::string_view::npos) return spec;
-  bool warmupSeen = false;
+  bool warmupSeen = false, momentumSeen = false, denseSeen = false;
+  // Options that need an encoding of one parameter at a time: the gather codecs'.
+  const bool gather = spec.codec == Codec::kTopK || spec.codec == Codec::kOneBit;
   for (std::string_view rest = text.substr(comma + 1);;) {
     const size_t next = rest.find(',');
     const std::string_view option = rest.substr(0, next);
     const size_t eq = option.find('=');
-    if (option.substr(0, eq) != "warmup") refuse(text, fmt::format("unknown option '{}'", option));
-    if (warmupSeen) refuse(text, "warmup given twice");
-    warmupSeen = true;
-    const std::string_view steps = eq == std::string_view::npos ? "" : option.substr(eq + 1);
-    spec.warmupSteps = parsePart(text, [&] {
-      return parseInteger("warmup", steps, 0, std::numeric_limits<int64_t>::max());
-    });
+    const std::string_view key = option.substr(0, eq);
+    const std::string_view value = eq == std::string_view::npos ? "" : option.substr(eq + 1);
+    if (key == "warmup") {
+      if (warmupSeen) refuse(text, "warmup given twice");
+      warmupSeen = true;
+      spec.warmupSteps = parsePart(text, [&] {
+        return parseInteger("warmup", value, 0, std::numeric_limits<int64_t>::max());
+      });
+    } else if (key == "momentum") {
+      if (momentumSeen) refuse(text, "momentum given twice");
+      momentumSeen = true;
+      // Momentum correction needs an error-feedback residual to accumulate velocities in: the
+      // casts keep none, and PowerSGD's residual is of its low-rank approximation.
+      if (!gather) {
+        refuse(text, fmt::format("momentum is top-k's and 1-bit's (momentum correction), not {}'s",
+                                 name));
+      }
+      double m = 1;
+      try {
+        m = parseNumber("momentum", value, 0, 1);
+      } catch (const InvalidArgument&) {
+      }
+      // parseNumber's range is closed; a factor of 1 would never forget a gradient.
+      if (!(m < 1)) refuse(text, fmt::format("momentum='{}': expected a number in [0, 1)", value));
+      spec.momentum = m;
+    } else if (key == "dense") {
+      if (denseSeen) refuse(text, "dense given twice");
+      denseSeen = true;
+      // The casts send everything whole already; PowerSGD sends small tensors whole by its own
+      // rule (rank < min(n, m) and fewer elements).
+      if (!gather) refuse(text, fmt::format("dense is top-k's and 1-bit's, not {}'s", name));
+      spec.denseElements = parsePart(text, [&] {
+        return parseInteger("dense", value, 0, std::numeric_limits<int64_t>::max());
+      });
+    } else {
+      refuse(text, fmt::format("unknown option '{}'", option));
+    }
     if (next == std::string_view::npos) return spec;
     rest.remove_prefix(next + 1);
   }
@@ -100,6 +132,8 @@ std::string CompressionSpec::toString() const {
   // fmt's "{}" of a double is the shortest text that reads back as the same double.
   if (codec == Codec::kTopK) s += fmt::format(":{}", density);
   if (codec == Codec::kPowerSgd) s += fmt::format(":{}", rank);
+  if (momentum != 0) s += fmt::format(",momentum={}", momentum);
+  if (denseElements != 0) s += fmt::format(",dense={}", denseElements);
   if (warmupSteps != 0) s += fmt::format(",warmup={}", warmupSteps);
   return s;
 }

@@ -76,6 +76,7 @@ void spec(std::string_view text) {
   const CompressionSpec back = CompressionSpec::parse(canonical);
   SHOAL_FUZZ_CHECK(kTarget, back.codec == s.codec && back.warmupSteps == s.warmupSteps);
   SHOAL_FUZZ_CHECK(kTarget, back.density == s.density && back.rank == s.rank);
+  SHOAL_FUZZ_CHECK(kTarget, back.momentum == s.momentum && back.denseElements == s.denseElements);
   SHOAL_FUZZ_CHECK(kTarget, back.toString() == canonical);
 }
 

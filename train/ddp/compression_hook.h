@@ -17,6 +17,20 @@
 // Residuals are kept per parameter, so they survive DDP's one rebuild of the bucket layout;
 // after `warmupSteps` synchronized steps of the plain average, compression starts.
 //
+// topk and onebit with `momentum=M` (momentum correction, comm/compress/momentum_correction.h):
+// each rank keeps a velocity u = M u + g per element and compresses the accumulation of
+// velocities (the residual); top-k also zeroes u where it sent. What finish() leaves in the
+// buffer is then an update to apply as plain SGD: the optimizer must have no momentum of its
+// own (momentum 0, not Adam's moments; train::Trainer refuses otherwise). The warm-up steps and
+// buckets that are not float32 send u whole: heavy-ball SGD. Velocities, like residuals, are
+// kept per parameter and are not checkpointed (a resumed job starts them from zero).
+//
+// topk and onebit with `dense=N`: each parameter of at most N elements is sent whole (averaged
+// exactly; with momentum, heavy-ball SGD), and each larger one is encoded on its own (top-k:
+// ceil(D * numel) of its elements; 1-bit: its own scale) instead of the bucket as one. For the
+// small tensors a codec's share is too little (1% of a 30 K-weight output layer is 300 weights a
+// step) at a small price in bytes.
+//
 // Every rank must use the same spec (the collectives would not match: MismatchError on every
 // rank). The hook keeps state: one hook per DistributedDataParallel. Threads and blocking as
 // CommHook (start() never waits; finish() may run PowerSGD's second all-reduce).
