@@ -42,11 +42,17 @@ Kernels choose() {
 }  // namespace
 
 std::vector<Kernels> available() {
-  std::vector<Kernels> sets{{"generic", generic::reduceTo, generic::scaleAverage}};
+  std::vector<Kernels> sets{
+      {"generic", generic::reduceTo, generic::scaleAverage, generic::toHalf, generic::fromHalf}};
 #if defined(__x86_64__)  // elsewhere only the generic kernels are built
   __builtin_cpu_init();
-  if (hasAvx2()) sets.push_back({"avx2", avx2::reduceTo, avx2::scaleAverage});
-  if (hasAvx512()) sets.push_back({"avx512", avx512::reduceTo, avx512::scaleAverage});
+  if (hasAvx2()) {
+    sets.push_back({"avx2", avx2::reduceTo, avx2::scaleAverage, avx2::toHalf, avx2::fromHalf});
+  }
+  if (hasAvx512()) {
+    sets.push_back(
+        {"avx512", avx512::reduceTo, avx512::scaleAverage, avx512::toHalf, avx512::fromHalf});
+  }
 #endif
   return sets;
 }
@@ -83,6 +89,14 @@ void reduceInto(void* dst, const void* src, size_t count, DataType type, ReduceO
 void scaleAverage(void* data, size_t count, DataType type, int n) {
   if (n == 1) return;
   reduce_isa::selected().scaleAverage(data, count, type, n);
+}
+
+void convertToHalf(const float* in, uint16_t* out, size_t count) {
+  reduce_isa::selected().toHalf(in, out, count);
+}
+
+void convertFromHalf(const uint16_t* in, float* out, size_t count) {
+  reduce_isa::selected().fromHalf(in, out, count);
 }
 
 }  // namespace shoal

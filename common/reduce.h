@@ -4,12 +4,13 @@
 // for every operation and rounded once per result, so a reduction of n buffers rounds n-1 times
 // (never accumulates in 16 bits through a wider chain). kAvg reduces as kSum; the division by the
 // world size is folded into the step that completes each element's sum (the `divisor` of
-// reduceInto / reduceTo: Note [Average in the last step] in comm/native/algorithms.h), so no algorithm
-// makes a separate pass over the result. scaleAverage remains for a backend that cannot fold it
-// (MPI).
+// reduceInto / reduceTo: Note [Average in the last step] in comm/native/algorithms.h), so no
+// algorithm makes a separate pass over the result. scaleAverage remains for a backend that cannot
+// fold it (MPI).
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 
 #include "common/types.h"
 
@@ -33,5 +34,11 @@ void reduceTo(void* dst, const void* a, const void* b, size_t count, DataType ty
 
 // Divides every element by n (integer types: truncating division, as the sum divided by n).
 void scaleAverage(void* data, size_t count, DataType type, int n);
+
+// float32 -> float16 and back, `count` elements, with the widest instruction set the CPU has
+// (common/reduce_isa.h): element for element what common/half.h's floatToHalf / halfToFloat
+// give (round to nearest even), many times faster than a loop over those in a portable build.
+void convertToHalf(const float* in, uint16_t* out, size_t count);
+void convertFromHalf(const uint16_t* in, float* out, size_t count);
 
 }  // namespace shoal

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <string_view>
 #include <vector>
 
@@ -24,6 +25,9 @@ struct Kernels {
   void (*reduceTo)(void* dst, const void* a, const void* b, size_t count, DataType type,
                    ReduceOp op, int divisor);
   void (*scaleAverage)(void* data, size_t count, DataType type, int n);
+  // float32 <-> float16, element by element (common/reduce.h's convertToHalf / convertFromHalf).
+  void (*toHalf)(const float* in, uint16_t* out, size_t count);
+  void (*fromHalf)(const uint16_t* in, float* out, size_t count);
 };
 
 // The sets this CPU can run, widest last ("generic" always first).
@@ -37,6 +41,8 @@ const Kernels& selected();
   void reduceTo(void* dst, const void* a, const void* b, size_t count, DataType type, ReduceOp op, \
                 int divisor);                                                                      \
   void scaleAverage(void* data, size_t count, DataType type, int n);                               \
+  void toHalf(const float* in, uint16_t* out, size_t count);                                       \
+  void fromHalf(const uint16_t* in, float* out, size_t count);                                     \
   }
 SHOAL_REDUCE_ISA_DECLARE(generic)
 SHOAL_REDUCE_ISA_DECLARE(avx2)

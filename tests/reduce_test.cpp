@@ -6,6 +6,7 @@
 #include <cstring>
 #include <random>
 #include <type_traits>
+#include <vector>
 
 #include "common/error.h"
 #include "common/half.h"
@@ -249,6 +250,54 @@ TEST(ReduceIsa, EveryInstructionSetComputesTheGenericBits) {
           }
         }
       }
+    }
+  }
+}
+
+TEST(ReduceIsa, EveryInstructionSetConvertsToAndFromFloat16AsTheScalarFunctions) {
+  // Every float16 pattern back to float32, and floats around every float16 value (the value,
+  // the ties between neighbours, just above and below them) plus the special ones to float16.
+  std::vector<uint16_t> halves(65536);
+  for (size_t i = 0; i < halves.size(); ++i) halves[i] = static_cast<uint16_t>(i);
+  std::vector<float> floats = {0.0f,  -0.0f,    1e-10f,    -1e-10f, 65504.0f, 65520.0f, 1e6f,
+                               -1e6f, INFINITY, -INFINITY, NAN,     5.96e-8f, 2.98e-8f, 3e-8f};
+  for (uint16_t h = 0; h < 0x7c00; ++h) {
+    const float v = halfToFloat(h), next = halfToFloat(static_cast<uint16_t>(h + 1));
+    const float tie = v + (next - v) / 2;
+    for (float f : {v, tie, std::nextafter(tie, 0.0f), std::nextafter(tie, INFINITY)}) {
+      floats.push_back(f);
+      floats.push_back(-f);
+    }
+  }
+  for (const auto& set : reduce_isa::available()) {
+    std::vector<float> widened(halves.size());
+    set.fromHalf(halves.data(), widened.data(), halves.size());
+    for (size_t i = 0; i < halves.size(); ++i) {
+      const float expected = halfToFloat(halves[i]);
+      if (std::isnan(expected)) {
+        EXPECT_TRUE(std::isnan(widened[i])) << set.name << " " << i;
+      } else {
+        EXPECT_EQ(std::memcmp(&widened[i], &expected, 4), 0) << set.name << " " << i;
+      }
+    }
+    std::vector<uint16_t> narrowed(floats.size());
+    set.toHalf(floats.data(), narrowed.data(), floats.size());
+    for (size_t i = 0; i < floats.size(); ++i) {
+      if (std::isnan(floats[i])) {
+        EXPECT_TRUE(std::isnan(halfToFloat(narrowed[i]))) << set.name;
+      } else {
+        EXPECT_EQ(narrowed[i], floatToHalf(floats[i])) << set.name << " " << floats[i];
+      }
+    }
+  }
+  // The public entry points use the selected set.
+  std::vector<uint16_t> out(floats.size());
+  convertToHalf(floats.data(), out.data(), floats.size());
+  std::vector<float> back(out.size());
+  convertFromHalf(out.data(), back.data(), out.size());
+  for (size_t i = 0; i < floats.size(); ++i) {
+    if (!std::isnan(floats[i])) {
+      EXPECT_EQ(back[i], halfToFloat(floatToHalf(floats[i])));
     }
   }
 }

@@ -5,10 +5,7 @@
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <torch/library.h>
 
-#if defined(__F16C__)
-#include <immintrin.h>
-#endif
-
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -16,7 +13,7 @@
 
 #include "comm/collectives.h"
 #include "common/error.h"
-#include "common/half.h"
+#include "common/reduce.h"
 
 namespace shoal::train {
 
@@ -24,18 +21,19 @@ namespace {
 
 constexpr std::string_view kPrecisionNames[] = {"fp32", "bf16", "fp16"};
 
-// out[i] = in[i] rounded to fp16 (nearest even; overflow to inf) and back; in may be out. With
-// the CPU's conversion instructions (F16C) 8 at a time: libtorch's x.to(kHalf).to(kFloat) takes
-// two passes and a temporary, and Fp16Weights and roundToHalf run it on every step.
+// out[i] = in[i] rounded to fp16 (nearest even; overflow to inf) and back; in may be out.
+// Through a small buffer, a chunk at a time, with the CPU's widest conversion instructions
+// (common/reduce.h: F16C where it has them, whatever the build's flags; a portable build's own
+// conversion is a library call per element): libtorch's x.to(kHalf).to(kFloat) takes two
+// passes and a temporary, and Fp16Weights and roundToHalf run it on every step.
 void roundFloatsToHalf(const float* in, float* out, int64_t n) {
-  int64_t i = 0;
-#if defined(__F16C__)
-  for (; i + 8 <= n; i += 8) {
-    const __m128i h = _mm256_cvtps_ph(_mm256_loadu_ps(in + i), _MM_FROUND_TO_NEAREST_INT);
-    _mm256_storeu_ps(out + i, _mm256_cvtph_ps(h));
+  constexpr int64_t kChunk = 4096;
+  uint16_t half[kChunk];
+  for (int64_t i = 0; i < n; i += kChunk) {
+    const auto m = static_cast<size_t>(std::min(kChunk, n - i));
+    convertToHalf(in + i, half, m);
+    convertFromHalf(half, out + i, m);
   }
-#endif
-  for (; i < n; ++i) out[i] = halfToFloat(floatToHalf(in[i]));
 }
 
 // x rounded to fp16 and back, as a new tensor of x's dtype.

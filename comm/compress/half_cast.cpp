@@ -2,6 +2,7 @@
 
 #include "common/error.h"
 #include "common/half.h"
+#include "common/reduce.h"
 
 namespace shoal::compress {
 
@@ -22,7 +23,7 @@ void checkHalf(const char* what, DataType half) {
 void encodeHalf(DataType half, const float* in, uint16_t* out, size_t n) {
   checkHalf("encodeHalf", half);
   if (half == DataType::kFloat16) {
-    for (size_t i = 0; i < n; ++i) out[i] = floatToHalf(in[i]);
+    convertToHalf(in, out, n);  // F16C where the CPU has it (common/reduce.h)
   } else {
     for (size_t i = 0; i < n; ++i) out[i] = floatToBf16(in[i]);
   }
@@ -31,7 +32,7 @@ void encodeHalf(DataType half, const float* in, uint16_t* out, size_t n) {
 void decodeHalf(DataType half, const uint16_t* in, float* out, size_t n) {
   checkHalf("decodeHalf", half);
   if (half == DataType::kFloat16) {
-    for (size_t i = 0; i < n; ++i) out[i] = halfToFloat(in[i]);
+    convertFromHalf(in, out, n);
   } else {
     for (size_t i = 0; i < n; ++i) out[i] = bf16ToFloat(in[i]);
   }
