@@ -17,12 +17,13 @@ Markdown table. Run from the repository root after a build: python3 bench/run_au
 import json
 import os
 import re
-import sqlite3
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+
+from run_metrics import series, slowest_rank_step_times
 
 SHOAL = "build/shoal"
 EXAMPLE = "build/fashion_mnist"
@@ -41,19 +42,7 @@ def label(mib, overlap, alg):
 
 
 def step_times(db):
-    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
-    rows = con.execute(
-        "select m.rank, m.step, m.value from metrics m join names n on m.name_id = n.id "
-        "where n.name = 'step_time_s'").fetchall()
-    choice = con.execute(
-        "select m.rank, m.step, m.value from metrics m join names n on m.name_id = n.id "
-        "where n.name = 'autotune_choice'").fetchall()
-    con.close()
-    per_step = {}
-    for rank, step, value in rows:
-        per_step.setdefault(step, {})[rank] = value
-    steps = sorted(s for s, r in per_step.items() if len(r) == 2)
-    return [(s, max(per_step[s].values())) for s in steps], choice
+    return slowest_rank_step_times(db), series(db, "autotune_choice")
 
 
 def run(args, env_extra):

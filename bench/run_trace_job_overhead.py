@@ -15,27 +15,20 @@ runs' merged trace says how many spans a step records, which with the cost of on
 import argparse
 import json
 import os
-import sqlite3
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 
+from run_metrics import slowest_rank_step_times
+
 WARMUP = 10
 ARGS = ["--epochs", "1", "--train-subset", "8192", "-q"]
 
 
 def step_times(db):
-    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
-    rows = con.execute(
-        "select m.rank, m.step, m.value from metrics m join names n on m.name_id = n.id "
-        "where n.name = 'step_time_s'").fetchall()
-    con.close()
-    per_step = {}
-    for rank, step, value in rows:
-        per_step.setdefault(step, {})[rank] = value
-    return [max(r.values()) for s, r in sorted(per_step.items()) if len(r) == 2 and s > WARMUP]
+    return [t for s, t in slowest_rank_step_times(db) if s > WARMUP]
 
 
 def run(build, traced):
