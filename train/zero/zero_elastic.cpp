@@ -62,6 +62,12 @@ void ElasticZero::Ring::build(comm::Group& group) {
 // interrupt names the neighbour that interrupted, not the rank that died: so every rank then
 // meets the others in a barrier of the view's group, whose failure names the rank that really
 // failed (Note [Root cause] in comm/native/native_engine.cpp).
+// Ranks whose transfers succeeded meet there too. A rank can finish both of its transfers while
+// others fail: its send went into the socket's buffer before the next rank died, and its
+// previous rank sent before its own failure. Were it to go on to the next step's collective on
+// the view's group while the others wait in the barrier, the two would meet as a mismatch
+// (barrier against all-reduce), which ends the job, instead of as a lost worker, which the
+// elastic view change handles. So the barrier is on every path: one per commit.
 std::string ElasticZero::passAlong(comm::Group& group, const std::string& mine) {
   if (group.size() == 2) {  // the next rank is the previous one: the group itself will do
     const int other = 1 - group.rank();
@@ -76,6 +82,7 @@ std::string ElasticZero::passAlong(comm::Group& group, const std::string& mine) 
   int64_t outSize = static_cast<int64_t>(mine.size()), inSize = 0;
   std::string in;
   std::shared_ptr<comm::Work> out, got;
+  std::exception_ptr failed;
   try {
     out = comm::broadcastAsync(*ring_.toNext, &outSize, 1, DataType::kInt64, 0);
     got = comm::broadcastAsync(*ring_.fromPrev, &inSize, 1, DataType::kInt64, 0);
@@ -93,9 +100,8 @@ std::string ElasticZero::passAlong(comm::Group& group, const std::string& mine) 
     got = comm::broadcastAsync(*ring_.fromPrev, in.data(), in.size(), DataType::kUInt8, 0);
     out->wait();
     got->wait();
-    return in;
   } catch (const Error&) {
-    const auto failed = std::current_exception();
+    failed = std::current_exception();
     ring_.toNext->interrupt();
     ring_.fromPrev->interrupt();
     for (auto& w : {out, got}) {
@@ -104,9 +110,10 @@ std::string ElasticZero::passAlong(comm::Group& group, const std::string& mine) 
       } catch (const Error&) {
       }
     }
-    comm::barrier(group);
-    std::rethrow_exception(failed);  // nobody died: the pair's own error
   }
+  comm::barrier(group);
+  if (failed) std::rethrow_exception(failed);  // nobody died: the pair's own error
+  return in;
 }
 
 namespace {
