@@ -454,6 +454,34 @@ TEST(Report, TheBreakdownHasThreePartsAsAStackedBarAndTheConfigurationIsShown) {
   EXPECT_EQ(html.find("<th>store</th>"), std::string::npos);
 }
 
+// The job's own verdict (`straggler`, at its --straggler-threshold) decides, not the report's
+// 1.3: rank 1's compute_ratio 1.4 is under the job's threshold (say 1.5), so it is no straggler;
+// rank 0, named by the job in its last window, is one, though its ratio is 1.
+TEST(Report, TheJobsOwnStragglerVerdictDecides) {
+  TempDir tmp;
+  const std::string dir = tmp.path + "/verdict";
+  fs::create_directories(dir);
+  run::writeRunRecord(dir, record("verdict"));
+  for (int rank = 0; rank < 2; ++rank) {
+    track::Tracker t({.path = run::metricsPath(dir), .rank = rank});
+    for (int step = 0; step < 8; ++step) t.log("step_time_s", step, rank == 1 ? 0.14 : 0.1);
+    for (int window : {3, 7}) {
+      t.log("compute_ratio", window, rank == 1 ? 1.4 : 1.0);
+      // Rank 0 named only in the last window; rank 1 only in the first.
+      t.log("straggler", window, (rank == 0) == (window == 7) ? 1.0 : 0.0);
+    }
+    t.flush(std::chrono::seconds(30));
+  }
+  const std::string html = readFile(tools::writeReport(dir).htmlPath);
+  EXPECT_NE(html.find("Straggler: <span class=\"straggler-rank\" data-rank=\"0\">rank 0</span> "
+                      "(rule: named by the job's own monitor"),
+            std::string::npos)
+      << html;
+  EXPECT_EQ(html.find("data-rank=\"1\">rank 1</span>"), std::string::npos) << html;
+  EXPECT_NE(html.find("<tr data-rank=\"0\" class=\"straggler\""), std::string::npos) << html;
+  EXPECT_EQ(html.find("<tr data-rank=\"1\" class=\"straggler\""), std::string::npos) << html;
+}
+
 TEST(Report, ARunWithoutMetricsIsItsRecordAlone) {
   TempDir tmp;
   const std::string dir = tmp.path + "/bare";

@@ -10,6 +10,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 
 #include "common/error.h"
@@ -242,6 +243,12 @@ TEST(RunDirectory, ASlowRankOfTheExampleIsNamedAsAStraggler) {
   const auto ratio = store.series("compute_ratio", {.rank = 1});
   ASSERT_EQ(ratio.size(), 4u);
   for (size_t i = 1; i < ratio.size(); ++i) EXPECT_GT(ratio[i].value, 1.5) << ratio[i].step;
+  // The job's verdict at each window: rank 1 named from its second slow window on, rank 0 never.
+  const auto named = store.series("straggler", {.rank = 1});
+  ASSERT_EQ(named.size(), 4u);
+  EXPECT_EQ(named.front().value, 0);
+  EXPECT_EQ(named.back().value, 1);
+  for (const auto& p : store.series("straggler", {.rank = 0})) EXPECT_EQ(p.value, 0) << p.step;
   // The fast rank spends the difference waiting for the slow one at each step's end; the slow
   // one finds the fast one's data there.
   EXPECT_GT(meanOf(store, "waiting_s", 0), meanOf(store, "waiting_s", 1));
@@ -253,6 +260,15 @@ TEST(RunDirectory, ASlowRankOfTheExampleIsNamedAsAStraggler) {
   EXPECT_EQ(l.output.find("stragglers at step "), std::string::npos) << l.output;
   track::MetricsStore lenientStore(run::metricsPath(lenient.path + "/run"), {.readOnly = true});
   EXPECT_EQ(lenientStore.series("compute_ratio", {.rank = 1}).size(), 4u);
+  for (const auto& p : lenientStore.series("straggler", {.rank = 1})) EXPECT_EQ(p.value, 0);
+  // The report follows the job's threshold: rank 1's compute_ratio of about 3 is no straggler
+  // at 50 (the report's own rule, 1.3, would name it).
+  const ShellRun report = runShell(fmt::format("{} report {}/run", SHOAL_BIN, lenient.path));
+  ASSERT_EQ(report.code, 0) << report.output;
+  std::ifstream in(lenient.path + "/run/report/report.html");
+  const std::string html{std::istreambuf_iterator<char>(in), {}};
+  EXPECT_NE(html.find("None (rule: named by the job's own monitor"), std::string::npos) << html;
+  EXPECT_EQ(html.find("data-straggler"), std::string::npos) << html;
 }
 
 TEST(RunDirectory, TheExampleRefusesABadStragglerThreshold) {

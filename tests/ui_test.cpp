@@ -619,6 +619,19 @@ TEST(UiBrowser, AStragglersRowIsMarked) {
     t.log("compute_ratio", 10, r == 1 ? 2.0 : 1.0);
     t.flush(std::chrono::seconds(30));
   }
+  // The same times, but the job's own monitor (at a threshold of, say, 3) named nobody: its
+  // verdict decides, not the page's 1.3.
+  const std::string lenient = makeRun(runs, "lenient", "succeeded", 3);
+  for (int r = 0; r < 3; ++r) {
+    track::Tracker t({.path = run::metricsPath(lenient), .rank = r});
+    for (int step = 0; step < 12; ++step) {
+      t.log("step_time_s", step, r == 1 ? 0.05 : 0.03);
+      t.log("comm_wait_s", step, 0.01);
+    }
+    t.log("compute_ratio", 10, r == 1 ? 2.0 : 1.0);
+    t.log("straggler", 10, 0.0);
+    t.flush(std::chrono::seconds(30));
+  }
   Proc ui({SHOAL_BIN, "ui", runs, "--port", "0"}, tmp.path + "/ui.out");
   const std::string url = servingUrl(ui);
   ASSERT_FALSE(url.empty()) << ui.output();
@@ -632,6 +645,11 @@ TEST(UiBrowser, AStragglersRowIsMarked) {
     EXPECT_EQ(html.find(">straggler</span>") != std::string::npos, rank == 1) << html;
     EXPECT_NE(html.find(rank == 1 ? "compute_ratio 2" : "compute_ratio 1"), std::string::npos)
         << html;
+  }
+  const std::map<int, std::string> lenientRows = breakdownRows(dom, "lenient");
+  ASSERT_EQ(lenientRows.size(), 3u) << dom;
+  for (const auto& [rank, html] : lenientRows) {
+    EXPECT_EQ(html.find("data-straggler"), std::string::npos) << rank << ": " << html;
   }
   ::kill(ui.pid(), SIGTERM);
   EXPECT_EQ(ui.wait(std::chrono::seconds(15)), 0) << ui.output();

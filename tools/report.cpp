@@ -176,15 +176,25 @@ std::string breakdownSection(const RunSummary& s) {
 
 std::string stragglerSection(const RunSummary& s) {
   std::string html = "<h2>Stragglers</h2>\n<p id=\"stragglers\">";
-  const std::string rule =
-      s.stragglersFromComputeRatio
-          ? fmt::format("<code>compute_ratio</code> above {} in each rank's last {} windows",
-                        kStragglerRatio, kStragglerWindows)
-          : fmt::format(
-                "mean compute above {} times the median rank's, as no "
-                "<code>compute_ratio</code> was logged",
-                kStragglerRatio);
-  if (s.breakdown.empty() && !s.stragglersFromComputeRatio) {
+  std::string rule;
+  switch (s.stragglerRule) {
+    case StragglerRule::kJobVerdict:
+      rule =
+          "named by the job's own monitor in its last window, at the job's threshold "
+          "(<code>straggler</code>)";
+      break;
+    case StragglerRule::kComputeRatio:
+      rule = fmt::format("<code>compute_ratio</code> above {} in each rank's last {} windows",
+                         kStragglerRatio, kStragglerWindows);
+      break;
+    case StragglerRule::kBreakdown:
+      rule = fmt::format(
+          "mean compute above {} times the median rank's, as no "
+          "<code>compute_ratio</code> was logged",
+          kStragglerRatio);
+      break;
+  }
+  if (s.breakdown.empty() && s.stragglerRule == StragglerRule::kBreakdown) {
     return html + "Not known: no step times logged.</p>\n";
   }
   if (s.stragglers.empty()) return html + fmt::format("None (rule: {}).</p>\n", rule);

@@ -121,7 +121,7 @@ RankStats rankStats(int rank, const Points& points) {
 RunSummary summarizeRun(track::MetricsStore& store) {
   RunSummary out;
   StepSeries steps;
-  std::map<int, Points> ratios;
+  std::map<int, Points> ratios, verdicts;
   for (const std::string& name : store.metricNames()) {
     std::map<int, Points> ranks = byRank(store, name);
     MetricSummary m{.name = name};
@@ -132,24 +132,35 @@ RunSummary summarizeRun(track::MetricsStore& store) {
     if (name == "waiting_s") steps.waiting = ranks;
     if (name == "comm_wait_s") steps.commWait = ranks;
     if (name == "compute_ratio") ratios = ranks;
+    if (name == "straggler") verdicts = ranks;
     m.byRank.assign(std::make_move_iterator(ranks.begin()), std::make_move_iterator(ranks.end()));
     out.metrics.push_back(std::move(m));
   }
   out.breakdown = breakdown(steps);
-  out.stragglersFromComputeRatio = !ratios.empty();
-  if (out.stragglersFromComputeRatio) {
-    for (const auto& [rank, points] : ratios) {
-      const size_t n = points.size();
-      bool slow = n >= static_cast<size_t>(kStragglerWindows);
-      for (size_t i = n - std::min(n, static_cast<size_t>(kStragglerWindows)); i < n; ++i) {
-        slow = slow && points[i].second > kStragglerRatio;  // NaN is never above
+  out.stragglerRule = !verdicts.empty() ? StragglerRule::kJobVerdict
+                      : !ratios.empty() ? StragglerRule::kComputeRatio
+                                        : StragglerRule::kBreakdown;
+  switch (out.stragglerRule) {
+    case StragglerRule::kJobVerdict:
+      for (const auto& [rank, points] : verdicts) {
+        if (!points.empty() && points.back().second == 1) out.stragglers.push_back(rank);
       }
-      if (slow) out.stragglers.push_back(rank);
-    }
-  } else {
-    for (const RankBreakdown& b : out.breakdown) {
-      if (b.computeRatio > kStragglerRatio) out.stragglers.push_back(b.rank);
-    }
+      break;
+    case StragglerRule::kComputeRatio:
+      for (const auto& [rank, points] : ratios) {
+        const size_t n = points.size();
+        bool slow = n >= static_cast<size_t>(kStragglerWindows);
+        for (size_t i = n - std::min(n, static_cast<size_t>(kStragglerWindows)); i < n; ++i) {
+          slow = slow && points[i].second > kStragglerRatio;  // NaN is never above
+        }
+        if (slow) out.stragglers.push_back(rank);
+      }
+      break;
+    case StragglerRule::kBreakdown:
+      for (const RankBreakdown& b : out.breakdown) {
+        if (b.computeRatio > kStragglerRatio) out.stragglers.push_back(b.rank);
+      }
+      break;
   }
   for (RankBreakdown& b : out.breakdown) {
     if (auto it = ratios.find(b.rank); it != ratios.end() && !it->second.empty()) {

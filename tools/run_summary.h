@@ -7,13 +7,15 @@
 // neither (a run from before them) takes comm_wait_s as its communication and no waiting.
 //
 // Note [Stragglers]: a straggler is a rank whose compute is persistently above the others'.
-// When the run logged `compute_ratio` (a rank's mean compute time over a window, divided by the
-// median rank's, as fashion_mnist logs it), a rank is a straggler when its last
-// kStragglerWindows values all exceed kStragglerRatio. Without it, the step-time breakdown
-// decides: a rank whose mean compute (its step time less communication and waiting) exceeds
-// kStragglerRatio times the median rank's. The median rank of an even count is the lower middle
-// one, so of two ranks the slower is compared with the faster. The dashboard (tools/ui_page.h)
-// marks its breakdown with the same ratio.
+// When the run logged `straggler` (the job's own monitor's verdict at each window's end, at the
+// job's threshold and persistence: train/trainer/tracking_callback.h), a rank is a straggler when
+// its newest value is 1: the job's rule, not one of the report's. Else, when the run logged
+// `compute_ratio` (a rank's mean compute time over a window, divided by the median rank's), a
+// rank is a straggler when its last kStragglerWindows values all exceed kStragglerRatio. Else
+// the step-time breakdown decides: a rank whose mean compute (its step time less communication
+// and waiting) exceeds kStragglerRatio times the median rank's. The median rank of an even count
+// is the lower middle one, so of two ranks the slower is compared with the faster. The dashboard
+// (tools/ui_page.h) marks its breakdown by the same rules.
 //
 // Reads only; blocking on the store's file. Not thread-safe (the store is not).
 #pragma once
@@ -29,6 +31,9 @@ namespace shoal::tools {
 
 inline constexpr double kStragglerRatio = 1.3;
 inline constexpr int kStragglerWindows = 2;
+
+// The rules of Note [Stragglers], the first that applies.
+enum class StragglerRule { kJobVerdict, kComputeRatio, kBreakdown };
 
 // One rank's values of one metric. min, max and mean are over the finite values (NaN when there
 // is none); last is the newest value logged, NaN included.
@@ -64,10 +69,10 @@ struct RankBreakdown {
 };
 
 struct RunSummary {
-  std::vector<MetricSummary> metrics;       // in the store's name order
-  std::vector<RankBreakdown> breakdown;     // by rank; empty without step_time_s
-  std::vector<int> stragglers;              // ascending
-  bool stragglersFromComputeRatio = false;  // which rule of Note [Stragglers] applied
+  std::vector<MetricSummary> metrics;                       // in the store's name order
+  std::vector<RankBreakdown> breakdown;                     // by rank; empty without step_time_s
+  std::vector<int> stragglers;                              // ascending
+  StragglerRule stragglerRule = StragglerRule::kBreakdown;  // which one applied
   std::vector<track::DroppedPoints> dropped;
 };
 

@@ -314,9 +314,10 @@ function panelFor(run) {
   return p;
 }
 
-// Note [Stragglers] in tools/run_summary.h: a rank whose compute is above kStragglerRatio times
-// the median rank's (the lower middle one of an even count) is marked; `shoal report` uses the
-// same rule when the run logged no compute_ratio.
+// Note [Stragglers] in tools/run_summary.h: when the run logs the job's own verdict
+// (`straggler`, at the job's threshold), a rank whose newest is 1 is marked; else a rank whose
+// compute is above kStragglerRatio times the median rank's (the lower middle one of an even
+// count), as `shoal report` does when the run logged no compute_ratio.
 const kStragglerRatio = 1.3;
 
 // Note [Step-time breakdown] in train/trainer.h: each step's communication_s and waiting_s,
@@ -327,6 +328,8 @@ function renderBreakdown(div, run) {
   const byStep = (metric, r) => new Map((seriesOf(run, metric).byRank.get(r) || [])
       .filter(p => p[1] !== null).map(p => [p[0], p[1]]));
   const ratios = seriesOf(run, 'compute_ratio').byRank;
+  const verdicts = seriesOf(run, 'straggler').byRank;
+  const newest = (byRank, r) => (byRank.get(r) || []).filter(p => p[1] !== null).slice(-1)[0];
   const ranks = [...steps.keys()].sort((a, b) => a - b);
   const rows = ranks.map(r => {
     const comms = byStep('communication_s', r), waits = byStep('waiting_s', r);
@@ -357,7 +360,10 @@ function renderBreakdown(div, run) {
     row.dataset.computeS = String(x.compute);
     row.dataset.commS = String(x.comm);
     row.dataset.waitS = String(x.wait);
-    const straggler = rows.length > 1 && median > 0 && x.compute > kStragglerRatio * median;
+    const verdict = newest(verdicts, x.rank);
+    const straggler = verdicts.size > 0
+        ? verdict !== undefined && verdict[1] === 1
+        : rows.length > 1 && median > 0 && x.compute > kStragglerRatio * median;
     if (straggler) {
       row.classList.add('straggler');
       row.dataset.straggler = '1';
@@ -378,7 +384,7 @@ function renderBreakdown(div, run) {
     nums.textContent = (x.compute * 1e3).toFixed(1) + ' ms | ' + (x.comm * 1e3).toFixed(1) +
         ' ms | ' + (x.wait * 1e3).toFixed(1) + ' ms';
     // The job's own measure, when it logs one: its newest window.
-    const ratio = (ratios.get(x.rank) || []).filter(p => p[1] !== null).slice(-1)[0];
+    const ratio = newest(ratios, x.rank);
     if (ratio) nums.textContent += ' | compute_ratio ' + fmtValue(ratio[1]);
     row.append(label, bar, nums);
     if (straggler) {
@@ -648,6 +654,7 @@ async function tick(now) {
       await poll(r.name, 'communication_s');
       await poll(r.name, 'waiting_s');
       await poll(r.name, 'compute_ratio');
+      await poll(r.name, 'straggler');
     }
     renderPanels();
     const st = document.getElementById('status');

@@ -1,5 +1,7 @@
 #include "train/trainer/tracking_callback.h"
 
+#include <algorithm>
+
 namespace shoal::train {
 
 void TrackingCallback::onStep(const StepInfo& s) {
@@ -18,6 +20,15 @@ void TrackingCallback::onStep(const StepInfo& s) {
     tracker_.log(
         "compute_ratio", s.step,
         s.stragglers->means[0].at(static_cast<size_t>(options_.rank)) / s.stragglers->medians[0]);
+  }
+  if (s.stragglers) {
+    // The job's own verdict, at its threshold and persistence: what the dashboard and the
+    // report show, rather than judging compute_ratio by a rule of their own.
+    const auto& named = s.stragglers->stragglers;
+    const bool slow = std::any_of(named.begin(), named.end(), [this](const comm::Straggler& x) {
+      return x.rank == options_.rank;
+    });
+    tracker_.log("straggler", s.step, slow ? 1.0 : 0.0);
   }
   if (s.autotuneChoice >= 0) {
     tracker_.log("autotune_choice", s.step, static_cast<double>(s.autotuneChoice));

@@ -5,9 +5,10 @@
 // compute_s, communication_s and waiting_s (they add up to step_time_s: Note [Step-time
 // breakdown] in train/trainer.h); comm_wait_s where the strategy waits for communication at a
 // step's end (ddp); compute_ratio (this rank's compute time over the median rank's) at each
-// straggler window's end; autotune_choice on the step the autotuner chose. The lead (worker 0),
-// after each validation and epoch: validation_loss, test_accuracy (class targets), epoch_loss and
-// job_samples_per_s.
+// straggler window's end, with straggler (1 when the job's monitor names this rank at that
+// window, at its own threshold and persistence, else 0); autotune_choice on the step the autotuner
+// chose. The lead (worker 0), after each validation and epoch: validation_loss, test_accuracy
+// (class targets), epoch_loss and job_samples_per_s.
 //
 // Threading: the training thread's (Tracker::log is non-blocking). Errors: the tracker's writer
 // error is rethrown by the log that meets it. The tracker must outlive the callback.
