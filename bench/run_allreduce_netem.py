@@ -68,7 +68,8 @@ def run_job(a, rate, algorithm, sizes):
     for path in (bench, shoal):
         if not os.access(path, os.X_OK):
             raise SystemExit(f"{path} not found: build the targets shoal and shoal_allreduce_bench")
-    cmd = [WITH_NETWORK, "--hosts", str(a.hosts), "--rate", rate, "--",
+    delay = ["--delay", a.delay] if a.delay else []
+    cmd = [WITH_NETWORK, "--hosts", str(a.hosts), "--rate", rate, *delay, "--",
            "bash", "-c", INNER, "inner", str(a.ranks_per_host),
            shoal, "run", "-q", "--hosts", "@HOSTS@", "--ssh", "@SSH@",
            "--timeout", str(a.rank_timeout), "--time-limit", str(limit - 30),
@@ -115,7 +116,11 @@ def report(rows, a, rates, algorithms, sizes, elapsed):
              f"{datetime.date.today().isoformat()}, `bench/run_allreduce_netem.py` "
              f"({elapsed / 60:.1f} minutes). Hosts are network namespaces "
              "(`tests/netem/with_network.sh`); each host's link is shaped to the rate in both "
-             "directions (tc tbf), no added delay. Ranks of a host share memory; hosts talk "
+             "directions (tc tbf), "
+             + (f"with {a.delay} one way between hosts (round trip {a.delay} x 2; "
+                "`--delay`: sch_netem, or where the kernel lacks it the netfilter queue of "
+                "`tests/netem/netem_queue.cpp`)" if a.delay else "no added delay")
+             + ". Ranks of a host share memory; hosts talk "
              f"TCP (SHOAL_ENCRYPT={a.encrypt}). float32 sum, in place; median of {a.reps} "
              "measurements (each the slowest rank's time, every result verified); "
              "busbw = size / time x 2(n-1)/n, in GB/s (10^9 bytes/s), time in ms in parentheses. "
@@ -156,6 +161,8 @@ def main():
     ap.add_argument("--min-seconds", type=float, default=0.2,
                     help="lower bound on one measurement (more calls for small sizes)")
     ap.add_argument("--hosts", type=int, default=2)
+    ap.add_argument("--delay", default="",
+                    help="one-way delay between hosts, e.g. 0.2ms (with_network.sh --delay)")
     ap.add_argument("--ranks-per-host", type=int, default=2)
     ap.add_argument("--encrypt", default="auto", choices=["auto", "0", "1"],
                     help="SHOAL_ENCRYPT for the ranks (auto: TLS across hosts)")

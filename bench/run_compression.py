@@ -4,8 +4,9 @@ against uncompressed Shoal DDP and PyTorch's DDP communication hooks, training t
 accuracy on an emulated slow network, in one invocation.
 
 Network: tests/netem/with_network.sh --hosts 2 --rate R (per --rates): two hosts, each a network
-namespace on a bridge, every host's link shaped both ways by a tc token bucket at R; no delay
-(this kernel has no sch_netem). 2 ranks per host, 4 in all; the 2 ranks of a host share its link.
+namespace on a bridge, every host's link shaped both ways by a tc token bucket at R; with
+--delay D, D one way between the hosts (with_network.sh --delay: sch_netem, or the netfilter
+queue of tests/netem/netem_queue.cpp), else none. 2 ranks per host, 4 in all; the 2 ranks of a host share its link.
 Model and training (the same in both programs): Fashion-MNIST, MLP 784 - 3072 - 3072 - 10 with
 ReLUs (11.9 M parameters), SGD with momentum 0.9 at a constant rate, 64 samples per rank and
 step, DistributedSampler shards; the 10k test images evaluated every --eval-every steps, the
@@ -234,6 +235,8 @@ def record(rows, r, row, why, tail, who):
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--rates", default="100mbit")
+    p.add_argument("--delay", default="",
+                   help="one-way delay between the hosts, e.g. 5ms (with_network.sh --delay)")
     p.add_argument("--reps", type=int, default=1)
     p.add_argument("--configs", default=DEFAULT_CONFIGS)
     p.add_argument("--target-accuracy", type=float, default=0.77)
@@ -291,7 +294,8 @@ def main():
     load0, t0 = os.getloadavg(), time.time()
     passed = [x for x in sys.argv[1:]]
     for rate in a.rates.split(","):
-        cmd = [WITH_NETWORK, "--hosts", "2", "--rate", rate, "--", "/usr/bin/python3",
+        delay = ["--delay", a.delay] if a.delay else []
+        cmd = [WITH_NETWORK, "--hosts", "2", "--rate", rate, *delay, "--", "/usr/bin/python3",
                os.path.abspath(__file__), "--inside", "--rows", rows_file, "--tmp", a.tmp,
                "--build", os.path.abspath(a.build)] + \
             [x for x in passed if x != "--quick"] + \
@@ -371,9 +375,13 @@ def write_report(rows, a, load0, seconds, path):
          "",
          "Network: `tests/netem/with_network.sh --hosts 2 --rate R`: each host a network "
          "namespace with a veth pair to a bridge, shaped in both directions by a tc token bucket "
-         "(tbf) at R (burst max(R/250 s, 64 KiB), queue 50 ms at R). No delay or loss: this "
-         "kernel has no sch_netem, so the links have the veth's microsecond latency and only "
-         "bandwidth is emulated. The 2 ranks of a host share its link; between them Shoal uses "
+         "(tbf) at R (burst max(R/250 s, 64 KiB), queue 50 ms at R). "
+         + (f"A one-way delay of {a.delay} between the hosts (`--delay`; round trip twice that), "
+            "through sch_netem or, where the kernel lacks it, the netfilter queue of "
+            "`tests/netem/netem_queue.cpp`. No loss. " if a.delay else
+            "No delay or loss (`--delay` adds one): the links have the veth's microsecond "
+            "latency and only bandwidth is emulated. ")
+         + "The 2 ranks of a host share its link; between them Shoal uses "
          "shared memory and gloo the loopback, so a host's link carries only what crosses hosts. "
          "Shoal's all-reduce is the hierarchical one (`auto` on 2 hosts: reduce-scatter in the "
          "host, all-reduce across, all-gather in the host); gloo's is its ring over the 4 ranks.",

@@ -11,7 +11,7 @@ PACKAGES=(
   openmpi-bin libopenmpi-dev
   libtorch-dev libopenblas-dev libgloo-dev
   python3
-  iproute2 util-linux openssl procps etcd-server ccache
+  iproute2 iptables util-linux openssl procps etcd-server ccache
   dataset-fashion-mnist fortunes python3-torch python3-matplotlib python3-optuna
   clang-16 libclang-rt-16-dev llvm-16
   chromium

@@ -5,14 +5,20 @@
 # stand-in: the host's namespace and its own hostname, host-1 .. host-H). Every host's link is
 # shaped in both directions: a token bucket (tc tbf) at --rate on the namespace side's egress
 # (what the host sends) and on the bridge side's egress (what it receives), so a host can neither
-# send nor receive faster than its link. --delay and --loss use tc netem on the namespace side
-# (one-way delay D between any two hosts, RTT 2D; each packet a host sends is lost with the given
-# probability once), where the kernel has sch_netem: without it, the run fails (exit 2) unless
-# --delay-optional is given, and then goes on with the rate alone, saying so.
+# send nor receive faster than its link. --delay and --loss give a one-way delay D between any
+# two hosts (RTT 2D) and lose each packet between hosts with the given probability once: with tc
+# netem on the namespace side where the kernel has sch_netem, else with a netfilter queue in
+# each host (tests/netem/netem_queue.cpp: an iptables NFQUEUE rule on what the host receives over
+# its link hands each packet to a program that holds it for D, or drops it); the queue's counts
+# are printed at the end. Where neither can be had (no sch_netem, and no iptables or no queue
+# program), the run fails (exit 2) unless --delay-optional is given, and then goes on with the
+# rate alone, saying so.
 #
 # usage: with_network.sh --hosts H [--rate 100mbit|1gbit|RATE|none] [--delay 5ms] [--loss 0.1%]
-#                        [--delay-optional] -- COMMAND [ARGS...]
+#                        [--delay-optional] [--queue-program PATH] -- COMMAND [ARGS...]
 #   RATE is tc's notation, a whole number of kbit, mbit or gbit (default 1gbit).
+#   PATH is the built shoal_netem_queue (default: $NETEM_QUEUE_PROGRAM, else
+#   build/tests/shoal_netem_queue of this checkout).
 #
 # COMMAND runs in the root namespace (where the bridge has the address PREFIX.1) with:
 #   NETEM_HOSTS       the hosts' addresses in host order, space-separated (PREFIX.11, .12, ...)
@@ -44,6 +50,7 @@ die() {
 }
 
 hosts="" rate="1gbit" delay="" loss="" delay_optional=0
+queue_program="${NETEM_QUEUE_PROGRAM:-$here/../../build/tests/shoal_netem_queue}"
 while [ $# -gt 0 ]; do
   case "$1" in
     --hosts) [ $# -ge 2 ] || usage; hosts="$2"; shift 2 ;;
@@ -51,6 +58,7 @@ while [ $# -gt 0 ]; do
     --delay) [ $# -ge 2 ] || usage; delay="$2"; shift 2 ;;
     --loss) [ $# -ge 2 ] || usage; loss="$2"; shift 2 ;;
     --delay-optional) delay_optional=1; shift ;;
+    --queue-program) [ $# -ge 2 ] || usage; queue_program="$2"; shift 2 ;;
     --) shift; break ;;
     -h | --help) usage ;;
     *) echo "$me: unknown option '$1'" >&2; usage ;;
@@ -67,12 +75,21 @@ fi
 [ -z "$loss" ] || [[ "$loss" =~ ^[0-9]+(\.[0-9]+)?%$ ]] ||
   die "--loss: a percentage such as 0.1%, not '$loss'"
 
+# The queue program's units: whole microseconds and parts per million.
+delay_us=0 loss_ppm=0
+[ -z "$delay" ] || delay_us="$(awk -v d="$delay" 'BEGIN {
+  n = d + 0; u = d; sub(/^[0-9.]+/, "", u)
+  printf "%d", n * (u == "s" ? 1000000 : u == "ms" ? 1000 : 1) + 0.5 }')"
+[ -z "$loss" ] || loss_ppm="$(awk -v l="${loss%\%}" 'BEGIN { printf "%d", l * 10000 + 0.5 }')"
+[ "$loss_ppm" -le 1000000 ] || die "--loss: at most 100%, not '$loss'"
+
 if [ "$(id -u)" != 0 ]; then
   if command -v sudo >/dev/null && sudo -n true 2>/dev/null; then
     again=(--hosts "$hosts" --rate "$rate")
     [ -z "$delay" ] || again+=(--delay "$delay")
     [ -z "$loss" ] || again+=(--loss "$loss")
     [ "$delay_optional" = 0 ] || again+=(--delay-optional)
+    again+=(--queue-program "$queue_program")
     exec sudo -n -E bash "$0" "${again[@]}" -- "$@"
   fi
   die "needs root (or passwordless sudo) to create network namespaces"
@@ -100,6 +117,8 @@ fi
 
 tag=$$
 ns=() vh=() vn=() ips=()
+queues=() queue_logs=()   # the queue programs' pids and stderr files (queue mode)
+emulation=""               # how delay/loss are emulated: netem or queue (empty: not asked for)
 lock="/run/lock/shoal-netem.lock"
 child=""
 
@@ -118,6 +137,20 @@ cleanup() {
     done
     kill -9 "$child" 2>/dev/null
   fi
+  # The queue programs first, asked to stop (they release what they hold and print their
+  # counts), bounded by 5 s each.
+  local q log
+  for q in "${queues[@]}"; do kill -TERM "$q" 2>/dev/null; done
+  for q in "${queues[@]}"; do
+    for _ in $(seq 1 50); do
+      kill -0 "$q" 2>/dev/null || break
+      sleep 0.1
+    done
+  done
+  for log in "${queue_logs[@]}"; do
+    [ ! -s "$log" ] || sed "s/^/$me: /" "$log" >&2
+    rm -f "$log"
+  done
   # Processes left in the namespaces (ranks whose launcher did not stop them), then the
   # namespaces (which takes their ends of the veth pairs), the bridge-side ends, the bridge.
   local n pid left
@@ -171,7 +204,7 @@ shape() {
   local netem_args=()
   [ -z "$delay" ] || netem_args+=(delay "$delay")
   [ -z "$loss" ] || netem_args+=(loss "$loss")
-  if [ "$with_netem" = 1 ] && [ ${#netem_args[@]} -gt 0 ]; then
+  if [ "$with_netem" = 1 ] && [ "$emulation" = netem ] && [ ${#netem_args[@]} -gt 0 ]; then
     # netem holds packets for the delay: its queue must take delay x rate of them.
     "$@" tc qdisc add dev "$dev" root handle 1: netem "${netem_args[@]}" limit 100000
     [ "$rate" = none ] ||
@@ -197,20 +230,41 @@ for i in $(seq 1 "$hosts"); do
   ip netns exec "$n" ip link set "$v" up
   ip netns exec "$n" ip link set lo up
   if [ "$i" = 1 ] && [ -n "$delay$loss" ]; then
-    # Whether this kernel has sch_netem: tried on the new namespace's loopback.
-    if ! ip netns exec "$n" tc qdisc add dev lo root netem delay 1ms 2>/dev/null; then
+    # sch_netem where this kernel has it (tried on the new namespace's loopback), else the
+    # netfilter queue, else neither.
+    if ip netns exec "$n" tc qdisc add dev lo root netem delay 1ms 2>/dev/null; then
+      ip netns exec "$n" tc qdisc del dev lo root
+      emulation=netem
+    elif [ -x "$queue_program" ] && command -v iptables >/dev/null; then
+      emulation=queue
+    else
+      why="no sch_netem"
+      command -v iptables >/dev/null || why+=", no iptables"
+      [ -x "$queue_program" ] || why+=", no queue program at $queue_program"
       if [ "$delay_optional" = 1 ]; then
-        echo "$me: delay/loss cannot be emulated on this kernel (no sch_netem); going on with" \
-          "the rate only (--delay-optional)" >&2
+        echo "$me: delay/loss cannot be emulated here ($why); going on with the rate only" \
+          "(--delay-optional)" >&2
         delay="" loss=""
       else
-        echo "$me: delay/loss cannot be emulated on this kernel (no sch_netem); give" \
-          "--delay-optional to run with the rate only" >&2
+        echo "$me: delay/loss cannot be emulated here ($why); give --delay-optional to run" \
+          "with the rate only" >&2
         exit 2
       fi
-    else
-      ip netns exec "$n" tc qdisc del dev lo root
     fi
+  fi
+  if [ "$emulation" = queue ]; then
+    # The program first, bound and ready, then the rule that sends it what the host receives
+    # over its link (a packet queued with nobody bound would be dropped).
+    queue_logs+=("$(mktemp /tmp/shoal-netem-queue-XXXXXX)")
+    exec {qfd}< <(exec ip netns exec "$n" "$queue_program" --queue 0 --delay-us "$delay_us" \
+      --loss-ppm "$loss_ppm" --seed "$i" 2>"${queue_logs[-1]}")
+    queues+=("$!")
+    line=""
+    read -r -t 10 -u "$qfd" line || true
+    exec {qfd}<&-
+    [ "$line" = ready ] || die "the queue program did not start in $n: $(cat "${queue_logs[-1]}")"
+    ip netns exec "$n" iptables -A INPUT -i "$v" -j NFQUEUE --queue-num 0 ||
+      die "iptables could not add the NFQUEUE rule in $n"
   fi
   shape "$v" 1 ip netns exec "$n"   # what the host sends
   shape "$h" 0                      # what it receives
@@ -225,7 +279,7 @@ export SHOAL_NETNS_MAP="$map"
 export NETEM_RATE="$rate"
 export NETEM_DELAY="$delay"
 export NETEM_LOSS="$loss"
-echo "$me: $hosts hosts ($NETEM_HOSTS), rate $rate${delay:+, delay $delay}${loss:+, loss $loss}" >&2
+echo "$me: $hosts hosts ($NETEM_HOSTS), rate $rate${delay:+, delay $delay}${loss:+, loss $loss}${emulation:+ (delay/loss by $emulation)}" >&2
 
 # In the background so that a signal (ctest's timeout, ^C) reaches the traps above at once;
 # stdin passed on explicitly (a background command would get /dev/null).
