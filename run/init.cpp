@@ -94,9 +94,31 @@ std::string storeSecret(const comm::GroupOptions& o) {
 // through the store itself. Instead, Slurm tasks on one node share a secret generated for the
 // job step through a private directory (run/node_secret.h), which authenticates the store and
 // every connection; ranks on several nodes or pods are refused before any store is open.
+// mpirun given a store address (SHOAL_STORE_ADDR, MASTER_ADDR) has connected its ranks already:
+// rank 0 sends them a generated secret over MPI, as the rendezvous over MPI does; a program
+// without MPI is refused, as nothing else could carry one.
 // Sets options.secret; the returned file goes when the caller drops it.
-run::NodeSecret shareNodeSecret(const run::Rendezvous& r, comm::GroupOptions& options) {
+run::NodeSecret shareGeneratedSecret(const run::Rendezvous& r, comm::GroupOptions& options,
+                                     const run::MpiBridge* mpi) {
   if (options.secret || options.secretFile || !r.storeUrl.empty() || r.size <= 1) return {};
+  if (r.launcher == Launcher::kMpirun && !r.storeHost.empty()) {
+    if (!mpi) {
+      SHOAL_THROW(InvalidArgument,
+                  "mpirun: a store address (SHOAL_STORE_ADDR or MASTER_ADDR) without "
+                  "SHOAL_SECRET would open the store to anyone who reaches it: set SHOAL_SECRET "
+                  "or SHOAL_SECRET_FILE, or {} so that rank 0 sends the ranks a generated one",
+                  kLinkMpi);
+    }
+    options.secret = mpi->broadcastFromRankZero(
+        r.rank == 0 ? transport::generateSecret() : std::string(), options.timeout);
+    if (r.rank == 0) {
+      SHOAL_LOG_INFO(
+          "rank 0 (mpirun): no SHOAL_SECRET; generated one and sent it to the {} ranks "
+          "over MPI",
+          r.size);
+    }
+    return {};
+  }
   if (r.launcher == Launcher::kKubernetes || (r.launcher == Launcher::kSlurm && r.hosts > 1)) {
     SHOAL_THROW(InvalidArgument,
                 "{}: a job across {} {} needs a shared secret: set SHOAL_SECRET or "
@@ -202,7 +224,7 @@ World joinWorld(const EnvConfig& env, const run::MpiBridge* mpi) {
   }
 
   // Kept until the world is complete (run/node_secret.h).
-  const run::NodeSecret nodeSecret = shareNodeSecret(r, options);
+  const run::NodeSecret nodeSecret = shareGeneratedSecret(r, options, mpi);
   std::shared_ptr<store::Store> store;
   std::string storeHost = r.storeHost;
   if (!r.storeUrl.empty()) {

@@ -527,6 +527,31 @@ TEST(OtherLaunchers, JobsAcrossHostsWithoutASecretAreRefusedBeforeAnyStoreIsOpen
   }
 }
 
+// mpirun given a store address: a program without MPI (plain shoal::init(), as the flight
+// worker) has nothing to send a generated secret over, so it is refused before any store is
+// open (with MPI, rank 0 sends one: the mpirun_store_address_generated_secret test).
+TEST(OtherLaunchers, MpirunWithAStoreAddressAndNoSecretNeedsMpiToSendOne) {
+  for (const auto& addr : {std::pair<std::string, std::string>{"SHOAL_STORE_ADDR", "127.0.0.1:1"},
+                           {"MASTER_ADDR", "127.0.0.1"}}) {
+    TempDir dir;
+    Proc p({SHOAL_FLIGHT_WORKER}, dir.path + "/out",
+           {{"OMPI_COMM_WORLD_RANK", "1"},
+            {"OMPI_COMM_WORLD_SIZE", "2"},
+            {addr.first, addr.second},
+            {"MASTER_PORT", "1"}});
+    EXPECT_EQ(p.wait(60s), 1) << p.output();
+    const std::string out = p.output();
+    EXPECT_NE(out.find("ERROR InvalidArgument: mpirun: a store address (SHOAL_STORE_ADDR or "
+                       "MASTER_ADDR) without SHOAL_SECRET would open the store"),
+              std::string::npos)
+        << out;
+    EXPECT_NE(out.find("set SHOAL_SECRET or SHOAL_SECRET_FILE, or link Shoal::mpi"),
+              std::string::npos)
+        << out;
+    EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 1) << out;
+  }
+}
+
 TEST(OtherLaunchers, KubernetesIndexedJob) {
   const int n = 3;
   int port = 0;

@@ -28,8 +28,8 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <cstddef>
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -50,7 +50,9 @@ using Clock = std::chrono::steady_clock;
 }
 
 volatile sig_atomic_t stopping = 0;
-void onSignal(int) { stopping = 1; }
+void onSignal(int) {
+  stopping = 1;
+}
 
 // One netlink message of the queue subsystem, built attribute by attribute.
 class Message {
@@ -109,8 +111,7 @@ void configure(int fd, Message m, const char* what) {
     if (::poll(&p, 1, 5000) <= 0) die(std::string(what) + ": no answer from the kernel in 5 s");
     ssize_t n = ::recv(fd, buf.data(), buf.size(), 0);
     if (n < 0) die(std::string(what) + ": " + std::strerror(errno));
-    for (auto* h = reinterpret_cast<nlmsghdr*>(buf.data()); NLMSG_OK(h, n);
-         h = NLMSG_NEXT(h, n)) {
+    for (auto* h = reinterpret_cast<nlmsghdr*>(buf.data()); NLMSG_OK(h, n); h = NLMSG_NEXT(h, n)) {
       if (h->nlmsg_type != NLMSG_ERROR) continue;
       if (h->nlmsg_len < NLMSG_LENGTH(sizeof(nlmsgerr))) die(std::string(what) + ": short ack");
       const int err = static_cast<const nlmsgerr*>(NLMSG_DATA(h))->error;
@@ -123,7 +124,9 @@ void configure(int fd, Message m, const char* what) {
   }
 }
 
-uint32_t be32(uint32_t v) { return htonl(v); }
+uint32_t be32(uint32_t v) {
+  return htonl(v);
+}
 
 struct Held {
   uint32_t id;
@@ -167,7 +170,7 @@ int main(int argc, char** argv) {
 
   // Sub-millisecond delays need the timer to fire when asked, not up to 50 us later.
   ::prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
-  struct sigaction sa{};
+  struct sigaction sa {};
   sa.sa_handler = onSignal;
   ::sigaction(SIGTERM, &sa, nullptr);
   ::sigaction(SIGINT, &sa, nullptr);
