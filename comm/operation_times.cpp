@@ -55,8 +55,9 @@ size_t OperationTimeLog::dropped() const {
   return dropped_;
 }
 
-BlockedTime splitBlockedTime(std::span<const OperationTime> ops, std::span<const TimeSpan> waits,
-                             std::thread::id thread, TimeSpan window) {
+BlockedTime splitBlockedTime(const std::vector<OperationTime>& ops,
+                             const std::vector<TimeSpan>& waits, std::thread::id thread,
+                             TimeSpan window) {
   std::vector<TimeSpan> blocked, waiting;
   for (const TimeSpan& w : waits) blocked.push_back(clipped(w, window));
   for (const OperationTime& op : ops) {

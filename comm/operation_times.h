@@ -22,7 +22,6 @@
 #include <cstddef>
 #include <deque>
 #include <mutex>
-#include <span>
 #include <thread>
 #include <vector>
 
@@ -75,7 +74,8 @@ struct BlockedTime {
 // executor running asynchronous work; the DDP reducer's wait at the end of backward). Of that
 // blocked time (overlaps counted once), waiting is the part during which any operation of `ops`
 // had started and not yet heard from a peer; communication is the rest.
-BlockedTime splitBlockedTime(std::span<const OperationTime> ops, std::span<const TimeSpan> waits,
-                             std::thread::id thread, TimeSpan window);
+BlockedTime splitBlockedTime(const std::vector<OperationTime>& ops,
+                             const std::vector<TimeSpan>& waits, std::thread::id thread,
+                             TimeSpan window);
 
 }  // namespace shoal::comm

@@ -24,7 +24,6 @@
 #include <array>
 #include <atomic>
 #include <chrono>
-#include <concepts>
 #include <cstdint>
 #include <exception>
 #include <memory>
@@ -32,6 +31,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 
 namespace shoal {
@@ -82,7 +82,8 @@ struct TraceSpan {
   std::string texts;
 
   // Adds an argument; beyond kMaxTraceArgs it is ignored (spans stay bounded).
-  template <std::integral T>
+  // (Not a concept: the fuzz targets that include libtorch build as C++17, fuzz/CMakeLists.txt.)
+  template <class T, std::enable_if_t<std::is_integral_v<T>, int> = 0>
   void add(const char* key, T value) {
     addInt(key, static_cast<int64_t>(value));
   }
