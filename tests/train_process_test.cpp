@@ -2,6 +2,7 @@
 // parameters of an uninterrupted run; a damaged checkpoint is refused with the file named and
 // an intact one offered. Also the
 // data reader on damaged files, and the sampler.
+#include <ATen/CPUGeneratorImpl.h>
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <sys/wait.h>
@@ -12,6 +13,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <sstream>
 #include <tuple>
 
 #include "common/error.h"
@@ -316,6 +318,46 @@ TEST(Checkpoint, ASealedFileWithForeignContentIsRefusedInOneLine) {
       std::string::npos)
       << messages[1];
   for (auto& m : messages) EXPECT_EQ(m.find('\n'), std::string::npos) << m;
+}
+
+// An archive whose RNG state has the right size but is one libtorch refuses (fuzzing found
+// "Invalid mt19937 state" escaping as an untyped c10::Error): one line naming the file, and the
+// model untouched.
+TEST(Checkpoint, AnRngStateLibtorchRefusesIsOneLineAndNothingIsLoaded) {
+  TempDir dir;
+  torch::set_num_threads(1);
+  auto model = torch::nn::Linear(4, 3);
+  torch::optim::SGD opt(model->parameters(), torch::optim::SGDOptions(0.1));
+  const torch::Tensor before = model->weight.detach().clone();
+  const std::string path = dir.path + "/bad-rng.pt";
+  {
+    torch::serialize::OutputArchive archive;
+    archive.write("param/weight", torch::ones({3, 4}));
+    archive.write("param/bias", torch::ones({3}));
+    archive.write("progress", torch::tensor({1, 2, 3, 1}, torch::kInt64));
+    const int64_t stateBytes = at::detail::getDefaultCPUGenerator().get_state().numel();
+    archive.write("rng", torch::zeros({1, stateBytes}, torch::kUInt8));  // mt19937's left: 0
+    torch::serialize::OutputArchive optimizer;
+    opt.save(optimizer);
+    archive.write("optimizer", optimizer);
+    std::ostringstream bytes;
+    archive.save_to(bytes);
+    writeSealedFile(path, bytes.str());
+  }
+  std::string message;
+  auto errors = runThreadRanks(1, testOptions(TransportKind::kShm), [&](comm::Group& g) {
+    train::Checkpointer c(dir.path, 2);
+    try {
+      c.load(g, path, *model, opt);
+    } catch (const InvalidArgument& e) {
+      message = e.what();
+    }
+  });
+  ASSERT_EQ(errors[0], "");
+  EXPECT_NE(message.find(path + ": the RNG state of rank 0 is invalid: "), std::string::npos)
+      << message;
+  EXPECT_EQ(message.find('\n'), std::string::npos) << message;
+  EXPECT_TRUE(torch::equal(model->weight.detach(), before)) << "the weights were loaded";
 }
 
 TEST(Sampler, ShardsAreEqualDisjointAndReshuffled) {

@@ -186,6 +186,18 @@ Progress Checkpointer::load(comm::Group& group, const std::string& path, torch::
       progress[2].item<int64_t>() < 0) {
     refuse("the progress record holds a negative count");
   }
+  // A state of the right size can still be one libtorch refuses ("Invalid mt19937 state", found
+  // by fuzz/train/checkpoint_fuzz.cpp): every rank's is tried on a scratch generator first, so
+  // that every rank refuses the file alike, in one line, before anything is copied.
+  for (int64_t r = 0; r < rng.size(0); ++r) {
+    try {
+      at::Generator scratch = at::detail::createCPUGenerator();
+      scratch.set_state(rng[r].clone());
+    } catch (const c10::Error& e) {
+      refuse(fmt::format("the RNG state of rank {} is invalid: {}", r,
+                         firstLine(e.what_without_backtrace())));
+    }
+  }
   for (auto& [into, from] : copies) into.copy_(from);
   try {
     torch::serialize::InputArchive optArchive;
