@@ -50,6 +50,9 @@ namespace shoal::transport {
 namespace {
 
 constexpr auto kFirstRedial = std::chrono::milliseconds(20);
+// How long a dial waits for the acceptor's greeting before it checks that something still
+// listens (when the caller gave no slowAfter of its own).
+constexpr auto kGreetingProbeAfter = std::chrono::seconds(1);
 constexpr auto kMaxRedial = std::chrono::seconds(1);
 
 // One attempt, no retry: the peer's acceptor listens from its world's creation until its last
@@ -247,11 +250,18 @@ auth::VerdictCode Mesh::attempt(int peer, const Deadline& deadline, std::unique_
   auth::VerdictCode code = auth::VerdictCode::kAccepted;
   try {
     // A stopped peer's kernel still completes the connection: its silence shows here, when the
-    // greeting does not come.
-    if (slow) {
-      const Deadline first(
-          std::clamp<Duration>(slowAt - Clock::now(), Duration(0), deadline.remaining()));
-      if (!pollFor(sock.get(), POLLIN, first)) (*slow)();
+    // greeting does not come, and the deadline names it. But a peer whose acceptor closed with
+    // this connection still unaccepted can leave it open with nobody behind it (seen in CI: a
+    // 60 s wait on a peer that had aborted and gone). So when the greeting is late, a second
+    // connection asks whether anything still listens there: refused, the peer is gone
+    // (ConnectionLost, as when the first connect is refused); else it is closed at once and the
+    // wait goes on.
+    const Clock::time_point probeAt = slow ? slowAt : Clock::now() + kGreetingProbeAfter;
+    const Deadline first(
+        std::clamp<Duration>(probeAt - Clock::now(), Duration(0), deadline.remaining()));
+    if (!pollFor(sock.get(), POLLIN, first) && !deadline.expired()) {
+      if (slow) (*slow)();
+      connectOnce(plan_.peers[peer].address, deadline, peer, what);
     }
     auth::connect(sock.get(), plan_.secret, auth::Channel::kData, plan_.groupId, plan_.rank, peer,
                   deadline, what, &code);
