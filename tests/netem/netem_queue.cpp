@@ -35,9 +35,11 @@
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <optional>
 #include <random>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace {
@@ -218,37 +220,29 @@ int main(int argc, char** argv) {
   uint64_t seen = 0, dropped = 0, overflows = 0;
   std::vector<char> buf(1 << 20);
 
+  // One verdict message: `type` NFQNL_MSG_VERDICT (packet `id`) or NFQNL_MSG_VERDICT_BATCH
+  // (every queued packet up to `id`).
+  const auto verdict = [&](uint16_t type, uint32_t code, uint32_t id) {
+    Message m(type, q, 0);
+    const nfqnl_msg_verdict_hdr v{be32(code), be32(id)};
+    m.attribute(NFQA_VERDICT_HDR, &v, sizeof v);
+    sendAll(fd, m.finish(), "verdict");
+  };
   // Lets through (or drops) every held packet due by `now`.
   const auto release = [&](Clock::time_point now) {
-    uint32_t newest = 0;
-    bool any = false;
+    std::optional<uint32_t> accepted;  // the newest accepted id not yet sent in a batch
     while (!held.empty() && held.front().due <= now) {
       const Held h = held.front();
       held.pop_front();
-      if (h.drop) {
-        // Before the batch that would otherwise accept it.
-        if (any) {
-          Message batch(NFQNL_MSG_VERDICT_BATCH, q, 0);
-          const nfqnl_msg_verdict_hdr v{be32(NF_ACCEPT), be32(newest)};
-          batch.attribute(NFQA_VERDICT_HDR, &v, sizeof v);
-          sendAll(fd, batch.finish(), "verdict");
-          any = false;
-        }
-        Message m(NFQNL_MSG_VERDICT, q, 0);
-        const nfqnl_msg_verdict_hdr v{be32(NF_DROP), be32(h.id)};
-        m.attribute(NFQA_VERDICT_HDR, &v, sizeof v);
-        sendAll(fd, m.finish(), "verdict");
+      if (!h.drop) {
+        accepted = h.id;
         continue;
       }
-      newest = h.id;
-      any = true;
+      // The batch before it first: it would otherwise accept this one too.
+      if (accepted) verdict(NFQNL_MSG_VERDICT_BATCH, NF_ACCEPT, *std::exchange(accepted, {}));
+      verdict(NFQNL_MSG_VERDICT, NF_DROP, h.id);
     }
-    if (any) {
-      Message batch(NFQNL_MSG_VERDICT_BATCH, q, 0);
-      const nfqnl_msg_verdict_hdr v{be32(NF_ACCEPT), be32(newest)};
-      batch.attribute(NFQA_VERDICT_HDR, &v, sizeof v);
-      sendAll(fd, batch.finish(), "verdict");
-    }
+    if (accepted) verdict(NFQNL_MSG_VERDICT_BATCH, NF_ACCEPT, *accepted);
   };
 
   while (!stopping) {

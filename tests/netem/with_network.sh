@@ -138,14 +138,14 @@ cleanup() {
     kill -9 "$child" 2>/dev/null
   fi
   # The queue programs first, asked to stop (they release what they hold and print their
-  # counts), bounded by 5 s each.
-  local q log
-  for q in "${queues[@]}"; do kill -TERM "$q" 2>/dev/null; done
+  # counts) and waited for; a watchdog kills any still there after 5 s (a deadline, not a wait).
+  local q log watchdog
   for q in "${queues[@]}"; do
-    for _ in $(seq 1 50); do
-      kill -0 "$q" 2>/dev/null || break
-      sleep 0.1
-    done
+    kill -TERM "$q" 2>/dev/null
+    (sleep 5 && kill -9 "$q") </dev/null >/dev/null 2>&1 &
+    watchdog=$!
+    wait "$q" 2>/dev/null
+    kill "$watchdog" 2>/dev/null
   done
   for log in "${queue_logs[@]}"; do
     [ ! -s "$log" ] || sed "s/^/$me: /" "$log" >&2
