@@ -290,9 +290,13 @@ TEST(Export, ADamagedFullStateIsOneLineAndExitOne) {
   flipped[bytes.size() / 2] ^= 0x5a;
   std::string twice;
   {
+    // The encoder refuses a name twice, so the second name is written apart and renamed.
     FullState dup = state;
-    dup.push_back(state[0]);
+    dup.emplace_back("fc.weighX", state[0].second);
     twice = encodeFullState(dup);
+    const size_t at = twice.rfind("fc.weighX");
+    ASSERT_NE(at, std::string::npos);
+    twice[at + 8] = 't';
   }
   std::string notAState;
   {
@@ -311,9 +315,9 @@ TEST(Export, ADamagedFullStateIsOneLineAndExitOne) {
       {"cut in the magic", bytes.substr(0, 5), false, "bad header"},
       {"padded", bytes + "x", false, "truncated or padded"},
       {"corrupt", flipped, false, "checksum mismatch"},
-      {"sealed junk", "not an archive at all", true, "not a readable archive"},
-      {"sealed module", notAState, true, "not a full model state"},
-      {"a name twice", twice, true, "holds 'fc.weight' twice"},
+      {"sealed junk", "not an archive at all", true, "not a full model state"},
+      {"sealed module", notAState, true, "a libtorch archive"},
+      {"a name twice", twice, true, "'fc.weight' is named twice"},
   };
   for (const auto& c : cases) {
     SCOPED_TRACE(c.label);

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
@@ -22,7 +23,9 @@
 #include "tests/thread_ranks.h"
 #include "train/checkpoint.h"
 #include "train/distributed_sampler.h"
+#include "train/full_state.h"
 #include "train/idx_dataset.h"
+#include "train/tensor_bundle.h"
 
 namespace shoal::test {
 namespace {
@@ -286,6 +289,9 @@ TEST(IdxDataset, HugeDimensionsAreRefusedBeforeAllocating) {
   }
 }
 
+// What is not this model's checkpoint is refused in one line naming the file: sealed garbage,
+// a libtorch archive (what earlier versions wrote: never handed to libtorch's TorchScript
+// importer), a full model state, a checkpoint of another shape.
 TEST(Checkpoint, ASealedFileWithForeignContentIsRefusedInOneLine) {
   TempDir dir;
   torch::set_num_threads(1);
@@ -293,14 +299,23 @@ TEST(Checkpoint, ASealedFileWithForeignContentIsRefusedInOneLine) {
   torch::optim::SGD opt(model->parameters(), torch::optim::SGDOptions(0.1));
   auto other = torch::nn::Linear(5, 3);  // another shape: its checkpoint must not load
   torch::optim::SGD otherOpt(other->parameters(), torch::optim::SGDOptions(0.1));
+  const std::string garbage = dir.path + "/garbage.pt", legacy = dir.path + "/legacy.pt",
+                    state = dir.path + "/model.state";
+  writeSealedFile(garbage, "intact framing, but not a checkpoint");
+  {
+    torch::serialize::OutputArchive archive;
+    archive.write("param/weight", torch::ones({3, 4}));
+    std::ostringstream bytes;
+    archive.save_to(bytes);
+    writeSealedFile(legacy, bytes.str());
+  }
+  train::writeFullState(state, {{"weight", torch::ones({3, 4})}, {"bias", torch::ones({3})}});
   std::string saved;
   std::vector<std::string> messages;
   auto errors = runThreadRanks(1, testOptions(TransportKind::kShm), [&](comm::Group& g) {
     train::Checkpointer c(dir.path, 2);
     saved = c.save(g, *other, otherOpt, {1, 0, 7});
-    const std::string garbage = dir.path + "/garbage.pt";
-    writeSealedFile(garbage, "intact framing, but not a libtorch archive");
-    for (const std::string& path : {garbage, saved}) {
+    for (const std::string& path : {garbage, legacy, state, saved}) {
       try {
         c.load(g, path, *model, opt);
         messages.push_back("");
@@ -310,17 +325,50 @@ TEST(Checkpoint, ASealedFileWithForeignContentIsRefusedInOneLine) {
     }
   });
   ASSERT_EQ(errors[0], "");
-  ASSERT_EQ(messages.size(), 2u);
-  EXPECT_NE(messages[0].find("garbage.pt: not a readable archive"), std::string::npos)
-      << messages[0];
-  EXPECT_NE(
-      messages[1].find(saved + ": 'param/weight' is Float [3, 5], the model has Float [3, 4]"),
-      std::string::npos)
-      << messages[1];
-  for (auto& m : messages) EXPECT_EQ(m.find('\n'), std::string::npos) << m;
+  ASSERT_EQ(messages.size(), 4u);
+  const std::string expected[] = {
+      garbage + ": the bundle: not a Shoal tensor bundle",
+      legacy + ": a libtorch archive, as Shoal wrote checkpoints before",
+      state + ": the bundle: a bundle of kind 'full-state', not a checkpoint",
+      saved + ": 'param/weight' is Float [3, 5], the model has Float [3, 4]",
+  };
+  for (size_t i = 0; i < messages.size(); ++i) {
+    EXPECT_NE(messages[i].find(expected[i]), std::string::npos) << messages[i];
+    EXPECT_EQ(messages[i].find('\n'), std::string::npos) << messages[i];
+  }
 }
 
-// An archive whose RNG state has the right size but is one libtorch refuses (fuzzing found
+namespace {
+
+// A checkpoint of `model` and `opt` with one entry replaced (or added) by `edit`, written as a
+// sealed file at `path`: what a crafted or damaged file whose framing is intact looks like.
+void writeEditedCheckpoint(const std::string& path, torch::nn::Module& model,
+                           torch::optim::Optimizer& opt,
+                           const std::function<void(train::TensorBundle&)>& edit) {
+  TempDir scratch;
+  std::string saved;
+  auto errors = runThreadRanks(1, testOptions(TransportKind::kShm), [&](comm::Group& g) {
+    saved = train::Checkpointer(scratch.path, 1).save(g, model, opt, {1, 2, 3});
+  });
+  ASSERT_EQ(errors[0], "");
+  train::TensorBundle bundle =
+      train::decodeTensorBundle(readSealedFile(saved), "checkpoint", saved);
+  edit(bundle);
+  writeSealedFile(path, train::encodeTensorBundle("checkpoint", bundle));
+}
+
+torch::Tensor& entry(train::TensorBundle& bundle, const std::string& name) {
+  for (auto& [n, t] : bundle) {
+    if (n == name) return t;
+  }
+  ADD_FAILURE() << "no " << name;
+  static torch::Tensor none;
+  return none;
+}
+
+}  // namespace
+
+// A bundle whose RNG state has the right size but is one libtorch refuses (fuzzing found
 // "Invalid mt19937 state" escaping as an untyped c10::Error): one line naming the file, and the
 // model untouched.
 TEST(Checkpoint, AnRngStateLibtorchRefusesIsOneLineAndNothingIsLoaded) {
@@ -330,20 +378,9 @@ TEST(Checkpoint, AnRngStateLibtorchRefusesIsOneLineAndNothingIsLoaded) {
   torch::optim::SGD opt(model->parameters(), torch::optim::SGDOptions(0.1));
   const torch::Tensor before = model->weight.detach().clone();
   const std::string path = dir.path + "/bad-rng.pt";
-  {
-    torch::serialize::OutputArchive archive;
-    archive.write("param/weight", torch::ones({3, 4}));
-    archive.write("param/bias", torch::ones({3}));
-    archive.write("progress", torch::tensor({1, 2, 3, 1}, torch::kInt64));
-    const int64_t stateBytes = at::detail::getDefaultCPUGenerator().get_state().numel();
-    archive.write("rng", torch::zeros({1, stateBytes}, torch::kUInt8));  // mt19937's left: 0
-    torch::serialize::OutputArchive optimizer;
-    opt.save(optimizer);
-    archive.write("optimizer", optimizer);
-    std::ostringstream bytes;
-    archive.save_to(bytes);
-    writeSealedFile(path, bytes.str());
-  }
+  writeEditedCheckpoint(path, *torch::nn::Linear(4, 3), opt, [](train::TensorBundle& b) {
+    entry(b, "rng").zero_();  // mt19937's "left" field 0: libtorch refuses the state
+  });
   std::string message;
   auto errors = runThreadRanks(1, testOptions(TransportKind::kShm), [&](comm::Group& g) {
     train::Checkpointer c(dir.path, 2);
@@ -358,6 +395,110 @@ TEST(Checkpoint, AnRngStateLibtorchRefusesIsOneLineAndNothingIsLoaded) {
       << message;
   EXPECT_EQ(message.find('\n'), std::string::npos) << message;
   EXPECT_TRUE(torch::equal(model->weight.detach(), before)) << "the weights were loaded";
+}
+
+// Adam's moments and step counts and each group's learning rate come back: a model resumed from
+// the checkpoint takes the next step bitwise as the one that wrote it.
+TEST(Checkpoint, OptimizerStateAndLearningRatesResumeBitwise) {
+  TempDir dir;
+  torch::set_num_threads(1);
+  torch::manual_seed(11);
+  auto model = torch::nn::Linear(6, 4);
+  auto fresh = torch::nn::Linear(6, 4);
+  auto twoGroups = [](torch::nn::Linear& m) {
+    std::vector<torch::optim::OptimizerParamGroup> groups;
+    groups.emplace_back(std::vector<torch::Tensor>{m->weight},
+                        std::make_unique<torch::optim::AdamOptions>(1e-2));
+    groups.emplace_back(std::vector<torch::Tensor>{m->bias},
+                        std::make_unique<torch::optim::AdamOptions>(1e-3));
+    return torch::optim::Adam(groups, torch::optim::AdamOptions(1e-2));
+  };
+  torch::optim::Adam opt = twoGroups(model), freshOpt = twoGroups(fresh);
+  const torch::Tensor x = torch::randn({8, 6});
+  auto step = [&](torch::nn::Linear& m, torch::optim::Optimizer& o) {
+    o.zero_grad();
+    m->forward(x).pow(2).sum().backward();
+    o.step();
+  };
+  for (int i = 0; i < 3; ++i) step(model, opt);
+  opt.param_groups()[1].options().set_lr(5e-4);  // as a schedule would
+  auto errors = runThreadRanks(1, testOptions(TransportKind::kShm), [&](comm::Group& g) {
+    train::Checkpointer c(dir.path, 2);
+    const std::string path = c.save(g, *model, opt, {0, 3, 3});
+    const train::Progress p = c.load(g, path, *fresh, freshOpt);
+    EXPECT_EQ(p.step, 3);
+  });
+  ASSERT_EQ(errors[0], "");
+  EXPECT_DOUBLE_EQ(freshOpt.param_groups()[1].options().get_lr(), 5e-4);
+  EXPECT_DOUBLE_EQ(freshOpt.param_groups()[0].options().get_lr(), 1e-2);
+  step(model, opt);
+  step(fresh, freshOpt);
+  EXPECT_TRUE(torch::equal(model->weight, fresh->weight));
+  EXPECT_TRUE(torch::equal(model->bias, fresh->bias));
+}
+
+// Optimizer state that does not fit (a moment of another shape, a parameter index the optimizer
+// lacks, an entry nobody reads) is refused naming it, and the model and optimizer keep exactly
+// what they held.
+TEST(Checkpoint, OptimizerStateThatDoesNotFitChangesNothing) {
+  TempDir dir;
+  torch::set_num_threads(1);
+  torch::manual_seed(12);
+  auto model = torch::nn::Linear(4, 3);
+  torch::optim::Adam opt(model->parameters(), torch::optim::AdamOptions(1e-2));
+  opt.zero_grad();
+  model->forward(torch::randn({2, 4})).sum().backward();
+  opt.step();
+  const torch::Tensor weight = model->weight.detach().clone();
+  // Fetched anew each time: a load that imported state replaced the object.
+  auto weightState = [&]() -> torch::optim::AdamParamState& {
+    return static_cast<torch::optim::AdamParamState&>(
+        *opt.state().at(c10::guts::to_string(model->weight.unsafeGetTensorImpl())));
+  };
+  const torch::Tensor moment = weightState().exp_avg().clone();
+  const struct {
+    const char* label;
+    std::function<void(train::TensorBundle&)> edit;
+    const char* says;
+  } cases[] = {
+      {"a moment of another shape",
+       [](train::TensorBundle& b) { entry(b, "optimizer/1/exp_avg") = torch::zeros({4}); },
+       "the optimizer state of parameter 1 does not fit"},
+      {"a parameter the optimizer lacks",
+       [](train::TensorBundle& b) {
+         b.emplace_back("optimizer/9/step", torch::tensor(int64_t{1}));
+       },
+       "'optimizer/9/step' is the state of parameter 9; the optimizer has 2"},
+      {"an entry nobody reads",
+       [](train::TensorBundle& b) { b.emplace_back("param/extra", torch::ones({1})); },
+       "'param/extra' is not a parameter, buffer or optimizer state of this model"},
+      {"an optimizer entry without a key (fuzzing found it read past the name)",
+       [](train::TensorBundle& b) { b.emplace_back("optimizer/3", torch::ones({1})); },
+       "'optimizer/3' is not a parameter, buffer or optimizer state of this model"},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.label);
+    const std::string path = dir.path + "/edited.pt";
+    auto source = torch::nn::Linear(4, 3);
+    torch::optim::Adam sourceOpt(source->parameters(), torch::optim::AdamOptions(1e-2));
+    sourceOpt.zero_grad();
+    source->forward(torch::randn({2, 4})).sum().backward();
+    sourceOpt.step();
+    writeEditedCheckpoint(path, *source, sourceOpt, c.edit);
+    std::string message;
+    auto errors = runThreadRanks(1, testOptions(TransportKind::kShm), [&](comm::Group& g) {
+      try {
+        train::Checkpointer(dir.path, 2).load(g, path, *model, opt);
+      } catch (const InvalidArgument& e) {
+        message = e.what();
+      }
+    });
+    ASSERT_EQ(errors[0], "");
+    EXPECT_NE(message.find(path + ": " + c.says), std::string::npos) << message;
+    EXPECT_TRUE(torch::equal(model->weight.detach(), weight));
+    EXPECT_TRUE(torch::equal(weightState().exp_avg(), moment));
+    EXPECT_EQ(weightState().step(), 1);
+  }
 }
 
 TEST(Sampler, ShardsAreEqualDisjointAndReshuffled) {

@@ -3,17 +3,16 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <fmt/ranges.h>
 
-#include <algorithm>
-#include <cstring>
-#include <filesystem>
-#include <fstream>
-#include <sstream>
+#include <charconv>
+#include <cmath>
+#include <map>
 
 #include "comm/collectives.h"
 #include "common/error.h"
 #include "common/sealed_file.h"
 #include "common/trace.h"
-#include "train/archive_bounds.h"
+#include "train/optimizer_state.h"
+#include "train/tensor_bundle.h"
 
 namespace shoal::train {
 
@@ -23,6 +22,43 @@ torch::Tensor rngState() {
   auto gen = at::detail::getDefaultCPUGenerator();
   std::lock_guard<std::mutex> lock(gen.mutex());
   return gen.get_state();
+}
+
+// The optimizer's parameters, flattened over its param groups (the indexes of
+// train/optimizer_state.h).
+size_t optimizerParams(torch::optim::Optimizer& opt) {
+  size_t n = 0;
+  for (auto& g : opt.param_groups()) n += g.params().size();
+  return n;
+}
+
+// The names inside a checkpoint's bundle. Optimizer state is stored per parameter index,
+// independent of the optimizer's class, as train/optimizer_state.h exports it: one file
+// format, one decoder, nothing a crafted file can make libtorch interpret.
+constexpr std::string_view kKind = "checkpoint";
+constexpr const char* kProgress = "progress";  // int64 [epoch, batchInEpoch, step, world size]
+constexpr const char* kRng = "rng";            // uint8 [world size, state bytes]
+constexpr std::string_view kParam = "param/";
+constexpr std::string_view kBuffer = "buffer/";
+constexpr std::string_view kOptimizer = "optimizer/";  // optimizer/<index>/<key>, .../step
+constexpr std::string_view kLearningRate = "lr/";      // lr/<param group>, float64 scalar
+
+std::string describe(const torch::Tensor& x) {
+  return fmt::format("{} [{}]", c10::toString(x.scalar_type()), fmt::join(x.sizes(), ", "));
+}
+
+// "optimizer/<index>/<key>" split into its index and key; nothing when it is not one.
+std::optional<std::pair<size_t, std::string>> optimizerKey(std::string_view name) {
+  if (name.substr(0, kOptimizer.size()) != kOptimizer) return std::nullopt;
+  name.remove_prefix(kOptimizer.size());
+  const size_t slash = name.find('/');
+  if (slash == std::string_view::npos || slash == 0 || slash + 1 == name.size()) {
+    return std::nullopt;
+  }
+  size_t index = 0;
+  const auto [end, ec] = std::from_chars(name.data(), name.data() + slash, index);
+  if (ec != std::errc() || end != name.data() + slash) return std::nullopt;
+  return std::pair{index, std::string(name.substr(slash + 1))};
 }
 
 }  // namespace
@@ -46,6 +82,8 @@ std::optional<std::string> Checkpointer::latest() const {
 
 std::string Checkpointer::save(comm::Group& group, torch::nn::Module& model,
                                torch::optim::Optimizer& opt, const Progress& progress) {
+  // An optimizer whose state cannot be written is refused on every rank alike, before anything.
+  if (optimizerParams(opt) > 0) (void)exportState(opt, 0);
   // Every rank's RNG (dropout differs per rank), gathered on rank 0.
   auto mine = rngState().contiguous();
   const size_t rngBytes = static_cast<size_t>(mine.numel());
@@ -57,18 +95,29 @@ std::string Checkpointer::save(comm::Group& group, torch::nn::Module& model,
   if (group.rank() == 0) {
     try {
       TraceScope span(group.options().trace, "checkpoint write", "checkpoint");
-      torch::serialize::OutputArchive archive;
-      for (auto& p : model.named_parameters(true)) archive.write("param/" + p.key(), p.value());
-      for (auto& b : model.named_buffers(true)) archive.write("buffer/" + b.key(), b.value(), true);
-      torch::serialize::OutputArchive optArchive;
-      opt.save(optArchive);
-      archive.write("optimizer", optArchive);
-      archive.write("progress", torch::tensor({progress.epoch, progress.batchInEpoch, progress.step,
-                                               int64_t(group.size())}));
-      archive.write("rng", all);
-      std::ostringstream payload;
-      archive.save_to(payload);
-      const std::string bytes = payload.str();
+      TensorBundle bundle;
+      bundle.emplace_back(kProgress, torch::tensor({progress.epoch, progress.batchInEpoch,
+                                                    progress.step, int64_t(group.size())}));
+      bundle.emplace_back(kRng, all);
+      for (auto& p : model.named_parameters(true)) {
+        bundle.emplace_back(std::string(kParam) + p.key(), p.value());
+      }
+      for (auto& b : model.named_buffers(true)) {
+        bundle.emplace_back(std::string(kBuffer) + b.key(), b.value());
+      }
+      for (size_t i = 0; i < optimizerParams(opt); ++i) {
+        const auto state = exportState(opt, i);
+        if (!state) continue;  // no step has touched it yet
+        const std::string prefix = fmt::format("{}{}/", kOptimizer, i);
+        bundle.emplace_back(prefix + "step", torch::tensor(state->step));
+        for (auto& [key, t] : state->tensors) bundle.emplace_back(prefix + key, t);
+      }
+      for (size_t g = 0; g < opt.param_groups().size(); ++g) {
+        bundle.emplace_back(
+            fmt::format("{}{}", kLearningRate, g),
+            torch::tensor(opt.param_groups()[g].options().get_lr(), torch::kFloat64));
+      }
+      const std::string bytes = encodeTensorBundle(kKind, bundle);
       series_.write(progress.step, bytes);
       span.arg("step", progress.step).arg("bytes", bytes.size());
     } catch (const std::exception& e) {
@@ -111,80 +160,48 @@ Progress Checkpointer::load(comm::Group& group, const std::string& path, torch::
   comm::broadcast(group, payload.data(), payload.size(), DataType::kUInt8, 0);
 
   // The file passed its checksum, but its content is still checked before it is used: a
-  // tensor of another shape or type, or a malformed archive, is one line naming the file and
-  // what is wrong (libtorch's own errors are pages of backtrace), and nothing is copied into the
-  // model until the tensor is known to fit.
+  // tensor of another shape or type, or a malformed bundle, is one line naming the file and
+  // what is wrong, and nothing is changed until everything is known to fit.
   auto refuse = [&](const std::string& what) {
     SHOAL_THROW(InvalidArgument, "rank {}: checkpoint {}: {}", group.rank(), path, what);
   };
-  auto firstLine = [](const std::string& s) { return s.substr(0, s.find('\n')); };
-  torch::serialize::InputArchive archive;
+  if (looksLikeLibtorchArchive(payload)) {
+    refuse(
+        "a libtorch archive, as Shoal wrote checkpoints before 2026-11-29; this Shoal does not "
+        "read them (loading one runs libtorch's TorchScript importer, which a crafted file "
+        "crashes): resume it with the Shoal that wrote it");
+  }
+  std::map<std::string, torch::Tensor> entries;
   try {
-    checkArchiveBounds(payload);  // before libtorch allocates what the archive claims
+    for (auto& [name, t] : decodeTensorBundle(payload, kKind, "the bundle"))
+      entries.emplace(name, t);
   } catch (const InvalidArgument& e) {
     refuse(e.what());
   }
-  try {
-    std::istringstream in(payload);
-    archive.load_from(in);
-  } catch (const c10::Error& e) {
-    refuse("not a readable archive: " + firstLine(e.what_without_backtrace()));
-  } catch (const std::exception& e) {
-    // libtorch also throws its script parser's errors and std::out_of_range on crafted archives.
-    refuse("not a readable archive: " + firstLine(e.what()));
-  }
-  auto read = [&](const std::string& key, const torch::Tensor& like, bool buffer) {
-    torch::Tensor t;
-    try {
-      archive.read(key, t, buffer);
-    } catch (const c10::Error& e) {
-      refuse(fmt::format("'{}' cannot be read: {}", key, firstLine(e.what_without_backtrace())));
-    } catch (const std::exception& e) {
-      refuse(fmt::format("'{}' cannot be read: {}", key, firstLine(e.what())));
-    }
-    if (!t.defined() || t.sizes() != like.sizes() || t.scalar_type() != like.scalar_type()) {
-      auto describe = [](const torch::Tensor& x) {
-        return fmt::format("{} [{}]", toString(x.scalar_type()), fmt::join(x.sizes(), ", "));
-      };
-      refuse(fmt::format("'{}' is {}, the model has {}", key, t.defined() ? describe(t) : "missing",
-                         describe(like)));
-    }
-    return t;
+  auto take = [&](const std::string& name) {
+    auto node = entries.extract(name);
+    return node ? node.mapped() : torch::Tensor();
   };
-  torch::NoGradGuard noGrad;
-  std::vector<std::pair<torch::Tensor, torch::Tensor>> copies;  // (into, from), all checked first
-  for (auto& p : model.named_parameters(true)) {
-    copies.emplace_back(p.value(), read("param/" + p.key(), p.value(), false));
-  }
-  for (auto& b : model.named_buffers(true)) {
-    copies.emplace_back(b.value(), read("buffer/" + b.key(), b.value(), true));
-  }
-  torch::Tensor progress, rng;
-  try {
-    archive.read("progress", progress);
-    archive.read("rng", rng);
-  } catch (const c10::Error& e) {
-    refuse("progress or RNG state cannot be read: " + firstLine(e.what_without_backtrace()));
-  } catch (const std::exception& e) {
-    refuse("progress or RNG state cannot be read: " + firstLine(e.what()));
-  }
+
+  const torch::Tensor progress = take(kProgress), rng = take(kRng);
   if (!progress.defined() || progress.scalar_type() != torch::kInt64 || progress.dim() != 1 ||
       progress.size(0) != 4) {
-    refuse("the progress record is malformed");
+    refuse(progress.defined() ? "the progress record is " + describe(progress) + ", not int64 [4]"
+                              : "it holds no progress record");
   }
-  if (progress[3].item<int64_t>() != group.size()) {
+  const int64_t* counts = progress.data_ptr<int64_t>();
+  if (counts[3] != group.size()) {
     SHOAL_THROW(InvalidArgument,
                 "checkpoint {} was written by {} ranks; this job has {} (the data order and RNG "
                 "streams would not continue exactly)",
-                path, progress[3].item<int64_t>(), group.size());
+                path, counts[3], group.size());
+  }
+  if (counts[0] < 0 || counts[1] < 0 || counts[2] < 0) {
+    refuse("the progress record holds a negative count");
   }
   if (!rng.defined() || rng.scalar_type() != torch::kUInt8 || rng.dim() != 2 ||
       rng.size(0) != group.size() || rng.size(1) != rngState().numel()) {
     refuse("the RNG states are malformed");
-  }
-  if (progress[0].item<int64_t>() < 0 || progress[1].item<int64_t>() < 0 ||
-      progress[2].item<int64_t>() < 0) {
-    refuse("the progress record holds a negative count");
   }
   // A state of the right size can still be one libtorch refuses ("Invalid mt19937 state", found
   // by fuzz/train/checkpoint_fuzz.cpp): every rank's is tried on a scratch generator first, so
@@ -194,25 +211,110 @@ Progress Checkpointer::load(comm::Group& group, const std::string& path, torch::
       at::Generator scratch = at::detail::createCPUGenerator();
       scratch.set_state(rng[r].clone());
     } catch (const c10::Error& e) {
+      const std::string what = e.what_without_backtrace();
       refuse(fmt::format("the RNG state of rank {} is invalid: {}", r,
-                         firstLine(e.what_without_backtrace())));
+                         what.substr(0, what.find('\n'))));
     }
   }
-  for (auto& [into, from] : copies) into.copy_(from);
-  try {
-    torch::serialize::InputArchive optArchive;
-    archive.read("optimizer", optArchive);
-    opt.load(optArchive);
-  } catch (const c10::Error& e) {
-    refuse("the optimizer state does not fit this optimizer: " +
-           firstLine(e.what_without_backtrace()));
+
+  std::vector<std::pair<torch::Tensor, torch::Tensor>> copies;  // (into, from), all checked first
+  auto modelTensor = [&](const std::string& name, const torch::Tensor& like) {
+    const torch::Tensor t = take(name);
+    if (!t.defined() || t.sizes() != like.sizes() || t.scalar_type() != like.scalar_type()) {
+      refuse(fmt::format("'{}' is {}, the model has {}", name,
+                         t.defined() ? describe(t) : "missing", describe(like)));
+    }
+    copies.emplace_back(like, t);
+  };
+  for (auto& p : model.named_parameters(true))
+    modelTensor(std::string(kParam) + p.key(), p.value());
+  for (auto& b : model.named_buffers(true)) modelTensor(std::string(kBuffer) + b.key(), b.value());
+
+  std::vector<double> rates(opt.param_groups().size());
+  for (size_t g = 0; g < rates.size(); ++g) {
+    const torch::Tensor lr = take(fmt::format("{}{}", kLearningRate, g));
+    if (!lr.defined() || lr.scalar_type() != torch::kFloat64 || lr.dim() != 0) {
+      refuse(fmt::format("the learning rate of param group {} is {}", g,
+                         lr.defined() ? describe(lr) : "missing"));
+    }
+    rates[g] = lr.item<double>();
+    if (!std::isfinite(rates[g]) || rates[g] < 0) {
+      refuse(fmt::format("the learning rate of param group {} is {}", g, rates[g]));
+    }
   }
+  const size_t params = optimizerParams(opt);
+  std::vector<std::optional<ParamState>> states(params);
+  for (auto it = entries.begin(); it != entries.end();) {
+    const auto key = optimizerKey(it->first);
+    if (!key) {
+      ++it;
+      continue;
+    }
+    if (key->first >= params) {
+      refuse(fmt::format("'{}' is the state of parameter {}; the optimizer has {}", it->first,
+                         key->first, params));
+    }
+    auto& state = states[key->first];
+    if (!state) state.emplace();
+    if (key->second == "step") {
+      const torch::Tensor& step = it->second;
+      if (step.scalar_type() != torch::kInt64 || step.dim() != 0) {
+        refuse(fmt::format("'{}' is {}, not an int64 scalar", it->first, describe(step)));
+      }
+      state->step = step.item<int64_t>();
+    } else {
+      state->tensors.emplace_back(key->second, it->second);
+    }
+    it = entries.erase(it);
+  }
+  if (!entries.empty()) {
+    refuse(fmt::format("'{}' is not a parameter, buffer or optimizer state of this model",
+                       entries.begin()->first));
+  }
+
+  // The optimizer's state is replaced whole or not at all: what it held is kept aside and put
+  // back when any parameter's state does not fit (importState names the key).
+  std::vector<std::optional<ParamState>> before(params);
+  try {
+    for (size_t i = 0; i < params; ++i) {
+      if (auto s = exportState(opt, i)) {
+        for (auto& [key, t] : s->tensors) t = t.clone();
+        before[i] = std::move(s);
+      }
+    }
+  } catch (const InvalidArgument& e) {
+    refuse(e.what());  // an optimizer type checkpoints do not hold
+  }
+  auto restore = [&](size_t upTo) {
+    for (size_t i = 0; i < upTo; ++i) {
+      if (before[i]) {
+        importState(opt, i, *before[i]);
+      } else {
+        clearState(opt, i);
+      }
+    }
+  };
+  for (size_t i = 0; i < params; ++i) {
+    try {
+      if (states[i]) {
+        importState(opt, i, *states[i]);
+      } else {
+        clearState(opt, i);  // as before its first step, as when the checkpoint was written
+      }
+    } catch (const InvalidArgument& e) {
+      restore(i);
+      refuse(fmt::format("the optimizer state of parameter {} does not fit: {}", i, e.what()));
+    }
+  }
+  torch::NoGradGuard noGrad;
+  for (auto& [into, from] : copies) into.copy_(from);
+  for (size_t g = 0; g < rates.size(); ++g) opt.param_groups()[g].options().set_lr(rates[g]);
   {
     auto gen = at::detail::getDefaultCPUGenerator();
     std::lock_guard<std::mutex> lock(gen.mutex());
     gen.set_state(rng[group.rank()].clone());
   }
-  return {progress[0].item<int64_t>(), progress[1].item<int64_t>(), progress[2].item<int64_t>()};
+  return {counts[0], counts[1], counts[2]};
 }
 
 }  // namespace shoal::train

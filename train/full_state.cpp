@@ -3,11 +3,11 @@
 #include <fmt/format.h>
 
 #include <map>
-#include <sstream>
 
 #include "common/error.h"
 #include "common/sealed_file.h"
 #include "train/tensor/parallel_layer.h"
+#include "train/tensor_bundle.h"
 
 namespace shoal::train {
 
@@ -30,22 +30,11 @@ FullState gatherFullState(const torch::nn::Module& model) {
 }
 
 namespace {
-constexpr const char* kNames = "shoal.full_state.names";
+constexpr std::string_view kFullStateKind = "full-state";
 }
 
 std::string encodeFullState(const FullState& state) {
-  torch::serialize::OutputArchive archive;
-  std::string names;
-  for (size_t i = 0; i < state.size(); ++i) {
-    names += state[i].first + "\n";
-    archive.write(fmt::format("t{}", i), state[i].second);
-  }
-  archive.write(
-      kNames,
-      torch::from_blob(names.data(), {static_cast<int64_t>(names.size())}, torch::kUInt8).clone());
-  std::ostringstream payload;
-  archive.save_to(payload);
-  return payload.str();
+  return encodeTensorBundle(kFullStateKind, state);
 }
 
 void writeFullState(const std::string& path, const FullState& state) {
@@ -57,27 +46,15 @@ FullState readFullState(const std::string& path) {
 }
 
 FullState decodeFullState(const std::string& payload, const std::string& what) {
-  FullState out;
-  try {
-    std::istringstream in(payload);
-    torch::serialize::InputArchive archive;
-    archive.load_from(in);
-    torch::Tensor namesTensor;
-    archive.read(kNames, namesTensor);
-    const std::string names(static_cast<const char*>(namesTensor.data_ptr()),
-                            static_cast<size_t>(namesTensor.numel()));
-    std::istringstream lines(names);
-    std::string name;
-    for (size_t i = 0; std::getline(lines, name); ++i) {
-      torch::Tensor t;
-      archive.read(fmt::format("t{}", i), t);
-      out.emplace_back(name, t);
-    }
-  } catch (const c10::Error& e) {
-    SHOAL_THROW(InvalidArgument, "{}: not a full model state ({})", what,
-                e.what_without_backtrace());
+  if (looksLikeLibtorchArchive(payload)) {
+    SHOAL_THROW(InvalidArgument,
+                "{}: a full model state as Shoal wrote them before 2026-11-29 (a libtorch "
+                "archive); this Shoal does not read them (loading one runs libtorch's TorchScript "
+                "importer, which a crafted file crashes): read it with the Shoal that wrote it",
+                what);
   }
-  return out;
+  return decodeTensorBundle(payload, kFullStateKind,
+                            fmt::format("{}: not a full model state", what));
 }
 
 void loadFullState(torch::nn::Module& model, const FullState& state) {

@@ -5,7 +5,8 @@
 // load and then evaluate with its initial statistics: plausible-looking, silently wrong outputs.
 //
 // The file is a sealed file (common/sealed_file.h: length and SHA-256 checked before anything is
-// deserialized, written atomically) holding a libtorch archive of the named tensors.
+// deserialized, written atomically) holding a tensor bundle of the named tensors
+// (train/tensor_bundle.h; earlier Shoal versions wrote a libtorch archive, now refused by name).
 #pragma once
 
 #include <torch/torch.h>
@@ -25,8 +26,8 @@ using FullState = std::vector<std::pair<std::string, torch::Tensor>>;
 // it calls this, in the same order); every rank gets the result.
 FullState gatherFullState(const torch::nn::Module& model);
 
-// The state as bytes (a libtorch archive) and back; decode throws InvalidArgument for bytes
-// that are not one (`what` names their source in the message).
+// The state as bytes (a tensor bundle) and back; decode throws InvalidArgument for bytes that
+// are not one (`what` names their source in the message).
 std::string encodeFullState(const FullState& state);
 FullState decodeFullState(const std::string& bytes, const std::string& what);
 

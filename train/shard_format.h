@@ -90,9 +90,11 @@ class Decoder {
     return v;
   }
   std::string str() { return raw(get<uint64_t>()); }
-  std::string raw(uint64_t n) {
+  std::string raw(uint64_t n) { return std::string(view(n)); }
+  // The next n bytes, not copied (valid while the input is).
+  std::string_view view(uint64_t n) {
     need(n);
-    std::string s(in_.substr(pos_, n));
+    std::string_view s = in_.substr(pos_, n);
     pos_ += n;
     return s;
   }

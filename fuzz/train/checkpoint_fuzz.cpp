@@ -1,11 +1,11 @@
 // A data-parallel checkpoint (train/checkpoint.h) whose sealed framing is intact but whose
-// libtorch archive is arbitrary: the input is sealed as a payload, then loaded into a small
-// model and optimizer by a group of one rank. (The framing itself is sealed_file_fuzz's.)
+// tensor bundle (train/tensor_bundle.h) is arbitrary: the input is sealed as a payload, then
+// loaded into a small model and its Adam optimizer by a group of one rank. (The framing itself
+// is sealed_file_fuzz's.)
 //
 // Oracle: no crash or sanitizer report in Shoal's code; errors are Shoal's typed errors only
-// (load turns libtorch's c10::Error for an archive it cannot read into InvalidArgument naming
-// the file, so a c10::Error escaping is a finding). libtorch itself is not instrumented: a
-// memory error inside it shows only if it crashes.
+// (a c10::Error escaping from libtorch's tensor or generator code is a finding). libtorch itself
+// is not instrumented: a memory error inside it shows only if it crashes.
 #include <torch/torch.h>
 
 #include "fuzz/fuzz_util.h"

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <sstream>
 
 #include "comm/compress/sign.h"
@@ -27,6 +28,7 @@
 #include "train/checkpoint.h"
 #include "train/reshard_checkpoint.h"
 #include "train/shard_format.h"
+#include "train/tensor_bundle.h"
 #include "transport/frame.h"
 
 using namespace shoal;
@@ -213,7 +215,25 @@ void checkpoint() {
   seed("checkpoint", "fresh", readSealedFile(ck.save(*group, *model, opt, {0, 0, 0})));
   for (auto& p : model->parameters()) p.mutable_grad() = torch::ones_like(p);
   opt.step();
-  seed("checkpoint", "stepped", readSealedFile(ck.save(*group, *model, opt, {1, 2, 3})));
+  const std::string stepped = readSealedFile(ck.save(*group, *model, opt, {1, 2, 3}));
+  seed("checkpoint", "stepped", stepped);
+  // Two the loader must refuse after decoding: an RNG state libtorch rejects, and a moment of
+  // another shape (the optimizer keeps its state).
+  auto edited = [&](const std::function<void(train::TensorBundle&)>& edit) {
+    train::TensorBundle b = train::decodeTensorBundle(stepped, "checkpoint", "seed");
+    edit(b);
+    return train::encodeTensorBundle("checkpoint", b);
+  };
+  seed("checkpoint", "rng-refused", edited([](train::TensorBundle& b) {
+         for (auto& [name, t] : b) {
+           if (name == "rng") t.zero_();
+         }
+       }));
+  seed("checkpoint", "moment-misfit", edited([](train::TensorBundle& b) {
+         for (auto& [name, t] : b) {
+           if (name == "optimizer/0/exp_avg") t = torch::zeros({1});
+         }
+       }));
   std::filesystem::remove_all(dir);
 }
 

@@ -41,7 +41,7 @@ TensorFileFormat detectTensorFileFormat(const std::string& path);
 
 // Every tensor of a file in any of the four formats, as contiguous CPU tensors. A torch::save
 // archive is walked through its nested module archives; a pickle file must hold a dict of
-// string → tensor; a full state is checked whole (length, SHA-256, the archive's bounds) before
+// string → tensor; a full state is checked whole (length, SHA-256, every size in its bundle) before
 // it is decoded, and must name each tensor once.
 NamedTensors readTensorFile(const std::string& path);
 
