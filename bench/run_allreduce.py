@@ -255,24 +255,31 @@ def write_report(rows, before, path, a, elapsed):
                     r = select(data, impl, n, s, v)
                     cells.append(f"{r[0]['busbw']:.2f} ({r[0]['median_us']:.1f})" if r else "-")
                 L.append("| " + " | ".join(cells) + " |")
-    L += compare_before(data, before, ns, sizes)
+    L += compare_before(data, before, ns, sizes, mem)
     L += targets(data, ns)
     with open(path, "w") as f:
         f.write("\n".join(L) + "\n")
     print(f"wrote {path}", file=sys.stderr)
 
 
-def compare_before(data, before, ns, sizes):
+def compare_before(data, before, ns, sizes, mem_now):
     """Before/after medians of Shoal's best variant per size, and OpenMPI's default."""
     old = [r for r in before if r.get("impl") != "memcpy"]
     if not old:
         return ["", "## Before / after", "", "No previous results to compare with."]
+    mem_old = next((r for r in before if r.get("impl") == "memcpy"), None)
+    machine = ""
+    if mem_old and mem_now:
+        # The machine is a VM whose speed moves between days: say how much, so that a change
+        # is read against the peers' change, not taken for the code's.
+        machine = (f" The machine's memcpy bandwidth (one / two threads) was "
+                   f"{mem_old['one_thread_gbs']:.1f} / {mem_old['two_threads_gbs']:.1f} GB/s then and "
+                   f"{mem_now['one_thread_gbs']:.1f} / {mem_now['two_threads_gbs']:.1f} GB/s now; "
+                   f"OpenMPI's columns show how the same machine moved the peer.")
     L = ["", "## Before / after (previous committed results vs this run)", "",
-         "The previous run timed a fixed number of calls per repetition (7 repetitions, down to "
-         "one call at 16 MiB and above) on a buffer summed in place until it overflowed to "
-         "infinity; this run calibrates each measurement to the minimum duration and sums zeros "
-         "between verified calls. A change beyond 10% and beyond this run's interquartile spread "
-         "is flagged.", "",
+         "Shoal's best variant per size in the previous results (their header says how they were "
+         "measured) and in this run. A change beyond 10% and beyond this run's interquartile "
+         "spread is flagged." + machine, "",
          "| n | size | Shoal best before (us) | after (us) | after / before | spread now | "
          "flag | OpenMPI default before | after |",
          "|---|---|---|---|---|---|---|---|---|"]
@@ -328,8 +335,10 @@ def targets(data, ns):
             row(f">= 4 MiB, n = {n}: >= 1.5x the best peer configuration (issue 2)",
                 f"lowest {worst[0]:.2f}x (at {human(worst[1])}, vs {worst[2]['impl']} "
                 f"{worst[2]['variant']})", worst[0] >= 1.5,
-                "see the per-size table; with more ranks than cores each step waits for a "
-                "descheduled partner")
+                "see the per-size table; each rank's share of the copying is bounded by one "
+                "core's memory bandwidth (the memcpy line above)" + (
+                    "; with more ranks than cores each step also waits for a descheduled partner"
+                    if n > 2 else ""))
     for n, limit in ((2, 3.0), (4, 25.0)):
         b = fastest(select(data, "shoal", n, 4096))
         if b:
