@@ -14,8 +14,9 @@
 //   the right neighbour and the receive from the left one without deadlock. Buffers belong to
 //   the caller and must stay valid until run() returns or throws.
 // - run() blocks, never spins for long: shared-memory links spin for `spinTime` on the
-//   doorbell and then sleep on a futex; TCP and TLS links sleep in epoll_wait (a TLS link only
-//   once OpenSSL holds nothing its socket would not announce: Note [Buffered bytes]).
+//   doorbell and then sleep on a futex; TCP and TLS links are polled (epoll without sleeping)
+//   for `spinTime` and then sleep in epoll_wait (a TLS link only once OpenSSL holds nothing its
+//   socket would not announce: Note [Buffered bytes]).
 // - run() throws TimeoutError at the deadline (naming the peers it still waits on),
 //   ConnectionLost (a PeerError) when a peer's connection ends without a word, the error type of
 //   a peer's abort frame (see receivedAbort()), Mismatch/ProtocolError for a bad frame. After a
@@ -232,7 +233,8 @@ class Endpoint {
   void checkSocket(int peer);
   void sendControl(int peer, FrameHeader h, const std::string& text) noexcept;
   [[noreturn]] void throwDeparted(int peer, const FrameHeader& expected);
-  void pollSockets(int timeoutMs, const std::vector<char>& recvPending);
+  // Returns how many sockets (or the wake-up) epoll reported.
+  int pollSockets(int timeoutMs, const std::vector<char>& recvPending);
   [[noreturn]] void throwTimeout(const Transfer* transfers, size_t count, const Deadline& deadline);
 
   int rank_;
