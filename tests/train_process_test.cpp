@@ -328,7 +328,7 @@ TEST(Checkpoint, ASealedFileWithForeignContentIsRefusedInOneLine) {
   ASSERT_EQ(messages.size(), 4u);
   const std::string expected[] = {
       garbage + ": the bundle: not a Shoal tensor bundle",
-      legacy + ": a libtorch archive, as Shoal wrote checkpoints before",
+      legacy + ": a libtorch archive, as Shoal wrote checkpoints before tensor bundles",
       state + ": the bundle: a bundle of kind 'full-state', not a checkpoint",
       saved + ": 'param/weight' is Float [3, 5], the model has Float [3, 4]",
   };

@@ -167,9 +167,10 @@ Progress Checkpointer::load(comm::Group& group, const std::string& path, torch::
   };
   if (looksLikeLibtorchArchive(payload)) {
     refuse(
-        "a libtorch archive, as Shoal wrote checkpoints before 2026-11-29; this Shoal does not "
-        "read them (loading one runs libtorch's TorchScript importer, which a crafted file "
-        "crashes): resume it with the Shoal that wrote it");
+        "a libtorch archive, as Shoal wrote checkpoints before tensor bundles "
+        "(train/tensor_bundle.h); this Shoal does not read them (loading one runs libtorch's "
+        "TorchScript importer, which a crafted file crashes): resume it with the Shoal that "
+        "wrote it");
   }
   std::map<std::string, torch::Tensor> entries;
   try {

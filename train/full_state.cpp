@@ -48,9 +48,10 @@ FullState readFullState(const std::string& path) {
 FullState decodeFullState(const std::string& payload, const std::string& what) {
   if (looksLikeLibtorchArchive(payload)) {
     SHOAL_THROW(InvalidArgument,
-                "{}: a full model state as Shoal wrote them before 2026-11-29 (a libtorch "
-                "archive); this Shoal does not read them (loading one runs libtorch's TorchScript "
-                "importer, which a crafted file crashes): read it with the Shoal that wrote it",
+                "{}: a libtorch archive, as Shoal wrote full model states before tensor bundles "
+                "(train/tensor_bundle.h); this Shoal does not read them (loading one runs "
+                "libtorch's TorchScript importer, which a crafted file crashes): read it with the "
+                "Shoal that wrote it",
                 what);
   }
   return decodeTensorBundle(payload, kFullStateKind,
