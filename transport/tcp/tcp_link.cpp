@@ -11,10 +11,10 @@
 namespace shoal::transport::tcp {
 
 TcpLink::TcpLink(LinkContext ctx, Fd socket) : Link(ctx), fd_(std::move(socket)) {
-  // Bigger kernel buffers mean fewer wake-ups per megabyte on loopback.
-  int size = 4 << 20;
-  ::setsockopt(fd_.get(), SOL_SOCKET, SO_SNDBUF, &size, sizeof(size));
-  ::setsockopt(fd_.get(), SOL_SOCKET, SO_RCVBUF, &size, sizeof(size));
+  // The kernel sizes the socket buffers (net.ipv4.tcp_rmem / tcp_wmem autotuning). Setting
+  // SO_SNDBUF / SO_RCVBUF turns that off and caps them at net.core.[rw]mem_max: 4 MiB fixed
+  // buffers here moved 16-64 MiB 15-22% slower over loopback than autotuned ones
+  // (bench/results/p2p.md), and a fixed window caps a link with a large bandwidth-delay product.
 }
 
 size_t TcpLink::writeSome(const iovec* iov, int iovcnt) {

@@ -13,10 +13,7 @@ using Status = tls::Session::Status;
 
 TlsLink::TlsLink(LinkContext ctx, Fd socket, std::unique_ptr<tls::Session> session)
     : Link(ctx), fd_(std::move(socket)), session_(std::move(session)), staging_(tls::kMaxRecord) {
-  // As TcpLink: bigger kernel buffers, fewer wake-ups per megabyte.
-  int size = 4 << 20;
-  ::setsockopt(fd_.get(), SOL_SOCKET, SO_SNDBUF, &size, sizeof(size));
-  ::setsockopt(fd_.get(), SOL_SOCKET, SO_RCVBUF, &size, sizeof(size));
+  // Kernel buffers as TcpLink: left to the kernel's autotuning.
 }
 
 void TlsLink::throwLost(bool sending) {
