@@ -5,6 +5,7 @@
 
 #include <charconv>
 #include <cmath>
+#include <functional>
 #include <map>
 
 #include "comm/collectives.h"
@@ -13,6 +14,7 @@
 #include "common/trace.h"
 #include "train/optimizer_state.h"
 #include "train/tensor_bundle.h"
+#include "train/tensor_types.h"
 
 namespace shoal::train {
 
@@ -43,10 +45,6 @@ constexpr std::string_view kBuffer = "buffer/";
 constexpr std::string_view kOptimizer = "optimizer/";  // optimizer/<index>/<key>, .../step
 constexpr std::string_view kLearningRate = "lr/";      // lr/<param group>, float64 scalar
 
-std::string describe(const torch::Tensor& x) {
-  return fmt::format("{} [{}]", c10::toString(x.scalar_type()), fmt::join(x.sizes(), ", "));
-}
-
 // "optimizer/<index>/<key>" split into its index and key; nothing when it is not one.
 std::optional<std::pair<size_t, std::string>> optimizerKey(std::string_view name) {
   if (name.substr(0, kOptimizer.size()) != kOptimizer) return std::nullopt;
@@ -59,6 +57,54 @@ std::optional<std::pair<size_t, std::string>> optimizerKey(std::string_view name
   const auto [end, ec] = std::from_chars(name.data(), name.data() + slash, index);
   if (ec != std::errc() || end != name.data() + slash) return std::nullopt;
   return std::pair{index, std::string(name.substr(slash + 1))};
+}
+
+using Refuse = std::function<void(const std::string&)>;  // throws
+
+// A state of the right size can still be one libtorch refuses ("Invalid mt19937 state", found
+// by fuzz/train/checkpoint_fuzz.cpp): every rank's is tried on a scratch generator first, so
+// that every rank refuses the file alike, in one line, before anything is copied.
+void checkRngStates(const torch::Tensor& rng, const Refuse& refuse) {
+  for (int64_t r = 0; r < rng.size(0); ++r) {
+    try {
+      at::Generator scratch = at::detail::createCPUGenerator();
+      scratch.set_state(rng[r].clone());
+    } catch (const c10::Error& e) {
+      const std::string what = e.what_without_backtrace();
+      refuse(fmt::format("the RNG state of rank {} is invalid: {}", r,
+                         what.substr(0, what.find('\n'))));
+    }
+  }
+}
+
+// The optimizer/<index>/<key> entries taken out of `entries`, by parameter index (of `params`).
+std::vector<std::optional<ParamState>> takeOptimizerStates(
+    std::map<std::string, torch::Tensor>& entries, size_t params, const Refuse& refuse) {
+  std::vector<std::optional<ParamState>> states(params);
+  for (auto it = entries.begin(); it != entries.end();) {
+    const auto key = optimizerKey(it->first);
+    if (!key) {
+      ++it;
+      continue;
+    }
+    if (key->first >= params) {
+      refuse(fmt::format("'{}' is the state of parameter {}; the optimizer has {}", it->first,
+                         key->first, params));
+    }
+    auto& state = states[key->first];
+    if (!state) state.emplace();
+    if (key->second == "step") {
+      const torch::Tensor& step = it->second;
+      if (step.scalar_type() != torch::kInt64 || step.dim() != 0) {
+        refuse(fmt::format("'{}' is {}, not an int64 scalar", it->first, describe(step)));
+      }
+      state->step = step.item<int64_t>();
+    } else {
+      state->tensors.emplace_back(key->second, it->second);
+    }
+    it = entries.erase(it);
+  }
+  return states;
 }
 
 }  // namespace
@@ -204,19 +250,7 @@ Progress Checkpointer::load(comm::Group& group, const std::string& path, torch::
       rng.size(0) != group.size() || rng.size(1) != rngState().numel()) {
     refuse("the RNG states are malformed");
   }
-  // A state of the right size can still be one libtorch refuses ("Invalid mt19937 state", found
-  // by fuzz/train/checkpoint_fuzz.cpp): every rank's is tried on a scratch generator first, so
-  // that every rank refuses the file alike, in one line, before anything is copied.
-  for (int64_t r = 0; r < rng.size(0); ++r) {
-    try {
-      at::Generator scratch = at::detail::createCPUGenerator();
-      scratch.set_state(rng[r].clone());
-    } catch (const c10::Error& e) {
-      const std::string what = e.what_without_backtrace();
-      refuse(fmt::format("the RNG state of rank {} is invalid: {}", r,
-                         what.substr(0, what.find('\n'))));
-    }
-  }
+  checkRngStates(rng, refuse);
 
   std::vector<std::pair<torch::Tensor, torch::Tensor>> copies;  // (into, from), all checked first
   auto modelTensor = [&](const std::string& name, const torch::Tensor& like) {
@@ -243,69 +277,16 @@ Progress Checkpointer::load(comm::Group& group, const std::string& path, torch::
       refuse(fmt::format("the learning rate of param group {} is {}", g, rates[g]));
     }
   }
-  const size_t params = optimizerParams(opt);
-  std::vector<std::optional<ParamState>> states(params);
-  for (auto it = entries.begin(); it != entries.end();) {
-    const auto key = optimizerKey(it->first);
-    if (!key) {
-      ++it;
-      continue;
-    }
-    if (key->first >= params) {
-      refuse(fmt::format("'{}' is the state of parameter {}; the optimizer has {}", it->first,
-                         key->first, params));
-    }
-    auto& state = states[key->first];
-    if (!state) state.emplace();
-    if (key->second == "step") {
-      const torch::Tensor& step = it->second;
-      if (step.scalar_type() != torch::kInt64 || step.dim() != 0) {
-        refuse(fmt::format("'{}' is {}, not an int64 scalar", it->first, describe(step)));
-      }
-      state->step = step.item<int64_t>();
-    } else {
-      state->tensors.emplace_back(key->second, it->second);
-    }
-    it = entries.erase(it);
-  }
+  const auto states = takeOptimizerStates(entries, optimizerParams(opt), refuse);
   if (!entries.empty()) {
     refuse(fmt::format("'{}' is not a parameter, buffer or optimizer state of this model",
                        entries.begin()->first));
   }
 
-  // The optimizer's state is replaced whole or not at all: what it held is kept aside and put
-  // back when any parameter's state does not fit (importState names the key).
-  std::vector<std::optional<ParamState>> before(params);
   try {
-    for (size_t i = 0; i < params; ++i) {
-      if (auto s = exportState(opt, i)) {
-        for (auto& [key, t] : s->tensors) t = t.clone();
-        before[i] = std::move(s);
-      }
-    }
+    replaceStates(opt, states);  // whole or not at all
   } catch (const InvalidArgument& e) {
-    refuse(e.what());  // an optimizer type checkpoints do not hold
-  }
-  auto restore = [&](size_t upTo) {
-    for (size_t i = 0; i < upTo; ++i) {
-      if (before[i]) {
-        importState(opt, i, *before[i]);
-      } else {
-        clearState(opt, i);
-      }
-    }
-  };
-  for (size_t i = 0; i < params; ++i) {
-    try {
-      if (states[i]) {
-        importState(opt, i, *states[i]);
-      } else {
-        clearState(opt, i);  // as before its first step, as when the checkpoint was written
-      }
-    } catch (const InvalidArgument& e) {
-      restore(i);
-      refuse(fmt::format("the optimizer state of parameter {} does not fit: {}", i, e.what()));
-    }
+    refuse(e.what());
   }
   torch::NoGradGuard noGrad;
   for (auto& [into, from] : copies) into.copy_(from);

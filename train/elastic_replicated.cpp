@@ -116,13 +116,7 @@ void ReplicatedState::restore() {
   const auto tensors = modelTensors();
   SHOAL_CHECK(tensors.size() == snapshot_.model.size(), "elastic: the model changed shape");
   for (size_t i = 0; i < tensors.size(); ++i) tensors[i].copy_(snapshot_.model[i]);
-  for (size_t i = 0; i < snapshot_.optimizer.size(); ++i) {
-    if (snapshot_.optimizer[i]) {
-      importState(optimizer_, i, *snapshot_.optimizer[i]);
-    } else {
-      clearState(optimizer_, i);
-    }
-  }
+  replaceStates(optimizer_, snapshot_.optimizer);
   // Gradients of the step that failed are stale.
   for (auto& p : model_.parameters()) p.mutable_grad() = torch::Tensor();
 }

@@ -7,6 +7,7 @@
 #include "common/error.h"
 #include "train/optim/lamb.h"
 #include "train/optim/lars.h"
+#include "train/tensor_types.h"
 
 namespace shoal::train {
 
@@ -116,11 +117,6 @@ Located locate(torch::optim::Optimizer& opt, size_t index) {
   SHOAL_THROW(InvalidArgument, "optimizer state: parameter {} out of range of {}", index, seen);
 }
 
-std::string describe(const torch::Tensor& t) {
-  if (!t.defined()) return "undefined";
-  return fmt::format("{} [{}]", c10::toString(t.scalar_type()), fmt::join(t.sizes(), ", "));
-}
-
 std::string keyOf(const torch::Tensor& param) {
   return c10::guts::to_string(param.unsafeGetTensorImpl());
 }
@@ -188,6 +184,35 @@ void importState(torch::optim::Optimizer& opt, size_t index, const ParamState& s
 
 void clearState(torch::optim::Optimizer& opt, size_t index) {
   opt.state().erase(keyOf(locate(opt, index).param));
+}
+
+void replaceStates(torch::optim::Optimizer& opt,
+                   const std::vector<std::optional<ParamState>>& states) {
+  // What the optimizer held is kept aside (copied: exportState aliases) and put back when a
+  // parameter's state does not fit.
+  std::vector<std::optional<ParamState>> before(states.size());
+  for (size_t i = 0; i < states.size(); ++i) {
+    if (auto s = exportState(opt, i)) {
+      for (auto& [key, t] : s->tensors) t = t.clone();
+      before[i] = std::move(s);
+    }
+  }
+  auto put = [&](size_t i, const std::optional<ParamState>& s) {
+    if (s) {
+      importState(opt, i, *s);
+    } else {
+      clearState(opt, i);
+    }
+  };
+  for (size_t i = 0; i < states.size(); ++i) {
+    try {
+      put(i, states[i]);
+    } catch (const InvalidArgument& e) {
+      for (size_t j = 0; j < i; ++j) put(j, before[j]);
+      SHOAL_THROW(InvalidArgument, "the optimizer state of parameter {} does not fit: {}", i,
+                  e.what());
+    }
+  }
 }
 
 }  // namespace shoal::train

@@ -46,4 +46,11 @@ void importState(torch::optim::Optimizer& opt, size_t index, const ParamState& s
 // of range.
 void clearState(torch::optim::Optimizer& opt, size_t index);
 
+// Every parameter's state at once: states[i] imported, or parameter i's cleared where it is
+// nothing. All or nothing: InvalidArgument (naming the parameter, then importState's reason)
+// when one does not fit, or for an optimizer type not listed above, and then every parameter
+// keeps what it held. Parameters past states.size() are left alone.
+void replaceStates(torch::optim::Optimizer& opt,
+                   const std::vector<std::optional<ParamState>>& states);
+
 }  // namespace shoal::train

@@ -1,7 +1,11 @@
 // torch's element types as Shoal's (the engine knows nothing of torch).
 #pragma once
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <torch/torch.h>
+
+#include <string>
 
 #include "common/error.h"
 #include "common/types.h"
@@ -28,6 +32,12 @@ inline DataType toShoalType(torch::ScalarType t) {
       SHOAL_THROW(InvalidArgument, "tensor type {} has no Shoal equivalent",
                   std::string(c10::toString(t)));
   }
+}
+
+// "Float [3, 4]" for messages; "undefined" for an undefined tensor.
+inline std::string describe(const torch::Tensor& t) {
+  if (!t.defined()) return "undefined";
+  return fmt::format("{} [{}]", c10::toString(t.scalar_type()), fmt::join(t.sizes(), ", "));
 }
 
 }  // namespace shoal::train
