@@ -120,6 +120,16 @@ class Engine {
   // the engine's Work, or null when the engine runs point-to-point in issue order with the
   // collectives (the group then queues `op` as kSendRecv).
   virtual std::shared_ptr<Work> post(const Operation& op, Duration timeout) = 0;
+  // A blocking point-to-point transfer (send / recv) moved at once on the calling thread, where
+  // the engine has a path for it that is faster than post() and a wait (the native engine: an
+  // idle, connected channel). Returns false, having done nothing, where it has not: the caller
+  // posts and waits instead. Otherwise as post()'s Work and its wait: returns once complete,
+  // throws the failure.
+  virtual bool transferNow(const Operation& op, Duration timeout) {
+    (void)op;
+    (void)timeout;
+    return false;
+  }
   // Whether point-to-point tags other than 0 work (checked before anything is posted).
   virtual bool supportsTags() const { return true; }
 

@@ -274,6 +274,11 @@ std::shared_ptr<Work> Group::post(const Operation& op, const CallOptions& call) 
   return run(op, call, true);
 }
 
+void Group::transfer(const Operation& op, const CallOptions& call) {
+  if (!options_.trace && engine_->transferNow(op, call.timeout.value_or(options_.timeout))) return;
+  post(op, call)->wait();
+}
+
 void Group::traceMessage(Work& work, const Operation& op, int64_t postedNs) {
   TraceSpan span;
   span.name = op.isSend ? "send" : "recv";

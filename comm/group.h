@@ -140,6 +140,10 @@ class Group : public std::enable_shared_from_this<Group> {
   // Point-to-point: the engine's own channels, or `op` run in issue order where the engine has
   // none (comm/engine.h's Engine::post).
   std::shared_ptr<Work> post(const Operation& op, const CallOptions& call);
+  // A blocking send or receive: the engine's direct path where it has one (Engine::transferNow;
+  // not while tracing, which records every message's span through its Work), else post() and a
+  // wait.
+  void transfer(const Operation& op, const CallOptions& call);
 
   // Runs `task` as an operation of kind `op` in issue order, under the failure policy: what it
   // throws fails the group (the engine's abort() tells the peers). `seq` is its sequence number

@@ -23,17 +23,20 @@ void checkOp(const Group& g, const void* data, size_t count, DataType type, int 
   }
 }
 
+Operation message(bool isSend, void* data, size_t count, DataType type, int peer, int tag) {
+  return {.op = op::kSendRecv,
+          .send = isSend ? data : nullptr,
+          .recv = isSend ? nullptr : data,
+          .count = count,
+          .type = type,
+          .root = peer,
+          .isSend = isSend,
+          .tag = tag};
+}
+
 std::shared_ptr<Work> post(Group& g, bool isSend, void* data, size_t count, DataType type, int peer,
                            int tag, const CallOptions& call) {
-  return g.post({.op = op::kSendRecv,
-                 .send = isSend ? data : nullptr,
-                 .recv = isSend ? nullptr : data,
-                 .count = count,
-                 .type = type,
-                 .root = peer,
-                 .isSend = isSend,
-                 .tag = tag},
-                call);
+  return g.post(message(isSend, data, count, type, peer, tag), call);
 }
 
 }  // namespace
@@ -67,11 +70,13 @@ std::shared_ptr<Work> batchIsendIrecv(Group& g, const std::vector<P2pOp>& ops,
 
 void send(Group& g, const void* data, size_t count, DataType type, int peer,
           const CallOptions& call) {
-  isend(g, data, count, type, peer, 0, call)->wait();
+  checkOp(g, data, count, type, peer, 0, "send");
+  g.transfer(message(true, const_cast<void*>(data), count, type, peer, 0), call);
 }
 
 void recv(Group& g, void* data, size_t count, DataType type, int peer, const CallOptions& call) {
-  irecv(g, data, count, type, peer, 0, call)->wait();
+  checkOp(g, data, count, type, peer, 0, "recv");
+  g.transfer(message(false, data, count, type, peer, 0), call);
 }
 
 std::shared_ptr<Work> sendAsync(Group& g, const void* data, size_t count, DataType type, int peer,

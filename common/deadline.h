@@ -24,6 +24,7 @@ class Deadline {
     return std::chrono::duration<double>(Clock::now() - start_).count();
   }
   double timeoutSeconds() const { return std::chrono::duration<double>(end_ - start_).count(); }
+  Clock::time_point start() const { return start_; }
   Clock::time_point end() const { return end_; }
 
  private:

@@ -206,6 +206,103 @@ TEST_P(P2p, ManyWaitersOnOneChannelAndAPingPong) {
   expectAll(errors);
 }
 
+// One small exchange, so that the tag-0 channel is connected and idle: blocking calls after it
+// take the direct path (Note [Direct path] in comm/native/p2p_channel.cpp).
+void warmUp(comm::Group& g) {
+  int32_t v = g.rank();
+  if (g.rank() == 0) {
+    comm::send(g, &v, 1, DataType::kInt32, 1);
+    comm::recv(g, &v, 1, DataType::kInt32, 1);
+  } else {
+    comm::recv(g, &v, 1, DataType::kInt32, 0);
+    comm::send(g, &v, 1, DataType::kInt32, 0);
+  }
+}
+
+// Both ranks make a blocking send of 64 MiB (more than a shared-memory ring or a socket holds)
+// on a connected channel, and only then a second thread of each posts the receive on that same
+// channel. The blocking sends run on the direct path; had it kept the channel to itself, each
+// rank's receive would wait behind its send, which waits for the other rank's receive: a
+// deadlock until the timeout. The posted receive takes the send over into the general path.
+TEST_P(P2p, BlockingSendHandsTheChannelOverToAReceivePostedMeanwhile) {
+  const size_t n = (64u << 20) / sizeof(float);
+  auto errors = runThreadRanks(2, testOptions(GetParam(), 20), [&](comm::Group& g) {
+    const int peer = 1 - g.rank();
+    warmUp(g);
+    auto out = pattern(n, g.rank());
+    std::vector<float> in(n);
+    std::string helperError;
+    // Started before the send, it posts while the send (almost always) already runs; either
+    // order must complete.
+    std::thread helper([&] {
+      try {
+        comm::irecv(g, in.data(), n, DataType::kFloat32, peer)->wait();
+      } catch (const std::exception& e) {
+        helperError = e.what();
+      }
+    });
+    std::string sendError;
+    try {
+      comm::send(g, out.data(), n, DataType::kFloat32, peer);
+    } catch (const std::exception& e) {
+      sendError = e.what();
+    }
+    helper.join();
+    EXPECT_EQ(sendError, "");
+    EXPECT_EQ(helperError, "");
+    EXPECT_EQ(in, pattern(n, peer));
+  });
+  expectAll(errors);
+}
+
+// The direct path keeps the channel's failure policy: a blocking receive on a connected channel
+// times out naming the silent peer, and that peer, waiting on the same channel, learns of it
+// (the pair group aborts) instead of waiting for its own timeout.
+TEST_P(P2p, DirectReceiveTimesOutNamingThePeerAndThePeerLearnsOfIt) {
+  auto errors = runThreadRanks(2, testOptions(GetParam(), 30), [&](comm::Group& g) {
+    warmUp(g);
+    std::vector<float> v(10);
+    const auto t0 = Clock::now();
+    if (g.rank() == 1) {
+      try {
+        comm::recv(g, v.data(), 10, DataType::kFloat32, 0, {.timeout = 1s});
+        ADD_FAILURE() << "the receive completed";
+      } catch (const TimeoutError& e) {
+        EXPECT_NE(std::string(e.what()).find("with rank 0"), std::string::npos) << e.what();
+      }
+    } else {
+      // Waits on rank 1, which waits on rank 0: rank 1's timeout ends this wait too.
+      EXPECT_THROW(comm::recv(g, v.data(), 10, DataType::kFloat32, 1), Error);
+    }
+    EXPECT_LT(Clock::now() - t0, 10s);  // generous; the group's own timeout is 30 s
+  });
+  expectAll(errors);
+}
+
+// A mismatch found on the direct path fails both sides, as on the general path (the test above
+// with a channel that is not yet connected).
+TEST_P(P2p, CountMismatchOnAConnectedChannelFailsBothSides) {
+  auto errors = runThreadRanks(2, testOptions(GetParam(), 20), [&](comm::Group& g) {
+    warmUp(g);
+    std::vector<float> v(100, 1.0f);
+    try {
+      if (g.rank() == 0) {
+        comm::send(g, v.data(), 100, DataType::kFloat32, 1);
+        comm::recv(g, v.data(), 1, DataType::kFloat32, 1);
+      } else {
+        comm::recv(g, v.data(), 77, DataType::kFloat32, 0);
+      }
+    } catch (const MismatchError& e) {
+      throw std::runtime_error(std::string("MismatchError: ") + e.what());
+    }
+  });
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_NE(errors[r].find("MismatchError"), std::string::npos) << errors[r];
+    EXPECT_NE(errors[r].find("100 x float32"), std::string::npos) << errors[r];
+    EXPECT_NE(errors[r].find("77 x float32"), std::string::npos) << errors[r];
+  }
+}
+
 TEST_P(P2p, ReceiveFromAPeerThatNeverSendsTimesOutNamingIt) {
   auto errors = runThreadRanks(2, testOptions(GetParam(), 30), [&](comm::Group& g) {
     std::vector<float> v(10);

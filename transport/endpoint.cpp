@@ -406,8 +406,9 @@ bool Endpoint::progress(Transfer* ts, size_t n, const Deadline& deadline,
                 abortReason_);
   }
   auto* bell = ownBell_ ? static_cast<shm::DoorbellWord*>(ownBell_->data()) : nullptr;
-  const auto start = Clock::now();
   bool slowFired = !onSlow;
+  // Read only where it is used: a clock read is a tenth of a small message's cost.
+  const auto start = slowFired ? Clock::time_point{} : Clock::now();
   // A dial that waits long says so like a blocked transfer (the peer may be stopped).
   const std::function<void()> dialSlow = [&] {
     if (!slowFired) {
@@ -510,8 +511,21 @@ bool Endpoint::progress(Transfer* ts, size_t n, const Deadline& deadline,
       Duration slice = tcpPending ? std::chrono::milliseconds(1) : std::chrono::milliseconds(20);
       slice = std::min(slice, deadline.remaining());
       const bool spin = !tcpPending;
+      // Note [Watching the ring]: the wait also spins on the head of the first ring this rank
+      // waits to read (an empty ring, for a receive free to move). A writer publishes its bytes
+      // (the head) before it rings the doorbell, so the reader learns of them there first and
+      // then reads the head it already holds: one cross-core cache miss less per message. The
+      // doorbell still ends the wait for everything else, and is all a sleep waits on.
+      Link::ArrivalWatch watch;
+      for (size_t qi = 0; qi < used && spin && watch.word == nullptr; ++qi) {
+        const Queue& q = queues_[qi];
+        if (q.send || q.front >= q.items.size()) continue;
+        const Transfer& t = ts[q.items[q.front]];
+        if (t.after < 0 || finished[t.after]) watch = links_[q.peer]->arrivalWatch();
+      }
       if (!shm::waitForRing(bell, seen, spin ? options_.spinTime : Duration(0),
-                            spin ? options_.yieldTime : Duration(0), slice)) {
+                            spin ? options_.yieldTime : Duration(0), slice, watch.word,
+                            watch.unchanged)) {
         pollSockets(0, recvBlocked);
       }
     } else {

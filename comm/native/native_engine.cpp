@@ -88,7 +88,9 @@ NativeEngine::NativeEngine(std::shared_ptr<store::Store> root, std::string prefi
       options_(options),
       secret_(std::move(secret)),
       secretHolder_(std::move(secretHolder)),
-      acceptor_(std::move(acceptor)) {
+      acceptor_(std::move(acceptor)),
+      tagZero_(new std::atomic<P2pChannel*>[static_cast<size_t>(size)]) {
+  for (int p = 0; p < size_; ++p) tagZero_[p].store(nullptr, std::memory_order_relaxed);
   // Frames in this group's error messages are named the way comm names its operations.
   endpointOptions_.describe = describeOp;
   // Publish "arrived" only after a quarter of the deadline (at most 1 s) spent blocked.
@@ -281,10 +283,31 @@ std::shared_ptr<Work> NativeEngine::post(const Operation& op, Duration timeout) 
             timeout);
 }
 
+bool NativeEngine::transferNow(const Operation& op, Duration timeout) {
+  return p2pChannel(op.root, op.tag)
+      .transferNow(op.isSend, op.isSend ? const_cast<void*>(op.send) : op.recv, op.count, op.type,
+                   timeout);
+}
+
+bool NativeEngine::moveNow(transport::Transfer& t, const Deadline& deadline,
+                           const std::function<bool()>& stopEarly) {
+  try {
+    return endpoint_->runUntil(&t, 1, deadline, stopEarly);
+  } catch (...) {
+    current_ = t.header;  // what abort() names
+    bool fatal = true;
+    std::rethrow_exception(abort(std::current_exception(), fatal));
+  }
+}
+
 P2pChannel& NativeEngine::p2pChannel(int peer, int tag) {
+  if (tag == 0) {
+    if (P2pChannel* known = tagZero_[peer].load(std::memory_order_acquire)) return *known;
+  }
   std::lock_guard<std::mutex> lock(p2pMutex_);
   auto& channel = p2p_[{peer, tag}];
   if (!channel) channel = std::make_shared<P2pChannel>(*this, peer, tag);
+  if (tag == 0) tagZero_[peer].store(channel.get(), std::memory_order_release);
   return *channel;
 }
 

@@ -53,6 +53,7 @@ class NativeEngine final : public Engine {
   std::shared_ptr<Engine> connect(const std::string& name, int rank, int size,
                                   Duration timeout) override;
   std::shared_ptr<Work> post(const Operation& op, Duration timeout) override;
+  bool transferNow(const Operation& op, Duration timeout) override;
   void watchFirstArrival(Clock::time_point* at) override { firstArrival_ = at; }
   void logOperationTimes(std::shared_ptr<OperationTimeLog> log) override;
   void interrupt() noexcept override { endpoint_->interrupt(); }
@@ -62,6 +63,14 @@ class NativeEngine final : public Engine {
   // what execute() below hands over. Any exception leaves the engine for abort().
   void runBody(const transport::FrameHeader& base, uint64_t seq, const Deadline& deadline,
                const std::function<void(OpContext&)>& body);
+
+  // The direct path of a point-to-point channel's pair group (Note [Direct path] in
+  // comm/native/p2p_channel.cpp): moves one transfer now, on the calling thread, outside issue
+  // order, as Endpoint::runUntil does (false when `stopEarly` said so, the transfer's progress
+  // kept in it). The caller drives the pair's connection alone. A failure aborts this engine as
+  // abort() does and throws what abort() returns.
+  bool moveNow(transport::Transfer& t, const Deadline& deadline,
+               const std::function<bool()>& stopEarly);
 
   uint32_t id() const { return id_; }
   // This group's store, scoped under its prefix (the same keys on every member): for the
@@ -133,6 +142,9 @@ class NativeEngine final : public Engine {
   std::mutex p2pMutex_;
   // Closed by the destructor first: the channels use this engine until they are closed.
   std::map<std::pair<int, int>, std::shared_ptr<P2pChannel>> p2p_;
+  // Tag 0's channel per peer, once made (a channel lives as long as the engine): the blocking
+  // send / recv find it without the lock and the map (Note [Direct path] in p2p_channel.cpp).
+  std::unique_ptr<std::atomic<P2pChannel*>[]> tagZero_;
 };
 
 // A world of one that shares the store keys of the last world `rank` created on `store` (the

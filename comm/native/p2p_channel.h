@@ -15,7 +15,9 @@
 // Who drives (Note [Who drives]): the posting thread makes one non-blocking attempt at once; a
 // thread waiting on a Work of the channel drives until that work completes; a worker thread
 // drives whenever work is left and nobody has driven for kGrace (so work that nobody waits on
-// still completes). On the latency path a message thus costs no thread hand-off.
+// still completes). On the latency path a message thus costs no thread hand-off. A blocking
+// send or receive on a connected channel with nothing else to move skips even the Work: it
+// drives its one transfer directly (transferNow, Note [Direct path]).
 
 // Completion: a send's Work completes when all its bytes were handed to the transport (written
 // into the shared-memory ring or the socket), not when the peer received them; from then on the
@@ -33,6 +35,7 @@
 // it goes: a Work that outlives them only reports their failure.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <exception>
@@ -64,6 +67,14 @@ class P2pChannel : public std::enable_shared_from_this<P2pChannel> {
   std::shared_ptr<Work> post(bool isSend, void* data, size_t count, DataType type,
                              Duration timeout);
 
+  // The direct path (Note [Direct path] in the .cpp): a blocking send or receive, moved on the
+  // calling thread without a Work or an operation of the pair group when the channel is
+  // connected and idle. Returns false, having done nothing, when it is not (the caller posts
+  // and waits instead). Otherwise returns true once the transfer completed (as a Work of post()
+  // would), or throws the channel's failure. Work posted meanwhile by other threads is taken
+  // into the general path, so it never waits behind this call.
+  bool transferNow(bool isSend, void* data, size_t count, DataType type, Duration timeout);
+
   // Stops the channel: see the threading note above. Idempotent.
   void close();
 
@@ -77,6 +88,13 @@ class P2pChannel : public std::enable_shared_from_this<P2pChannel> {
     std::shared_ptr<Work> work;
   };
   void loop();
+  std::shared_ptr<Work> makeWork();
+  // The transfer that moves `op`, numbered next in its direction. The driver only.
+  transport::Transfer transferOf(const Op& op, int pairRank, uint32_t pairId);
+  // Whom this rank waits on, for a timeout elsewhere (Note [Waiting chains]). The driver only.
+  void postWaiting(Clock::time_point quietSince, Duration slowAfter);
+  void clearWaiting();
+  Duration waitingAfter() const;
   // Waiting on `work` (Work::setProgress): drives until it completes, unless another thread
   // drives or the channel is not connected yet (then the caller sleeps on the work).
   void progressFor(const Work& work, const Deadline& deadline);
@@ -103,13 +121,17 @@ class P2pChannel : public std::enable_shared_from_this<P2pChannel> {
   std::condition_variable released_;    // threads waiting for the driver to let go
   std::deque<Op> incoming_;
   bool stop_ = false;
-  bool driving_ = false;         // a thread drives the connection
-  bool workerDriving_ = false;   // ... and it is the worker
-  bool workerIdle_ = true;       // the worker sleeps until told (not on its grace timer)
-  int waiters_ = 0;              // threads waiting to take over driving
-  uint64_t drives_ = 0;          // how many times a thread started driving
-  std::exception_ptr failed_;    // set once; every later post fails with it
-  std::shared_ptr<Group> pair_;  // set by the worker once connected
+  bool driving_ = false;        // a thread drives the connection
+  bool workerDriving_ = false;  // ... and it is the worker
+  bool directDriving_ = false;  // ... and it is a transferNow() (Note [Direct path])
+  // Set by post() while a transferNow() drives: it hands its transfer over to the general path.
+  std::atomic<bool> postedWhileDirect_{false};
+  bool workerIdle_ = true;              // the worker sleeps until told (not on its grace timer)
+  int waiters_ = 0;                     // threads waiting to take over driving
+  uint64_t drives_ = 0;                 // how many times a thread started driving
+  std::exception_ptr failed_;           // set once; every later post fails with it
+  std::shared_ptr<Group> pair_;         // set by the worker once connected
+  NativeEngine* pairEngine_ = nullptr;  // pair_'s, set with it
   // The driver's (whoever set driving_): posted work being moved, in post order.
   std::vector<Op> active_;
   std::vector<transport::Transfer> transfers_;

@@ -34,12 +34,17 @@ void ring(DoorbellWord* w) {
   }
 }
 
-bool waitForRing(DoorbellWord* w, uint32_t seen, Duration spin, Duration yield, Duration timeout) {
+bool waitForRing(DoorbellWord* w, uint32_t seen, Duration spin, Duration yield, Duration timeout,
+                 const std::atomic<uint64_t>* also, uint64_t alsoUnchanged) {
   auto start = Clock::now();
+  auto rang = [&] {
+    return w->seq.load(std::memory_order_acquire) != seen ||
+           (also != nullptr && also->load(std::memory_order_acquire) != alsoUnchanged);
+  };
   // Spin briefly: a peer on another core usually answers within microseconds, and a futex
   // round trip costs more than that. Check the clock only every 64 pauses.
   for (int i = 0;; ++i) {
-    if (w->seq.load(std::memory_order_acquire) != seen) return true;
+    if (rang()) return true;
     if ((i & 63) == 63 && Clock::now() - start >= spin) break;
     cpuRelax();
   }
@@ -47,7 +52,7 @@ bool waitForRing(DoorbellWord* w, uint32_t seen, Duration spin, Duration yield, 
   // core, and sched_yield hands it the core at once, where a futex sleep would idle the core
   // and pay a wake-up (on a VM, an IPI and a VM exit) per message. Bounded, like the spin.
   while (Clock::now() - start < spin + yield) {
-    if (w->seq.load(std::memory_order_acquire) != seen) return true;
+    if (rang()) return true;
     sched_yield();
   }
   auto left = timeout - (Clock::now() - start);

@@ -1,7 +1,8 @@
 // A doorbell is how a rank sleeps until a shared-memory peer has done something for it.
 //
 // Each rank owns one doorbell word in shared memory that all its local peers map. A peer that
-// writes into a ring this rank reads, or frees space in a ring this rank writes, rings it:
+// writes into a ring this rank reads, or frees space in a ring this rank waits to write (Note
+// [Waiting for space] in transport/shm/ring.h), rings it:
 // increments `seq` and, only if the owner announced it is sleeping, wakes it with FUTEX_WAKE.
 // The owner reads `seq` before trying to make progress and sleeps with FUTEX_WAIT on that value,
 // so a ring that happens between the check and the sleep makes the wait return at once. The
@@ -26,7 +27,11 @@ static_assert(std::atomic<uint32_t>::is_always_lock_free);
 void ring(DoorbellWord* w);
 
 // Owner only: spins up to `spin`, then yields the core for up to `yield` (see the .cpp), then
-// sleeps until seq != seen or `timeout` passed. Returns true if the bell rang.
-bool waitForRing(DoorbellWord* w, uint32_t seen, Duration spin, Duration yield, Duration timeout);
+// sleeps until seq != seen or `timeout` passed. Returns true if the bell rang. With `also`, the
+// spin and the yield also end as soon as *also != alsoUnchanged (a ring's head: data arrived
+// there, seen before the bell rings); the sleep waits on the bell alone, which every writer
+// rings.
+bool waitForRing(DoorbellWord* w, uint32_t seen, Duration spin, Duration yield, Duration timeout,
+                 const std::atomic<uint64_t>* also = nullptr, uint64_t alsoUnchanged = 0);
 
 }  // namespace shoal::transport::shm

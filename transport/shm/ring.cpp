@@ -13,9 +13,20 @@ RingWriter::RingWriter(void* base, size_t capacity)
       tailCache_(ctl_->tail.load(std::memory_order_acquire)) {}
 
 size_t RingWriter::write(const iovec* iov, int iovcnt, size_t maxBytes) {
+  size_t want = 0;
+  for (int i = 0; i < iovcnt && want < maxBytes; ++i) want += iov[i].iov_len;
+  want = std::min(want, maxBytes);
   uint64_t space = cap_ - (head_ - tailCache_);
-  if (space < maxBytes) {
+  if (space < want) {
     tailCache_ = ctl_->tail.load(std::memory_order_acquire);
+    space = cap_ - (head_ - tailCache_);
+  }
+  if (space == 0 && want > 0) {
+    // Note [Waiting for space]: nothing fits, so the caller will wait: announce it, then look
+    // once more. (Not when some of it fits: the caller comes back for the rest before it waits,
+    // and the flag's line is the reader's.)
+    ctl_->writerWaiting.store(1, std::memory_order_seq_cst);
+    tailCache_ = ctl_->tail.load(std::memory_order_seq_cst);
     space = cap_ - (head_ - tailCache_);
   }
   size_t budget = static_cast<size_t>(std::min<uint64_t>(space, maxBytes));
@@ -52,12 +63,19 @@ std::pair<const uint8_t*, size_t> RingReader::peek() {
   return {data_ + at, static_cast<size_t>(std::min<uint64_t>(avail, cap_ - at))};
 }
 
-void RingReader::consume(size_t n) {
-  tail_ += n;
-  ctl_->tail.store(tail_, std::memory_order_release);
+bool RingReader::release() {
+  // Note [Waiting for space]: tail first, then the flag, both sequentially consistent.
+  ctl_->tail.store(tail_, std::memory_order_seq_cst);
+  return ctl_->writerWaiting.load(std::memory_order_seq_cst) != 0 &&
+         ctl_->writerWaiting.exchange(0, std::memory_order_seq_cst) != 0;
 }
 
-size_t RingReader::read(void* dst, size_t n) {
+bool RingReader::consume(size_t n) {
+  tail_ += n;
+  return release();
+}
+
+size_t RingReader::read(void* dst, size_t n, bool& wakeWriter) {
   auto* out = static_cast<uint8_t*>(dst);
   size_t total = 0;
   // At most two contiguous pieces (before and after the wrap).
@@ -69,7 +87,7 @@ size_t RingReader::read(void* dst, size_t n) {
     tail_ += piece;
     total += piece;
   }
-  if (total > 0) ctl_->tail.store(tail_, std::memory_order_release);
+  wakeWriter = total > 0 && release();
   return total;
 }
 

@@ -26,8 +26,9 @@ size_t ShmLink::writeSome(const iovec* iov, int iovcnt) {
 }
 
 size_t ShmLink::readSome(void* dst, size_t n) {
-  size_t r = in_.read(dst, n);
-  if (r > 0) ring(peerBell_);
+  bool wakeWriter = false;
+  size_t r = in_.read(dst, n, wakeWriter);
+  if (wakeWriter) ring(peerBell_);
   return r;
 }
 
@@ -36,8 +37,16 @@ std::pair<const uint8_t*, size_t> ShmLink::peek() {
 }
 
 void ShmLink::consume(size_t n) {
-  in_.consume(n);
-  ring(peerBell_);
+  if (in_.consume(n)) ring(peerBell_);
+}
+
+Link::ArrivalWatch ShmLink::arrivalWatch() const {
+  const std::atomic<uint64_t>* head = in_.headWord();
+  const uint64_t at = in_.position();
+  // Only an empty ring: with bytes already there (not taken yet, by a receive that waits for
+  // another transfer first) the word would end every spin at once.
+  if (head->load(std::memory_order_acquire) != at) return {};
+  return {head, at};
 }
 
 void ShmLink::shutdown() {

@@ -1,6 +1,7 @@
 // A Link between two processes (or threads) on one host through a pair segment holding two
-// rings, one per direction. Every write rings the reader's doorbell and every read rings the
-// writer's, so either side can sleep (see doorbell.h). The pair's TCP socket stays open beside
+// rings, one per direction. Every write rings the reader's doorbell, and a read rings the
+// writer's when the writer waits for space (Note [Waiting for space] in ring.h), so either side
+// can sleep (see doorbell.h). The pair's TCP socket stays open beside
 // it: abort frames travel there, and its end-of-file is how a dead peer is noticed.
 #pragma once
 
@@ -26,6 +27,7 @@ class ShmLink : public Link {
   size_t readSome(void* dst, size_t n) override;
   std::pair<const uint8_t*, size_t> peek() override;
   void consume(size_t n) override;
+  ArrivalWatch arrivalWatch() const override;
   int socketFd() const override { return socket_.get(); }
   void shutdown() override;
 
