@@ -1,5 +1,6 @@
 #include "transport/endpoint.h"
 
+#include <sched.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
@@ -535,12 +536,20 @@ bool Endpoint::progress(Transfer* ts, size_t n, const Deadline& deadline,
       // socket is readable; only then it sleeps (8 B: 8 us; a 4 KiB all-reduce of 2 ranks
       // 19 -> 7.6 us; bench/results/p2p.md). It asks epoll rather than reading: a read takes
       // the socket's lock, and reading in a loop while the peer's segments arrive slowed their
-      // delivery (a 1 MiB all-reduce of 4 ranks took 35% longer). Bounded, like the doorbell's
-      // spin.
+      // delivery (a 1 MiB all-reduce of 4 ranks took 35% longer). Then, like the doorbell's
+      // wait, it keeps asking for yieldTime more while yielding the core between asks (with
+      // more ranks than cores the peer it waits for may be runnable on this one): a loopback
+      // round trip is about 9 us, so a rank that slept after 5 us paid a wake-up for most
+      // replies (8 B: 9 -> 4.6 us, OpenMPI 4.5; one way 1 MiB 180 -> 120 us; a 4 KiB
+      // all-reduce of 4 ranks 47-52 -> 34-35 us; bench/results/p2p.md).
       const auto now = Clock::now();
       if (quietSince == Clock::time_point{}) quietSince = now;
-      if (now - quietSince < options_.spinTime) {
-        while (pollSockets(0, recvBlocked) == 0 && Clock::now() - quietSince < options_.spinTime) {
+      const Duration pollFor = options_.spinTime + options_.yieldTime;
+      if (now - quietSince < pollFor) {
+        while (pollSockets(0, recvBlocked) == 0) {
+          const Duration quiet = Clock::now() - quietSince;
+          if (quiet >= pollFor) break;
+          if (quiet >= options_.spinTime) sched_yield();
         }
         continue;
       }

@@ -14,8 +14,9 @@
 //   the right neighbour and the receive from the left one without deadlock. Buffers belong to
 //   the caller and must stay valid until run() returns or throws.
 // - run() blocks, never spins for long: shared-memory links spin for `spinTime` on the
-//   doorbell and then sleep on a futex; TCP and TLS links are polled (epoll without sleeping)
-//   for `spinTime` and then sleep in epoll_wait (a TLS link only once OpenSSL holds nothing its
+//   doorbell, yield the core between looks for `yieldTime`, and then sleep on a futex; TCP and
+//   TLS links are polled (epoll without sleeping) for `spinTime`, then between yields for
+//   `yieldTime`, and then sleep in epoll_wait (a TLS link only once OpenSSL holds nothing its
 //   socket would not announce: Note [Buffered bytes]).
 // - run() throws TimeoutError at the deadline (naming the peers it still waits on),
 //   ConnectionLost (a PeerError) when a peer's connection ends without a word, the error type of
