@@ -360,10 +360,12 @@ bool P2pChannel::transferNow(bool isSend, void* data, size_t count, DataType typ
     std::unique_lock<std::mutex> lock(mutex_);
     directDriving_ = false;
     if (!done && !error) {
+      // active_ was empty (the channel was idle), and later posts wait in incoming_: this
+      // transfer stays first, in post order.
       work = makeWork();
       op.work = work;
-      active_.insert(active_.begin(), std::move(op));
-      transfers_.insert(transfers_.begin(), t);
+      active_.push_back(std::move(op));
+      transfers_.push_back(t);
     }
     release(lock);
   }

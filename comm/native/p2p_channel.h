@@ -126,11 +126,11 @@ class P2pChannel : public std::enable_shared_from_this<P2pChannel> {
   bool directDriving_ = false;  // ... and it is a transferNow() (Note [Direct path])
   // Set by post() while a transferNow() drives: it hands its transfer over to the general path.
   std::atomic<bool> postedWhileDirect_{false};
-  bool workerIdle_ = true;              // the worker sleeps until told (not on its grace timer)
-  int waiters_ = 0;                     // threads waiting to take over driving
-  uint64_t drives_ = 0;                 // how many times a thread started driving
-  std::exception_ptr failed_;           // set once; every later post fails with it
-  std::shared_ptr<Group> pair_;         // set by the worker once connected
+  bool workerIdle_ = true;       // the worker sleeps until told (not on watch or its grace timer)
+  int waiters_ = 0;              // threads waiting to take over driving
+  uint64_t drives_ = 0;          // how many times a thread started driving
+  std::exception_ptr failed_;    // set once; every later post fails with it
+  std::shared_ptr<Group> pair_;  // set by the worker once connected
   NativeEngine* pairEngine_ = nullptr;  // pair_'s, set with it
   // The driver's (whoever set driving_): posted work being moved, in post order.
   std::vector<Op> active_;
