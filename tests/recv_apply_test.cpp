@@ -99,8 +99,9 @@ TEST_P(RecvApply, LargePayloadArrivesWholeInOrderInManyPieces) {
   EXPECT_GE(r.pieces, 4u);
 }
 
-// A 4-byte lead frame puts the payload at a 4-byte boundary of the ring: 8- and 16-byte grains
-// then go through the staging, carrying a partial grain from one read to the next.
+// Payloads after lead frames of 4 and 12 bytes. A ring's records put a payload 8 bytes past a
+// 64-byte line, so 16-byte grains go through the staging, carrying a partial grain from one read
+// to the next (TCP always stages).
 TEST_P(RecvApply, MisalignedStartIsStagedAndEveryPieceIsWholeGrains) {
   for (size_t grain : {size_t{8}, size_t{16}}) {
     for (size_t lead : {size_t{4}, size_t{12}}) {

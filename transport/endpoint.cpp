@@ -193,8 +193,9 @@ size_t Endpoint::recvPiecesSome(Transfer& t, Link& link, size_t esize, const Con
     // sender gets the space back while the rest of a large payload still arrives.
     auto [p, avail] = link.peek();
     size_t whole = std::min({avail, remaining, kPieceBytes}) / esize * esize;
-    // Frames lie back to back in the ring, so a payload may start at any 4-byte boundary; the
-    // kernels read elements in place only when they are aligned (else through the staging).
+    // A ring's record starts 8 bytes into a line (Note [Records] in transport/shm/ring.h), so a
+    // payload starts at an 8-byte boundary, not always a 16-byte one; the kernels read elements
+    // in place only when they are aligned (else through the staging).
     if (whole > 0 && reinterpret_cast<uintptr_t>(p) % esize == 0) {
       consume(p, t.done, whole);
       link.consume(whole);
@@ -391,8 +392,22 @@ void Endpoint::run(Transfer* ts, size_t n, const Deadline& deadline,
 }
 
 bool Endpoint::runUntil(Transfer* ts, size_t n, const Deadline& deadline,
-                        const std::function<bool()>& stopEarly) {
+                        const std::function<bool(Clock::time_point)>& stopEarly) {
   return progress(ts, n, deadline, {}, stopEarly, nullptr);
+}
+
+bool Endpoint::tryNow(Transfer& t) {
+  if (aborted_ || t.peer < 0 || t.peer >= size_ || t.peer == rank_ || !links_[t.peer] ||
+      departed_[t.peer]) {
+    return false;
+  }
+  if (t.kind == Transfer::Kind::kSend) {
+    advanceSend(t);
+    return t.done == kHeaderBytes + t.header.bytes;
+  }
+  if (t.kind != Transfer::Kind::kRecv) return false;
+  advanceRecv(t, nullptr);
+  return t.headerDone == kHeaderBytes && t.done == t.header.bytes;
 }
 
 void Endpoint::wake() noexcept {
@@ -400,7 +415,8 @@ void Endpoint::wake() noexcept {
 }
 
 bool Endpoint::progress(Transfer* ts, size_t n, const Deadline& deadline,
-                        const std::function<void()>& onSlow, const std::function<bool()>& stopEarly,
+                        const std::function<void()>& onSlow,
+                        const std::function<bool(Clock::time_point)>& stopEarly,
                         Clock::time_point* firstArrival) {
   if (aborted_) {
     SHOAL_THROW(PeerError, "rank {}: this group failed earlier and cannot be used: {}", rank_,
@@ -500,9 +516,11 @@ bool Endpoint::progress(Transfer* ts, size_t n, const Deadline& deadline,
     }
     // Links peers made meanwhile: watched from now on (an abort on one is seen at once).
     if (mesh_->arrivals() != arrivalsSeen_) adoptArrivals(true);
-    if (stopEarly && stopEarly()) return false;
-    if (deadline.expired()) throwTimeout(ts, n, deadline);
-    if (!slowFired && Clock::now() - start >= options_.slowAfter) {
+    // One clock read for the checks and the wait below: a fifth of a small message's cost each.
+    const auto now = Clock::now();
+    if (stopEarly && stopEarly(now)) return false;
+    if (now >= deadline.end()) throwTimeout(ts, n, deadline);
+    if (!slowFired && now - start >= options_.slowAfter) {
       slowFired = true;
       onSlow();
     }
@@ -510,13 +528,15 @@ bool Endpoint::progress(Transfer* ts, size_t n, const Deadline& deadline,
       // Sleep on the doorbell in slices; between slices look at the sockets for a dead or
       // aborting peer (and, with TCP links in the batch, for their data).
       Duration slice = tcpPending ? std::chrono::milliseconds(1) : std::chrono::milliseconds(20);
-      slice = std::min(slice, deadline.remaining());
+      slice = std::min(slice, Duration(deadline.end() - now));
       const bool spin = !tcpPending;
-      // Note [Watching the ring]: the wait also spins on the head of the first ring this rank
-      // waits to read (an empty ring, for a receive free to move). A writer publishes its bytes
-      // (the head) before it rings the doorbell, so the reader learns of them there first and
-      // then reads the head it already holds: one cross-core cache miss less per message. The
-      // doorbell still ends the wait for everything else, and is all a sleep waits on.
+      // Note [Watching the ring]: the wait also spins on the first ring this rank waits to read
+      // (an empty ring, for a receive free to move): on the stamp of its next record, which
+      // shares a line with the record's first bytes (Note [Records] in transport/shm/ring.h).
+      // A writer publishes a record before it rings the doorbell, so the reader learns of it
+      // there first, and holds the line of a small message's header and payload when the wait
+      // ends: one cross-core cache miss per message. The doorbell still ends the wait for
+      // everything else, and is all a sleep waits on.
       Link::ArrivalWatch watch;
       for (size_t qi = 0; qi < used && spin && watch.word == nullptr; ++qi) {
         const Queue& q = queues_[qi];
@@ -525,7 +545,7 @@ bool Endpoint::progress(Transfer* ts, size_t n, const Deadline& deadline,
         if (t.after < 0 || finished[t.after]) watch = links_[q.peer]->arrivalWatch();
       }
       if (!shm::waitForRing(bell, seen, spin ? options_.spinTime : Duration(0),
-                            spin ? options_.yieldTime : Duration(0), slice, watch.word,
+                            spin ? options_.yieldTime : Duration(0), slice, now, watch.word,
                             watch.unchanged)) {
         pollSockets(0, recvBlocked);
       }
@@ -542,7 +562,6 @@ bool Endpoint::progress(Transfer* ts, size_t n, const Deadline& deadline,
       // round trip is about 9 us, so a rank that slept after 5 us paid a wake-up for most
       // replies (8 B: 9 -> 4.6 us, OpenMPI 4.5; one way 1 MiB 180 -> 120 us; a 4 KiB
       // all-reduce of 4 ranks 47-52 -> 34-35 us; bench/results/p2p.md).
-      const auto now = Clock::now();
       if (quietSince == Clock::time_point{}) quietSince = now;
       const Duration pollFor = options_.spinTime + options_.yieldTime;
       if (now - quietSince < pollFor) {

@@ -177,8 +177,17 @@ class Endpoint {
   // spell, with every transfer's progress kept in it: call again with the same transfers first
   // (same order) and new ones appended. For a progress thread that takes new work while old
   // work is still moving (point-to-point channels). Returns true when all completed.
+  // stopEarly is given the time of the look (one clock read serves the loop's checks).
   bool runUntil(Transfer* transfers, size_t count, const Deadline& deadline,
-                const std::function<bool()>& stopEarly);
+                const std::function<bool(Clock::time_point now)>& stopEarly);
+
+  // One attempt at a lone send or plain receive on a link that is already up, without a
+  // batch's set-up, a clock read or a wait: true when it completed. Otherwise (false) the
+  // transfer keeps whatever progress it made, to be passed on to run() or runUntil() as their
+  // first transfer; receives of other kinds, and links not made yet, always go there. Throws as
+  // run() does. For the direct path of blocking point-to-point (Note [Direct path] in
+  // comm/native/p2p_channel.cpp).
+  bool tryNow(Transfer& t);
 
   // Thread-safe: makes a runUntil() blocked in another thread look at stopEarly() at once.
   void wake() noexcept;
@@ -221,7 +230,8 @@ class Endpoint {
   void adoptArrivals(bool watch);
   void install(int peer, std::unique_ptr<Link> link, bool watch);
   bool progress(Transfer* transfers, size_t count, const Deadline& deadline,
-                const std::function<void()>& onSlow, const std::function<bool()>& stopEarly,
+                const std::function<void()>& onSlow,
+                const std::function<bool(Clock::time_point)>& stopEarly,
                 Clock::time_point* firstArrival);
   bool advanceSend(Transfer& t);
   bool advanceRecv(Transfer& t, Clock::time_point* firstArrival);

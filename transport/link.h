@@ -56,8 +56,9 @@ class Link {
   virtual void consume(size_t) {}
 
   // A word in shared memory that changes when bytes arrive, and its value while none are unread
-  // (a shared-memory link: its ring's head). A wait for this link's data spins on it as well as
-  // on the doorbell: one cache miss sooner (Note [Watching the ring] in transport/endpoint.cpp).
+  // (a shared-memory link: the stamp of the ring's next record, on the line its bytes will
+  // fill). A wait for this link's data spins on it as well as on the doorbell: the data's line
+  // is then in cache when the wait ends (Note [Watching the ring] in transport/endpoint.cpp).
   // Links without one return {nullptr, 0}.
   struct ArrivalWatch {
     const std::atomic<uint64_t>* word = nullptr;

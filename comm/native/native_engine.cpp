@@ -290,14 +290,26 @@ bool NativeEngine::transferNow(const Operation& op, Duration timeout) {
 }
 
 bool NativeEngine::moveNow(transport::Transfer& t, const Deadline& deadline,
-                           const std::function<bool()>& stopEarly) {
+                           const std::function<bool(Clock::time_point)>& stopEarly) {
   try {
     return endpoint_->runUntil(&t, 1, deadline, stopEarly);
   } catch (...) {
-    current_ = t.header;  // what abort() names
-    bool fatal = true;
-    std::rethrow_exception(abort(std::current_exception(), fatal));
+    failDirect(t);
   }
+}
+
+bool NativeEngine::tryNow(transport::Transfer& t) {
+  try {
+    return endpoint_->tryNow(t);
+  } catch (...) {
+    failDirect(t);
+  }
+}
+
+void NativeEngine::failDirect(const transport::Transfer& t) {
+  current_ = t.header;  // what abort() names
+  bool fatal = true;
+  std::rethrow_exception(abort(std::current_exception(), fatal));
 }
 
 P2pChannel& NativeEngine::p2pChannel(int peer, int tag) {

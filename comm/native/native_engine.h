@@ -70,7 +70,9 @@ class NativeEngine final : public Engine {
   // kept in it). The caller drives the pair's connection alone. A failure aborts this engine as
   // abort() does and throws what abort() returns.
   bool moveNow(transport::Transfer& t, const Deadline& deadline,
-               const std::function<bool()>& stopEarly);
+               const std::function<bool(Clock::time_point)>& stopEarly);
+  // Before moveNow: one attempt, without a deadline (Endpoint::tryNow); fails as moveNow does.
+  bool tryNow(transport::Transfer& t);
 
   uint32_t id() const { return id_; }
   // This group's store, scoped under its prefix (the same keys on every member): for the
@@ -96,6 +98,8 @@ class NativeEngine final : public Engine {
   }
 
  private:
+  // In a catch block of the direct path: aborts as abort() does and throws what it returns.
+  [[noreturn]] void failDirect(const transport::Transfer& t);
   friend class OpContext;
   friend class P2pChannel;  // records and looks up failures of its channel in this group
   // Where the other ranks are, for a timeout report (Note [Bounded diagnostics]).

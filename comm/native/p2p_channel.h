@@ -89,10 +89,12 @@ class P2pChannel : public std::enable_shared_from_this<P2pChannel> {
   };
   void loop();
   std::shared_ptr<Work> makeWork();
-  // The transfer that moves `op`, numbered next in its direction. The driver only.
-  transport::Transfer transferOf(const Op& op, int pairRank, uint32_t pairId);
+  // The transfer that moves a send or receive of `count` x `type` at `data`, numbered next in
+  // its direction. The driver only.
+  transport::Transfer transferOf(bool send, void* data, size_t count, DataType type, int pairRank,
+                                 uint32_t pairId);
   // Whom this rank waits on, for a timeout elsewhere (Note [Waiting chains]). The driver only.
-  void postWaiting(Clock::time_point quietSince, Duration slowAfter);
+  void postWaiting(Clock::time_point quietSince, Duration slowAfter, Clock::time_point now);
   void clearWaiting();
   Duration waitingAfter() const;
   // Waiting on `work` (Work::setProgress): drives until it completes, unless another thread

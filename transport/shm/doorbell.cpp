@@ -35,8 +35,8 @@ void ring(DoorbellWord* w) {
 }
 
 bool waitForRing(DoorbellWord* w, uint32_t seen, Duration spin, Duration yield, Duration timeout,
-                 const std::atomic<uint64_t>* also, uint64_t alsoUnchanged) {
-  auto start = Clock::now();
+                 Clock::time_point start, const std::atomic<uint64_t>* also,
+                 uint64_t alsoUnchanged) {
   auto rang = [&] {
     return w->seq.load(std::memory_order_acquire) != seen ||
            (also != nullptr && also->load(std::memory_order_acquire) != alsoUnchanged);

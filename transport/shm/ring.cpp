@@ -3,67 +3,140 @@
 #include <algorithm>
 #include <cstring>
 
+#include "common/error.h"
+
 namespace shoal::transport::shm {
+
+namespace {
+
+constexpr uint64_t kZeroAhead = 1024;
+
+uint64_t roundUpToLine(uint64_t position) {
+  return (position + kRingLine - 1) / kRingLine * kRingLine;
+}
+
+uint64_t stampOf(uint64_t position, uint64_t length) {
+  const uint32_t line = static_cast<uint32_t>(position / kRingLine + 1);
+  return uint64_t{line} << 32 | length;
+}
+
+std::atomic<uint64_t>* stampWord(uint8_t* data, uint64_t cap, uint64_t position) {
+  // Lines are 64-byte aligned in the segment, so the word is 8-byte aligned.
+  return reinterpret_cast<std::atomic<uint64_t>*>(data + position % cap);
+}
+
+}  // namespace
 
 RingWriter::RingWriter(void* base, size_t capacity)
     : ctl_(static_cast<RingControl*>(base)),
       data_(static_cast<uint8_t*>(base) + kRingControlBytes),
-      cap_(capacity),
-      head_(ctl_->head.load(std::memory_order_relaxed)),
+      cap_(ringCapacity(capacity)),
       tailCache_(ctl_->tail.load(std::memory_order_acquire)) {}
+
+// The most of `want` one record can take now: its line-rounded size, plus the next record's
+// stamp (Note [Records]), must fit in the space the reader released.
+size_t RingWriter::fits(size_t want) const {
+  const uint64_t space = cap_ - (head_ - tailCache_);
+  if (space < kStampBytes + kRingLine) return 0;
+  const uint64_t record = (space - kStampBytes) / kRingLine * kRingLine;
+  return static_cast<size_t>(std::min<uint64_t>(want, record - kStampBytes));
+}
 
 size_t RingWriter::write(const iovec* iov, int iovcnt, size_t maxBytes) {
   size_t want = 0;
   for (int i = 0; i < iovcnt && want < maxBytes; ++i) want += iov[i].iov_len;
   want = std::min(want, maxBytes);
-  uint64_t space = cap_ - (head_ - tailCache_);
-  if (space < want) {
+  if (want == 0) return 0;
+  size_t length = fits(want);
+  if (length < want) {
     tailCache_ = ctl_->tail.load(std::memory_order_acquire);
-    space = cap_ - (head_ - tailCache_);
+    length = fits(want);
   }
-  if (space == 0 && want > 0) {
+  if (length == 0) {
     // Note [Waiting for space]: nothing fits, so the caller will wait: announce it, then look
     // once more. (Not when some of it fits: the caller comes back for the rest before it waits,
     // and the flag's line is the reader's.)
     ctl_->writerWaiting.store(1, std::memory_order_seq_cst);
     tailCache_ = ctl_->tail.load(std::memory_order_seq_cst);
-    space = cap_ - (head_ - tailCache_);
+    length = fits(want);
+    if (length == 0) return 0;
   }
-  size_t budget = static_cast<size_t>(std::min<uint64_t>(space, maxBytes));
-  size_t written = 0;
+  // Note [Records]: the next record's stamp is zeroed before these bytes are copied (stores
+  // become visible in order, so zeroing after them made the stamp below wait for a line
+  // nobody was reading: 8 B one way 0.186 us, zeroing first 0.181), and a kZeroAhead stretch
+  // of lines at a time (0.180), as far as the space the reader released.
+  const uint64_t next = roundUpToLine(head_ + kStampBytes + length);
+  if (next >= zeroedTo_) {
+    const uint64_t lastFree = (tailCache_ + cap_ - kStampBytes) / kRingLine * kRingLine;
+    const uint64_t to = std::min(next + kZeroAhead, lastFree + kRingLine);
+    for (uint64_t x = std::max(next, zeroedTo_); x < to; x += kRingLine) {
+      stampWord(data_, cap_, x)->store(0, std::memory_order_relaxed);
+    }
+    zeroedTo_ = to;
+  }
+  uint64_t at = head_ + kStampBytes;
+  size_t budget = length;
   for (int i = 0; i < iovcnt && budget > 0; ++i) {
     auto* src = static_cast<const uint8_t*>(iov[i].iov_base);
     size_t n = std::min(iov[i].iov_len, budget);
     while (n > 0) {
-      size_t at = static_cast<size_t>(head_ % cap_);
-      size_t piece = std::min<size_t>(n, cap_ - at);
-      std::memcpy(data_ + at, src, piece);
+      const size_t offset = static_cast<size_t>(at % cap_);
+      const size_t piece = std::min<size_t>(n, cap_ - offset);
+      std::memcpy(data_ + offset, src, piece);
       src += piece;
       n -= piece;
-      head_ += piece;
+      at += piece;
       budget -= piece;
-      written += piece;
     }
   }
-  if (written > 0) ctl_->head.store(head_, std::memory_order_release);
-  return written;
+  stampWord(data_, cap_, head_)->store(stampOf(head_, length), std::memory_order_release);
+  head_ = next;
+  return length;
 }
 
 RingReader::RingReader(void* base, size_t capacity)
     : ctl_(static_cast<RingControl*>(base)),
       data_(static_cast<uint8_t*>(base) + kRingControlBytes),
-      cap_(capacity),
+      cap_(ringCapacity(capacity)),
       tail_(ctl_->tail.load(std::memory_order_relaxed)),
-      headCache_(ctl_->head.load(std::memory_order_acquire)) {}
+      recordEnd_(tail_),
+      published_(tail_),
+      publishEvery_(std::min<uint64_t>(cap_ / 4, kPublishBytes)) {}
 
-std::pair<const uint8_t*, size_t> RingReader::peek() {
-  if (headCache_ == tail_) headCache_ = ctl_->head.load(std::memory_order_acquire);
-  uint64_t avail = headCache_ - tail_;
-  size_t at = static_cast<size_t>(tail_ % cap_);
-  return {data_ + at, static_cast<size_t>(std::min<uint64_t>(avail, cap_ - at))};
+std::atomic<uint64_t>* RingReader::stampAt(uint64_t position) const {
+  return stampWord(data_, cap_, position);
 }
 
-bool RingReader::release() {
+// At the end of a record: takes the next one if its stamp is there.
+bool RingReader::nextRecord() {
+  const uint64_t at = roundUpToLine(recordEnd_);
+  const uint64_t stamp = stampAt(at)->load(std::memory_order_acquire);
+  if (stamp == 0) return false;
+  const uint64_t length = stamp & 0xffffffffu;
+  if (stamp != stampOf(at, length) || length == 0 || length > cap_ - kStampBytes - kRingLine) {
+    SHOAL_THROW(ProtocolError,
+                "shared-memory ring out of step: the record at byte {} has stamp {:#x} (a {} "
+                "byte ring)",
+                at, stamp, cap_);
+  }
+  tail_ = at + kStampBytes;
+  recordEnd_ = tail_ + length;
+  return true;
+}
+
+std::pair<const uint8_t*, size_t> RingReader::peek() {
+  if (tail_ == recordEnd_ && !nextRecord()) return {data_, 0};
+  const size_t offset = static_cast<size_t>(tail_ % cap_);
+  return {data_ + offset,
+          static_cast<size_t>(std::min<uint64_t>(recordEnd_ - tail_, cap_ - offset))};
+}
+
+// Consumes n bytes of the current record. The tail is published only every kPublishBytes
+// (Note [Records]).
+bool RingReader::advance(size_t n) {
+  tail_ += n;
+  if (tail_ - published_ < publishEvery_) return false;
+  published_ = tail_;
   // Note [Waiting for space]: tail first, then the flag, both sequentially consistent.
   ctl_->tail.store(tail_, std::memory_order_seq_cst);
   return ctl_->writerWaiting.load(std::memory_order_seq_cst) != 0 &&
@@ -71,24 +144,28 @@ bool RingReader::release() {
 }
 
 bool RingReader::consume(size_t n) {
-  tail_ += n;
-  return release();
+  return advance(n);
 }
 
 size_t RingReader::read(void* dst, size_t n, bool& wakeWriter) {
   auto* out = static_cast<uint8_t*>(dst);
   size_t total = 0;
-  // At most two contiguous pieces (before and after the wrap).
-  for (int i = 0; i < 2 && total < n; ++i) {
+  wakeWriter = false;
+  while (total < n) {
     auto [p, avail] = peek();
-    size_t piece = std::min(avail, n - total);
+    const size_t piece = std::min(avail, n - total);
     if (piece == 0) break;
     std::memcpy(out + total, p, piece);
-    tail_ += piece;
     total += piece;
+    wakeWriter |= advance(piece);
   }
-  wakeWriter = total > 0 && release();
   return total;
+}
+
+const std::atomic<uint64_t>* RingReader::emptyWatch() const {
+  if (tail_ != recordEnd_) return nullptr;
+  const std::atomic<uint64_t>* word = stampAt(roundUpToLine(recordEnd_));
+  return word->load(std::memory_order_acquire) == 0 ? word : nullptr;
 }
 
 }  // namespace shoal::transport::shm

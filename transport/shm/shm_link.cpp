@@ -2,7 +2,16 @@
 
 #include <sys/socket.h>
 
+#include "common/error.h"
+
 namespace shoal::transport::shm {
+
+namespace {
+// The ring names a position; the link adds who reads from whom.
+[[noreturn]] void outOfStep(const LinkContext& ctx, const ProtocolError& e) {
+  SHOAL_THROW(ProtocolError, "rank {} ← peer {}: {}", ctx.rank, ctx.peer, e.what());
+}
+}  // namespace
 
 ShmLink::ShmLink(LinkContext ctx, Fd socket, std::shared_ptr<Segment> segment, size_t capacity,
                  std::shared_ptr<Segment> peerBellSegment)
@@ -27,13 +36,22 @@ size_t ShmLink::writeSome(const iovec* iov, int iovcnt) {
 
 size_t ShmLink::readSome(void* dst, size_t n) {
   bool wakeWriter = false;
-  size_t r = in_.read(dst, n, wakeWriter);
+  size_t r = 0;
+  try {
+    r = in_.read(dst, n, wakeWriter);
+  } catch (const ProtocolError& e) {
+    outOfStep(ctx_, e);
+  }
   if (wakeWriter) ring(peerBell_);
   return r;
 }
 
 std::pair<const uint8_t*, size_t> ShmLink::peek() {
-  return in_.peek();
+  try {
+    return in_.peek();
+  } catch (const ProtocolError& e) {
+    outOfStep(ctx_, e);
+  }
 }
 
 void ShmLink::consume(size_t n) {
@@ -41,12 +59,11 @@ void ShmLink::consume(size_t n) {
 }
 
 Link::ArrivalWatch ShmLink::arrivalWatch() const {
-  const std::atomic<uint64_t>* head = in_.headWord();
-  const uint64_t at = in_.position();
   // Only an empty ring: with bytes already there (not taken yet, by a receive that waits for
   // another transfer first) the word would end every spin at once.
-  if (head->load(std::memory_order_acquire) != at) return {};
-  return {head, at};
+  const std::atomic<uint64_t>* stamp = in_.emptyWatch();
+  if (stamp == nullptr) return {};
+  return {stamp, 0};
 }
 
 void ShmLink::shutdown() {
