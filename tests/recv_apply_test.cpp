@@ -99,9 +99,9 @@ TEST_P(RecvApply, LargePayloadArrivesWholeInOrderInManyPieces) {
   EXPECT_GE(r.pieces, 4u);
 }
 
-// Payloads after lead frames of 4 and 12 bytes. A ring's records put a payload 8 bytes past a
-// 64-byte line, so 16-byte grains go through the staging, carrying a partial grain from one read
-// to the next (TCP always stages).
+// Payloads after lead frames of 4 and 12 bytes. A ring's record puts a payload 56 bytes past a
+// 64-byte line (after its stamp and the frame header), so 16-byte grains go through the
+// staging, carrying a partial grain from one read to the next (TCP always stages).
 TEST_P(RecvApply, MisalignedStartIsStagedAndEveryPieceIsWholeGrains) {
   for (size_t grain : {size_t{8}, size_t{16}}) {
     for (size_t lead : {size_t{4}, size_t{12}}) {

@@ -7,11 +7,16 @@
 // header and up to 8 bytes of payload) is one line. Before, the reader polled a separate head
 // counter and then fetched the data's line, two cross-core misses in series.
 //
+// The writer copies the record's first line last, just before the stamp: the reader polls
+// that line, and a store to it while the rest is copied would take the line away from the
+// reader only to take it back for the stamp.
+//
 // A line holds bytes of earlier laps until the writer reaches it, so the writer zeroes the
-// stamp of the line after a record before it publishes the record (it zeroes a stretch of free
-// lines ahead at a time): a reader that finished a record looks at a stamp that is either zero
-// or a new record's. Each stamp also carries its line number, checked, so a ring out of step is
-// a ProtocolError rather than bytes read as data. The writer keeps that next stamp's line free.
+// stamp of the line after a record before it publishes the record (after a small record, a
+// stretch of free lines ahead at once): a reader that finished a record looks at a stamp that
+// is either zero or a new record's. Each stamp also carries its line number, checked, so a ring out
+// of step is a ProtocolError rather than bytes read as data. The writer keeps that next stamp's
+// line free.
 //
 // `tail` counts bytes the consumer released (its own cache line, read by the producer only
 // when the ring looks full). The consumer publishes it once kPublishBytes (at most a quarter of
@@ -49,7 +54,7 @@ inline constexpr size_t kRingControlBytes = 64;
 static_assert(sizeof(RingControl) == kRingControlBytes);
 
 inline constexpr size_t kRingLine = 64;
-// Record stamps: the record's length in the low half, its line number + 1 in the high half.
+// A record's stamp: its first 8 bytes.
 inline constexpr size_t kStampBytes = 8;
 // The consumer publishes its tail after this much (or a quarter of the ring, if less).
 inline constexpr size_t kPublishBytes = 64 << 10;
@@ -81,6 +86,7 @@ class RingWriter {
   uint64_t tailCache_ = 0;
   uint64_t zeroedTo_ = 0;  // stamps of the lines from head_ to here are zero (Note [Records])
   size_t fits(size_t want) const;
+  void copyIn(const iovec* iov, int iovcnt, size_t skip, size_t n, uint64_t at);
 };
 
 class RingReader {
