@@ -465,8 +465,14 @@ bool Endpoint::progress(Transfer* ts, size_t n, const Deadline& deadline,
   auto& recvBlocked = recvBlocked_;
   size_t remaining = n;
   Clock::time_point quietSince{};  // since when nothing moved; Note [Polling TCP]
+  // Note [Reading the bell late]: a wait on the doorbell needs its count from before the last
+  // look at the links (a ring after that look ends the wait). Reading it at the top of every
+  // round put a cross-core miss into each message's path (the writer rings right after it
+  // publishes), and the next fence waited for it. So a round first looks without it; only a
+  // round that found nothing reads the count and looks once more before it waits.
+  uint32_t seen = 0;
+  bool counted = bell == nullptr;  // `seen` was read before this round's look
   while (remaining > 0) {
-    uint32_t seen = bell ? bell->seq.load(std::memory_order_acquire) : 0;
     bool progressed = false, shmPending = false, tcpPending = false;
     // Reset for every peer first: a peer has two queues, and the send queue must not clear
     // what the receive queue set (a socket in the middle of a frame is never peeked).
@@ -492,6 +498,12 @@ bool Endpoint::progress(Transfer* ts, size_t n, const Deadline& deadline,
     }
     if (remaining == 0 || progressed) {
       quietSince = {};
+      counted = bell == nullptr;
+      continue;
+    }
+    if (!counted && shmPending) {
+      seen = bell->seq.load(std::memory_order_acquire);
+      counted = true;
       continue;
     }
     // Note [Buffered bytes]: a receive that was attempted read until its link said "nothing
@@ -549,6 +561,7 @@ bool Endpoint::progress(Transfer* ts, size_t n, const Deadline& deadline,
                             watch.unchanged)) {
         pollSockets(0, recvBlocked);
       }
+      counted = false;
     } else {
       // Note [Polling TCP]: going to sleep in epoll_wait at once cost a TCP message about
       // 29 us over loopback (8 B ping-pong; OpenMPI's TCP component, which polls, 6 us). So
