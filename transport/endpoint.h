@@ -182,10 +182,11 @@ class Endpoint {
                 const std::function<bool(Clock::time_point now)>& stopEarly);
 
   // One attempt at a lone send or plain receive on a link that is already up, without a
-  // batch's set-up, a clock read or a wait: true when it completed. Otherwise (false) the
-  // transfer keeps whatever progress it made, to be passed on to run() or runUntil() as their
-  // first transfer; receives of other kinds, and links not made yet, always go there. Throws as
-  // run() does. For the direct path of blocking point-to-point (Note [Direct path] in
+  // batch's set-up or a clock read (a receive on shared memory watches its ring for a short
+  // spin first: Note [Waiting before the set-up] in the .cpp): true when it completed. Otherwise
+  // (false) the transfer keeps whatever progress it made, to be passed on to run() or runUntil() as
+  // their first transfer; receives of other kinds, and links not made yet, always go there. Throws
+  // as run() does. For the direct path of blocking point-to-point (Note [Direct path] in
   // comm/native/p2p_channel.cpp).
   bool tryNow(Transfer& t);
 

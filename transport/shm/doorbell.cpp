@@ -8,19 +8,9 @@
 
 #include <climits>
 
-#if defined(__x86_64__)
-#include <immintrin.h>
-#endif
-
 namespace shoal::transport::shm {
 
 namespace {
-inline void cpuRelax() {
-#if defined(__x86_64__)
-  _mm_pause();
-#endif
-}
-
 long futex(std::atomic<uint32_t>* addr, int op, uint32_t val, const timespec* ts) {
   // Shared (not FUTEX_PRIVATE_FLAG): the word lives in memory mapped by several processes.
   return ::syscall(SYS_futex, reinterpret_cast<uint32_t*>(addr), op, val, ts, nullptr, 0);

@@ -15,7 +15,18 @@
 
 #include "common/deadline.h"
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
 namespace shoal::transport::shm {
+
+// One step of a spin on shared memory: tells the core it spins (x86 PAUSE).
+inline void cpuRelax() {
+#if defined(__x86_64__)
+  _mm_pause();
+#endif
+}
 
 struct alignas(64) DoorbellWord {
   std::atomic<uint32_t> seq;
