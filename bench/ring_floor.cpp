@@ -45,16 +45,6 @@ double linePingPong() {
   return std::chrono::duration<double, std::nano>(end - start).count() / kRoundTrips / 2;
 }
 
-struct RingMemory {
-  explicit RingMemory(size_t capacity) : bytes(ringBytes(capacity)) {
-    base = static_cast<uint8_t*>(std::aligned_alloc(64, bytes));
-    std::memset(base, 0, bytes);
-  }
-  ~RingMemory() { std::free(base); }
-  size_t bytes;
-  uint8_t* base;
-};
-
 // Reads one 56-byte message, spinning on the next record's stamp while there is none.
 void receive(RingReader& in, uint8_t* message) {
   size_t got = 0;
@@ -69,10 +59,10 @@ void receive(RingReader& in, uint8_t* message) {
 
 double ringPingPong() {
   const size_t capacity = 4 << 20;
-  RingMemory there(capacity), back(capacity);
+  LocalRingMemory there(capacity), back(capacity);
   std::thread peer([&] {
-    RingReader in(there.base, capacity);
-    RingWriter out(back.base, capacity);
+    RingReader in(there.data(), capacity);
+    RingWriter out(back.data(), capacity);
     uint8_t message[56];
     for (int i = 0; i < kRoundTrips; ++i) {
       receive(in, message);
@@ -80,8 +70,8 @@ double ringPingPong() {
       while (out.write(&v, 1, sizeof message) == 0) cpuRelax();
     }
   });
-  RingWriter out(there.base, capacity);
-  RingReader in(back.base, capacity);
+  RingWriter out(there.data(), capacity);
+  RingReader in(back.data(), capacity);
   uint8_t message[56] = {1};
   const auto start = std::chrono::steady_clock::now();
   for (int i = 0; i < kRoundTrips; ++i) {

@@ -17,17 +17,6 @@
 namespace shoal::transport::shm {
 namespace {
 
-// Zeroed and 64-byte aligned, as a new segment is.
-struct RingMemory {
-  explicit RingMemory(size_t capacity) : bytes(ringBytes(capacity)) {
-    base = static_cast<uint8_t*>(std::aligned_alloc(64, bytes));
-    std::memset(base, 0, bytes);
-  }
-  ~RingMemory() { std::free(base); }
-  size_t bytes;
-  uint8_t* base;
-};
-
 uint8_t patternByte(uint64_t i) {
   // Bytes that often look like stamps of earlier laps if a reader took them for one.
   return static_cast<uint8_t>((i * 2654435761u) >> 13);
@@ -38,9 +27,9 @@ uint8_t patternByte(uint64_t i) {
 // fits, the writer waits only for the reader's wake-up (Note [Waiting for space]): a lost one
 // fails the test at its deadline rather than passing by polling.
 void streamThrough(size_t capacity, size_t total, size_t maxPiece, uint32_t seed) {
-  RingMemory memory(capacity);
-  RingWriter writer(memory.base, capacity);
-  RingReader reader(memory.base, capacity);
+  LocalRingMemory memory(capacity);
+  RingWriter writer(memory.data(), capacity);
+  RingReader reader(memory.data(), capacity);
   std::atomic<bool> woken{false};
   std::atomic<bool> failed{false};
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
@@ -125,9 +114,9 @@ TEST(Ring, LargePiecesWrapAndComeBackInQuarters) {
 }
 
 TEST(Ring, SmallMessagesTakeOneLineEach) {
-  RingMemory memory(4096);
-  RingWriter writer(memory.base, 4096);
-  RingReader reader(memory.base, 4096);
+  LocalRingMemory memory(4096);
+  RingWriter writer(memory.data(), 4096);
+  RingReader reader(memory.data(), 4096);
   const std::atomic<uint64_t>* watch = reader.emptyWatch();
   ASSERT_NE(watch, nullptr);
   EXPECT_EQ(watch->load(), 0u);
@@ -152,14 +141,14 @@ TEST(Ring, SmallMessagesTakeOneLineEach) {
 }
 
 TEST(Ring, AStampOutOfStepIsAProtocolError) {
-  RingMemory memory(4096);
-  RingWriter writer(memory.base, 4096);
-  RingReader reader(memory.base, 4096);
+  LocalRingMemory memory(4096);
+  RingWriter writer(memory.data(), 4096);
+  RingReader reader(memory.data(), 4096);
   uint8_t message[100] = {};
   iovec iov{message, sizeof message};
   ASSERT_EQ(writer.write(&iov, 1, sizeof message), sizeof message);
   // The stamp of line 0 names line 5 (as a stale record of another position would).
-  auto* stamp = reinterpret_cast<std::atomic<uint64_t>*>(memory.base + kRingControlBytes);
+  auto* stamp = reinterpret_cast<std::atomic<uint64_t>*>(memory.data() + kRingControlBytes);
   stamp->store(uint64_t{6} << 32 | 100);
   bool wake = false;
   try {
@@ -169,7 +158,7 @@ TEST(Ring, AStampOutOfStepIsAProtocolError) {
     EXPECT_NE(std::string(e.what()).find("ring out of step"), std::string::npos) << e.what();
   }
   // A length past the ring is refused the same way, before a byte is copied.
-  RingReader again(memory.base, 4096);
+  RingReader again(memory.data(), 4096);
   stamp->store(uint64_t{1} << 32 | 4096);
   EXPECT_THROW(again.peek(), ProtocolError);
 }

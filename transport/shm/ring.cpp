@@ -1,7 +1,9 @@
 #include "transport/shm/ring.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
+#include <new>
 
 #include "common/error.h"
 
@@ -31,6 +33,16 @@ std::atomic<uint64_t>* stampWord(uint8_t* data, uint64_t cap, uint64_t position)
 }
 
 }  // namespace
+
+LocalRingMemory::LocalRingMemory(size_t capacity)
+    : base_(static_cast<uint8_t*>(std::aligned_alloc(kRingLine, ringBytes(capacity)))) {
+  if (base_ == nullptr) throw std::bad_alloc();
+  std::memset(base_, 0, ringBytes(capacity));
+}
+
+LocalRingMemory::~LocalRingMemory() {
+  std::free(base_);
+}
 
 // Copies bytes [skip, skip + n) of the iovecs' stream to the ring from byte `at` on.
 void RingWriter::copyIn(const iovec* iov, int iovcnt, size_t skip, size_t n, uint64_t at) {

@@ -68,6 +68,20 @@ inline size_t ringBytes(size_t capacity) {
   return kRingControlBytes + ringCapacity(capacity);
 }
 
+// A ring's memory outside a segment, zeroed and 64-byte aligned as a new segment is: for two
+// threads of one process (tests, bench/ring_floor.cpp). Owns it; not copyable.
+class LocalRingMemory {
+ public:
+  explicit LocalRingMemory(size_t capacity);
+  ~LocalRingMemory();
+  LocalRingMemory(const LocalRingMemory&) = delete;
+  LocalRingMemory& operator=(const LocalRingMemory&) = delete;
+  uint8_t* data() const { return base_; }
+
+ private:
+  uint8_t* base_;
+};
+
 class RingWriter {
  public:
   RingWriter() = default;
