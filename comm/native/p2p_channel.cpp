@@ -418,18 +418,17 @@ void P2pChannel::drive(const std::function<bool()>& enough, bool once, bool isWo
         // operation's deadline fails the channel.
         Deadline deadline(std::min(earliest->deadline.remaining(), limit.remaining()));
         const auto quietSince = Clock::now();
-        auto& endpoint = ctx.engine().endpoint();
-        endpoint.runUntil(transfers_.data(), transfers_.size(), deadline,
-                          [&](Clock::time_point now) {
-                            postWaiting(quietSince, slowAfter, now);
-                            if (once || now >= limit.end()) return true;
-                            for (const auto& t : transfers_) {
-                              if (t.complete())
-                                return true;  // finish it now, not when the batch is done
-                            }
-                            std::lock_guard<std::mutex> lock(mutex_);
-                            return stop_ || !incoming_.empty() || (isWorker && waiters_ > 0);
-                          });
+        const auto stopEarly = [&](Clock::time_point now) {
+          postWaiting(quietSince, slowAfter, now);
+          if (once || now >= limit.end()) return true;
+          // A transfer that completed is finished now, not when the batch is done.
+          for (const auto& t : transfers_) {
+            if (t.complete()) return true;
+          }
+          std::lock_guard<std::mutex> lock(mutex_);
+          return stop_ || !incoming_.empty() || (isWorker && waiters_ > 0);
+        };
+        ctx.engine().endpoint().runUntil(transfers_.data(), transfers_.size(), deadline, stopEarly);
         // Complete what is done, keeping the rest in post order.
         size_t kept = 0;
         for (size_t i = 0; i < active_.size(); ++i) {
