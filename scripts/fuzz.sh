@@ -15,7 +15,7 @@ cd "$(dirname "$0")/.."
 ROOT=$PWD
 BUILD=$ROOT/build-fuzz
 ALL=(frame store_protocol auth ps_protocol sealed_file shard_restore checkpoint idx shard_index codec
-  flight_file)
+  flight_file shm_ring)
 
 configure() {
   bash scripts/setup.sh

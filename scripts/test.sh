@@ -42,7 +42,7 @@ for s in ${STAGES//,/ }; do
   esac
 done
 # Every fuzz target (scripts/fuzz.sh's list).
-FUZZ_TARGETS=${SHOAL_FUZZ_TARGETS:-frame store_protocol auth ps_protocol sealed_file shard_restore checkpoint idx shard_index codec flight_file}
+FUZZ_TARGETS=${SHOAL_FUZZ_TARGETS:-frame store_protocol auth ps_protocol sealed_file shard_restore checkpoint idx shard_index codec flight_file shm_ring}
 LOGS=$(mktemp -d)
 trap 'rm -rf "$LOGS"' EXIT
 # The tests' temporary files go with the logs. A job that fails on purpose keeps its flight

@@ -30,6 +30,7 @@
 #include "train/shard_format.h"
 #include "train/tensor_bundle.h"
 #include "transport/frame.h"
+#include "transport/shm/ring.h"
 
 using namespace shoal;
 
@@ -323,6 +324,45 @@ void codec() {
   seed("codec", "onebit", std::string(1, char(2 + 3 * 4)) + raw(weight) + sign);
 }
 
+// Ring images (the read pattern byte, then the ring's memory) made by a RingWriter: one small
+// message; a large one after most of a lap was read (its bytes wrap); three records, one read.
+void shmRing() {
+  using namespace transport::shm;
+  constexpr size_t kCapacity = 4096;
+  const auto image = [&](const std::string& name, uint8_t pattern,
+                         const std::function<void(RingWriter&, RingReader&)>& fill) {
+    LocalRingMemory memory(kCapacity);
+    RingWriter writer(memory.data(), kCapacity);
+    RingReader reader(memory.data(), kCapacity);
+    fill(writer, reader);
+    seed("shm_ring", name,
+         std::string(1, static_cast<char>(pattern)) +
+             std::string(reinterpret_cast<const char*>(memory.data()), ringBytes(kCapacity)));
+  };
+  std::string bytes(3000, '\0');
+  for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<char>(i * 7);
+  const auto put = [&](RingWriter& w, size_t n) {
+    iovec iov{bytes.data(), n};
+    if (w.write(&iov, 1, n) != n) SHOAL_THROW(InvalidArgument, "shm_ring seed: ring full");
+  };
+  image("small", 0x55, [&](RingWriter& w, RingReader&) { put(w, 56); });
+  image("wrapped", 0x0f, [&](RingWriter& w, RingReader& r) {
+    std::string sink(bytes.size(), '\0');
+    bool wake = false;
+    put(w, 3000);
+    r.read(sink.data(), 3000, wake);
+    put(w, 2000);
+  });
+  image("three", 0xa3, [&](RingWriter& w, RingReader& r) {
+    std::string sink(bytes.size(), '\0');
+    bool wake = false;
+    put(w, 48);
+    put(w, 1000);
+    put(w, 8);
+    r.read(sink.data(), 48, wake);
+  });
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -341,6 +381,7 @@ int main(int argc, char** argv) {
     idx();
     shardIndex();
     codec();
+    shmRing();
   } catch (const std::exception& e) {
     std::fprintf(stderr, "make_corpus: %s\n", e.what());
     return 1;
