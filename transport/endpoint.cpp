@@ -405,22 +405,22 @@ bool Endpoint::tryNow(Transfer& t) {
   }
   if (t.kind == Transfer::Kind::kSend) {
     advanceSend(t);
-    return t.done == kHeaderBytes + t.header.bytes;
+    return t.complete();
   }
   if (t.kind != Transfer::Kind::kRecv) return false;
   advanceRecv(t, nullptr);
-  if (t.headerDone == kHeaderBytes && t.done == t.header.bytes) return true;
+  if (t.complete()) return true;
   // Note [Waiting before the set-up]: a reply often arrives within a few hundred nanoseconds,
   // sooner than a receive that found nothing gets through its deadline, its batch's set-up and
   // the checks before it watches the ring (two clock reads among them). A message that came
   // meanwhile waited for them: in an 8 B ping-pong the receiver was still setting up when the
   // reply arrived. So first watch the ring for a bounded spin, without the clock.
-  const Link::ArrivalWatch watch = links_[t.peer]->arrivalWatch();
-  if (watch.word == nullptr) return false;
+  const std::atomic<uint64_t>* watch = links_[t.peer]->arrivalWatch();
+  if (watch == nullptr) return false;
   for (int i = 0; i < kSpinsBeforeSetUp; ++i) {
-    if (watch.word->load(std::memory_order_acquire) != watch.unchanged) {
+    if (watch->load(std::memory_order_acquire) != 0) {
       advanceRecv(t, nullptr);
-      return t.headerDone == kHeaderBytes && t.done == t.header.bytes;
+      return t.complete();
     }
     shm::cpuRelax();
   }
@@ -501,9 +501,7 @@ bool Endpoint::progress(Transfer* ts, size_t n, const Deadline& deadline,
         Transfer& t = ts[i];
         if (t.after >= 0 && !finished[t.after]) break;
         progressed |= q.send ? advanceSend(t) : advanceRecv(t, firstArrival);
-        bool done = q.send ? t.done == kHeaderBytes + t.header.bytes
-                           : t.headerDone == kHeaderBytes && t.done == t.header.bytes;
-        if (!done) break;
+        if (!t.complete()) break;
         finished[i] = 1;
         --remaining;
         ++q.front;
@@ -566,16 +564,15 @@ bool Endpoint::progress(Transfer* ts, size_t n, const Deadline& deadline,
       // there first, and holds the line of a small message's header and payload when the wait
       // ends: one cross-core cache miss per message. The doorbell still ends the wait for
       // everything else, and is all a sleep waits on.
-      Link::ArrivalWatch watch;
-      for (size_t qi = 0; qi < used && spin && watch.word == nullptr; ++qi) {
+      const std::atomic<uint64_t>* watch = nullptr;
+      for (size_t qi = 0; qi < used && spin && watch == nullptr; ++qi) {
         const Queue& q = queues_[qi];
         if (q.send || q.front >= q.items.size()) continue;
         const Transfer& t = ts[q.items[q.front]];
         if (t.after < 0 || finished[t.after]) watch = links_[q.peer]->arrivalWatch();
       }
       if (!shm::waitForRing(bell, seen, spin ? options_.spinTime : Duration(0),
-                            spin ? options_.yieldTime : Duration(0), slice, now, watch.word,
-                            watch.unchanged)) {
+                            spin ? options_.yieldTime : Duration(0), slice, now, watch)) {
         pollSockets(0, recvBlocked);
       }
       counted = false;

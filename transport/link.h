@@ -55,16 +55,12 @@ class Link {
   virtual std::pair<const uint8_t*, size_t> peek() { return {nullptr, 0}; }
   virtual void consume(size_t) {}
 
-  // A word in shared memory that changes when bytes arrive, and its value while none are unread
-  // (a shared-memory link: the stamp of the ring's next record, on the line its bytes will
-  // fill). A wait for this link's data spins on it as well as on the doorbell: the data's line
-  // is then in cache when the wait ends (Note [Watching the ring] in transport/endpoint.cpp).
-  // Links without one return {nullptr, 0}.
-  struct ArrivalWatch {
-    const std::atomic<uint64_t>* word = nullptr;
-    uint64_t unchanged = 0;
-  };
-  virtual ArrivalWatch arrivalWatch() const { return {}; }
+  // A word in shared memory that is zero while no bytes are unread and becomes nonzero when
+  // they arrive (a shared-memory link: the stamp of the ring's next record, on the line its
+  // bytes will fill). A wait for this link's data spins on it as well as on the doorbell: the
+  // data's line is then in cache when the wait ends (Note [Watching the ring] in
+  // transport/endpoint.cpp). Null for links without one, and while bytes are already unread.
+  virtual const std::atomic<uint64_t>* arrivalWatch() const { return nullptr; }
 
   // The TCP socket of this pair: it carries the data for TCP links and, for shared-memory
   // links, the handshake, abort frames and the end-of-file that tells a peer died.

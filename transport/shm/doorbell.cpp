@@ -25,11 +25,10 @@ void ring(DoorbellWord* w) {
 }
 
 bool waitForRing(DoorbellWord* w, uint32_t seen, Duration spin, Duration yield, Duration timeout,
-                 Clock::time_point start, const std::atomic<uint64_t>* also,
-                 uint64_t alsoUnchanged) {
+                 Clock::time_point start, const std::atomic<uint64_t>* also) {
   auto rang = [&] {
     return w->seq.load(std::memory_order_acquire) != seen ||
-           (also != nullptr && also->load(std::memory_order_acquire) != alsoUnchanged);
+           (also != nullptr && also->load(std::memory_order_acquire) != 0);
   };
   // Spin briefly: a peer on another core usually answers within microseconds, and a futex
   // round trip costs more than that. Check the clock only every 64 pauses. The bell at every

@@ -40,11 +40,10 @@ void ring(DoorbellWord* w);
 // Owner only: spins up to `spin`, then yields the core for up to `yield` (see the .cpp), then
 // sleeps until seq != seen or `timeout` passed; all three counted from `start` (the caller's
 // clock read, taken just before). Returns true if the bell rang. With `also`, the
-// spin and the yield also end as soon as *also != alsoUnchanged (the stamp of a ring's next
-// record: data arrived there, seen before the bell rings); the sleep waits on the bell alone,
-// which every writer rings.
+// spin and the yield also end as soon as *also is nonzero (the stamp of a ring's next record:
+// data arrived there, seen before the bell rings); the sleep waits on the bell alone, which
+// every writer rings.
 bool waitForRing(DoorbellWord* w, uint32_t seen, Duration spin, Duration yield, Duration timeout,
-                 Clock::time_point start, const std::atomic<uint64_t>* also = nullptr,
-                 uint64_t alsoUnchanged = 0);
+                 Clock::time_point start, const std::atomic<uint64_t>* also = nullptr);
 
 }  // namespace shoal::transport::shm

@@ -161,9 +161,8 @@ std::pair<const uint8_t*, size_t> RingReader::peek() {
           static_cast<size_t>(std::min<uint64_t>(recordEnd_ - tail_, cap_ - offset))};
 }
 
-// Consumes n bytes of the current record. The tail is published only every kPublishBytes
-// (Note [Records]).
-bool RingReader::advance(size_t n) {
+// The tail is published only every publishEvery_ bytes (Note [Records]).
+bool RingReader::consume(size_t n) {
   tail_ += n;
   if (tail_ - published_ < publishEvery_) return false;
   published_ = tail_;
@@ -171,10 +170,6 @@ bool RingReader::advance(size_t n) {
   ctl_->tail.store(tail_, std::memory_order_seq_cst);
   return ctl_->writerWaiting.load(std::memory_order_seq_cst) != 0 &&
          ctl_->writerWaiting.exchange(0, std::memory_order_seq_cst) != 0;
-}
-
-bool RingReader::consume(size_t n) {
-  return advance(n);
 }
 
 size_t RingReader::read(void* dst, size_t n, bool& wakeWriter) {
@@ -187,7 +182,7 @@ size_t RingReader::read(void* dst, size_t n, bool& wakeWriter) {
     if (piece == 0) break;
     std::memcpy(out + total, p, piece);
     total += piece;
-    wakeWriter |= advance(piece);
+    wakeWriter |= consume(piece);
   }
   return total;
 }

@@ -128,7 +128,6 @@ class RingReader {
   uint64_t published_ = 0;  // the tail the writer was last told
   uint64_t publishEvery_ = 0;
   bool nextRecord();
-  bool advance(size_t n);
   std::atomic<uint64_t>* stampAt(uint64_t position) const;
 };
 

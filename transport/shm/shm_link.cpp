@@ -58,14 +58,6 @@ void ShmLink::consume(size_t n) {
   if (in_.consume(n)) ring(peerBell_);
 }
 
-Link::ArrivalWatch ShmLink::arrivalWatch() const {
-  // Only an empty ring: with bytes already there (not taken yet, by a receive that waits for
-  // another transfer first) the word would end every spin at once.
-  const std::atomic<uint64_t>* stamp = in_.emptyWatch();
-  if (stamp == nullptr) return {};
-  return {stamp, 0};
-}
-
 void ShmLink::shutdown() {
   if (socket_.valid()) ::shutdown(socket_.get(), SHUT_RDWR);
   ring(peerBell_);  // so a sleeping peer wakes up and finds the closed socket
