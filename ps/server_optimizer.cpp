@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "common/error.h"
+#include "ps/update_kernels.h"
 
 namespace shoal::ps {
 
@@ -35,59 +36,41 @@ int optimizerStateSlots(const OptimizerOptions& o) {
 
 void applyUpdate(const OptimizerOptions& o, double lr, int64_t count, float gradScale,
                  const float* g, float* p, float* s0, float* s1, size_t n) {
-  const float wd = static_cast<float>(o.weightDecay);
-  const float mom = static_cast<float>(o.momentum);
-  const float rate = static_cast<float>(lr);
+  update_isa::Step s;
+  s.kind = o.kind;
+  s.gradScale = gradScale;
+  s.weightDecay = static_cast<float>(o.weightDecay);
+  s.momentum = static_cast<float>(o.momentum);
+  s.rate = static_cast<float>(lr);
   switch (o.kind) {
     case OptimizerKind::kSgd:
-      for (size_t i = 0; i < n; ++i) {
-        float d = g[i] * gradScale + wd * p[i];
-        if (s0) {
-          // libtorch starts the buffer at the first gradient; with a zero buffer it is the same.
-          s0[i] = mom * s0[i] + d;
-          d = s0[i];
-        }
-        p[i] -= rate * d;
-      }
-      return;
+      break;
     case OptimizerKind::kAdam: {
       // Constants rounded from double once, as libtorch passes them (1 - 0.9f is not 0.1f).
       const double beta1 = 0.9, beta2 = 0.999;
-      const float b1 = static_cast<float>(beta1), b2 = static_cast<float>(beta2), eps = 1e-8f;
-      const float c1 = static_cast<float>(1 - beta1), c2 = static_cast<float>(1 - beta2);
+      s.beta1 = static_cast<float>(beta1);
+      s.beta2 = static_cast<float>(beta2);
+      s.oneMinusBeta1 = static_cast<float>(1 - beta1);
+      s.oneMinusBeta2 = static_cast<float>(1 - beta2);
+      s.eps = 1e-8f;
       const double t = static_cast<double>(count);
-      const float bc2sqrt = static_cast<float>(std::sqrt(1.0 - std::pow(beta2, t)));
-      const float stepSize = static_cast<float>(lr / (1.0 - std::pow(beta1, t)));
-      for (size_t i = 0; i < n; ++i) {
-        const float d = g[i] * gradScale + wd * p[i];
-        s0[i] = s0[i] * b1 + d * c1;
-        s1[i] = s1[i] * b2 + d * d * c2;
-        const float denom = std::sqrt(s1[i]) / bc2sqrt + eps;
-        p[i] -= stepSize * (s0[i] / denom);
-      }
-      return;
+      s.bias2Sqrt = static_cast<float>(std::sqrt(1.0 - std::pow(beta2, t)));
+      s.stepSize = static_cast<float>(lr / (1.0 - std::pow(beta1, t)));
+      break;
     }
     case OptimizerKind::kRmsprop: {
       const double alpha = 0.99;
-      const float a = static_cast<float>(alpha), c = static_cast<float>(1 - alpha), eps = 1e-8f;
-      for (size_t i = 0; i < n; ++i) {
-        const float d = g[i] * gradScale + wd * p[i];
-        s0[i] = a * s0[i] + c * d * d;
-        const float avg = std::sqrt(s0[i]) + eps;
-        if (s1) {
-          s1[i] = mom * s1[i] + d / avg;
-          p[i] -= rate * s1[i];
-        } else {
-          p[i] -= rate * (d / avg);
-        }
-      }
-      return;
+      s.alpha = static_cast<float>(alpha);
+      s.oneMinusAlpha = static_cast<float>(1 - alpha);
+      s.eps = 1e-8f;
+      break;
     }
     case OptimizerKind::kLamb:
     case OptimizerKind::kLars:
     case OptimizerKind::kAdamW:
       unsupported(o.kind);
   }
+  update_isa::selected().update(s, g, p, s0, s1, n);
 }
 
 }  // namespace shoal::ps

@@ -16,6 +16,7 @@
 #include "ps/protocol.h"
 #include "ps/server_optimizer.h"
 #include "ps/shard.h"
+#include "ps/update_kernels.h"
 #include "tests/process_util.h"
 #include "tests/ps_job_util.h"
 #include "tests/thread_ranks.h"
@@ -120,6 +121,60 @@ TEST(PsOptimizer, SgdMomentumAdamAndRmspropFollowTheirFormulas) {
     ps::applyUpdate(o, 0.01, 1, 1.0f, g, p, s, nullptr, 2);
     const double sq = 0.01 * 0.25;
     EXPECT_NEAR(p[0], 1.0 - 0.01 * 0.5 / (std::sqrt(sq) + 1e-8), 1e-6);
+  }
+}
+
+// The update is compiled once per instruction set and picked at run time (ps/update_kernels.h):
+// every copy this CPU runs must give the generic loop's bits, for each optimizer and slot
+// layout, over lengths that end inside a vector and over several steps (so that the state
+// feeds back). A fused multiply-add in one copy would fail here.
+TEST(PsOptimizer, EveryInstructionSetComputesTheGenericBits) {
+  const auto sets = ps::update_isa::available();
+  ASSERT_FALSE(sets.empty());
+  ASSERT_EQ(sets.front().name, "generic");
+  bool selectedIsAvailable = false;
+  for (const auto& k : sets) selectedIsAvailable |= k.name == ps::update_isa::selected().name;
+  EXPECT_TRUE(selectedIsAvailable) << ps::update_isa::selected().name;
+  const std::vector<OptimizerOptions> optimizers = {{OptimizerKind::kSgd, 0.1, 0, 0},
+                                                    {OptimizerKind::kSgd, 0.05, 0.9, 0.01},
+                                                    {OptimizerKind::kAdam, 0.003, 0, 0.02},
+                                                    {OptimizerKind::kRmsprop, 0.01, 0, 0.01},
+                                                    {OptimizerKind::kRmsprop, 0.01, 0.8, 0}};
+  std::mt19937 rng(7);
+  std::normal_distribution<float> normal(0.0f, 1.5f);
+  for (const OptimizerOptions& o : optimizers) {
+    const int slots = ps::optimizerStateSlots(o);
+    for (size_t n : {size_t{1}, size_t{7}, size_t{16}, size_t{33}, size_t{1000}, size_t{4099}}) {
+      std::vector<float> g(n), p0(n);
+      for (auto& x : p0) x = normal(rng);
+      // One buffer per set: parameters, then the state slots.
+      std::vector<std::vector<float>> state(sets.size(), std::vector<float>(n * (1 + slots), 0.0f));
+      for (auto& s : state) std::copy(p0.begin(), p0.end(), s.begin());
+      for (int64_t step = 1; step <= 3; ++step) {
+        for (auto& x : g) x = normal(rng);
+        ps::update_isa::Step st;
+        st.kind = o.kind;
+        st.gradScale = 0.5f;
+        st.weightDecay = static_cast<float>(o.weightDecay);
+        st.momentum = static_cast<float>(o.momentum);
+        st.rate = static_cast<float>(o.lr);
+        st.beta1 = 0.9f, st.beta2 = 0.999f, st.oneMinusBeta1 = 0.1f, st.oneMinusBeta2 = 0.001f;
+        st.eps = 1e-8f, st.bias2Sqrt = 0.03f * static_cast<float>(step), st.stepSize = 0.01f;
+        st.alpha = 0.99f, st.oneMinusAlpha = 0.01f;
+        for (size_t k = 0; k < sets.size(); ++k) {
+          float* base = state[k].data();
+          sets[k].update(st, g.data(), base, slots > 0 ? base + n : nullptr,
+                         slots > 1 ? base + 2 * n : nullptr, n);
+        }
+      }
+      for (size_t k = 1; k < sets.size(); ++k) {
+        ASSERT_EQ(std::memcmp(state[k].data(), state[0].data(), state[0].size() * sizeof(float)), 0)
+            << sets[k].name << " differs from generic: " << toString(o.kind) << " momentum "
+            << o.momentum << ", n = " << n;
+      }
+      // And the update moved every parameter (a kernel that did nothing would pass above).
+      for (size_t i = 0; i < n; ++i) ASSERT_NE(state[0][i], p0[i]) << toString(o.kind) << " " << i;
+    }
   }
 }
 
