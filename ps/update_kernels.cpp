@@ -12,7 +12,10 @@ std::vector<Kernels> available() {
     if (r.name == "generic") sets.push_back({r.name, generic::update});
 #if defined(__x86_64__)
     if (r.name == "avx2") sets.push_back({r.name, avx2::update});
-    if (r.name == "avx512") sets.push_back({r.name, avx512::update});
+    // AVX2's loops on an AVX-512 CPU too: the gradient comes from a ring record, 8 bytes past
+    // a cache line, and every 64-byte load of it splits two lines; AVX-512 loops were up to 14%
+    // slower beyond the L2 (a 16 MiB SGD update 0.62 against 0.54 ms) and never faster.
+    if (r.name == "avx512") sets.push_back({r.name, avx2::update});
 #endif
   }
   return sets;

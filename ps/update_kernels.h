@@ -1,14 +1,16 @@
 // The element-wise optimizer updates a parameter server applies to its shard (ps/server_optimizer.h
-// says what they compute), one copy per x86 instruction set, chosen at run time like the
-// reduction kernels (common/reduce_isa.h): the build is portable, yet a CPU with AVX2 or AVX-512
-// runs an update vectorized for it. A 4 MiB push applied as it arrives from the ring
-// (Note [Update from the ring] in ps/server_session.cpp) took 28% of a push-pull's CPU time with
-// the baseline (SSE2) loop; the update is the server's critical path.
+// says what they compute), compiled for the baseline and for AVX2 and chosen at run time with
+// the reduction kernels (common/reduce_isa.h): the build is portable, yet a CPU with AVX2 runs
+// an update vectorized for it. A 4 MiB push applied as it arrives from the ring (Note [Update
+// from the ring] in ps/server_session.cpp) spent 28% of a push-pull's CPU time in the baseline
+// (SSE2) loop, on the server's critical path; Adam's and RMSprop's loops were not vectorized
+// at all (sqrt with errno).
 //
-// The set is the one common/reduce_isa.h selects (SHOAL_REDUCE_ISA picks one by name, for tests
-// and measurements). Every copy computes the same results bit for bit: each element alone, in
-// the same order of operations, and no multiply-add is fused into one rounding (the kernels'
-// files are compiled with -ffp-contract=off; CMakeLists.txt). Thread-safe, allocation-free.
+// The set is named as common/reduce_isa.h's selected one (SHOAL_REDUCE_ISA picks one, for tests
+// and measurements); "avx512" runs the AVX2 loops (ps/update_kernels.cpp says why). Every copy
+// computes the same results bit for bit: each element alone, in the same order of operations,
+// and no multiply-add fused into one rounding (the kernels' files are compiled with
+// -ffp-contract=off; CMakeLists.txt). Thread-safe, allocation-free.
 #pragma once
 
 #include <cstddef>
@@ -51,7 +53,6 @@ const Kernels& selected();
   }
 SHOAL_UPDATE_ISA_DECLARE(generic)
 SHOAL_UPDATE_ISA_DECLARE(avx2)
-SHOAL_UPDATE_ISA_DECLARE(avx512)
 #undef SHOAL_UPDATE_ISA_DECLARE
 
 }  // namespace shoal::ps::update_isa
