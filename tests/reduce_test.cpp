@@ -75,6 +75,64 @@ TEST(Reduce, SixteenBitFloatsAccumulateInFloat) {
   EXPECT_EQ(bf16ToFloat(c[0]), 12.0f);
 }
 
+// The kernels run the elements before the destination's first 64-byte boundary apart from the
+// rest (common/reduce_kernels.inc): at every offset from a line, and lengths that end before,
+// at and after that boundary, each element is its own sum (and the average's division), in
+// every instruction set, and nothing outside [dst, dst + count) is written.
+TEST(Reduce, EveryDestinationOffsetSumsEveryElementOnce) {
+  for (const auto& k : reduce_isa::available()) {
+    for (DataType type : {DataType::kFloat32, DataType::kFloat64, DataType::kUInt8}) {
+      const size_t width = elementSize(type);
+      for (size_t offset = 0; offset < 64 / width; ++offset) {
+        for (size_t count : {size_t{1}, size_t{3}, size_t{17}, size_t{200}}) {
+          // 64-byte aligned storage with a guard element on each side.
+          std::vector<double> storage((count + 2 * 64) * width / sizeof(double) + 16);
+          auto* line = reinterpret_cast<uint8_t*>(
+              (reinterpret_cast<uintptr_t>(storage.data()) + 63) / 64 * 64);
+          uint8_t* dst = line + 64 + offset * width;
+          std::vector<uint8_t> b(count * width), before(count * width);
+          for (size_t i = 0; i < count; ++i) {
+            auto put = [&](uint8_t* at, int v) {
+              if (type == DataType::kFloat32) {
+                const float f = static_cast<float>(v);
+                std::memcpy(at, &f, 4);
+              } else if (type == DataType::kFloat64) {
+                const double d = v;
+                std::memcpy(at, &d, 8);
+              } else {
+                *at = static_cast<uint8_t>(v);
+              }
+            };
+            put(dst + i * width, static_cast<int>(i % 50));
+            put(b.data() + i * width, static_cast<int>(2 * (i % 50) + 1));
+          }
+          std::memcpy(before.data(), dst, before.size());
+          dst[-1] = 0xAB;
+          dst[count * width] = 0xCD;
+          k.reduceTo(dst, dst, b.data(), count, type, ReduceOp::kSum, 1);
+          for (size_t i = 0; i < count; ++i) {
+            const double want = 3 * static_cast<double>(i % 50) + 1;
+            double got = 0;
+            if (type == DataType::kFloat32) {
+              float f;
+              std::memcpy(&f, dst + i * width, 4);
+              got = f;
+            } else if (type == DataType::kFloat64) {
+              std::memcpy(&got, dst + i * width, 8);
+            } else {
+              got = dst[i];
+            }
+            ASSERT_EQ(got, want) << k.name << " " << toString(type) << " offset " << offset
+                                 << " count " << count << " element " << i;
+          }
+          EXPECT_EQ(dst[-1], 0xAB) << k.name << " wrote before dst";
+          EXPECT_EQ(dst[count * width], 0xCD) << k.name << " wrote past dst";
+        }
+      }
+    }
+  }
+}
+
 TEST(Reduce, AverageDividesOnce) {
   std::vector<float> f{8.0f, 3.0f};
   scaleAverage(f.data(), 2, DataType::kFloat32, 4);
