@@ -6,6 +6,7 @@
 //       GB/s (W x 2B per step: every worker's push and pull). --compression SPEC (none, fp16,
 //       bf16, topk:D, onebit) and --pull-half set ps::ClientOptions; the line then also gives
 //       the payload bytes worker 0 pushed and pulled per step (ps::Client::traffic()).
+//       --optimizer sgd|adam|rmsprop: what the servers apply (default sgd, lr 1e-6).
 //   ps_bench limits --bytes B
 //       one JSON line: memcpy of B bytes into a shared-memory mapping (the copy every
 //       shared-memory transfer makes), and one B-byte transfer over loopback TCP.
@@ -108,6 +109,7 @@ int main(int argc, char** argv) {
     int steps = 20;
     bool limits = false;
     ps::ClientOptions options;
+    OptimizerKind optimizer = OptimizerKind::kSgd;
     for (int i = 1; i < argc; ++i) {
       std::string f = argv[i];
       if (f == "limits")
@@ -118,6 +120,8 @@ int main(int argc, char** argv) {
         steps = std::stoi(argv[++i]);
       else if (f == "--compression" && i + 1 < argc)
         options.compression = compress::CompressionSpec::parse(argv[++i]);
+      else if (f == "--optimizer" && i + 1 < argc)
+        optimizer = parseOptimizer(argv[++i]);
       else if (f == "--pull-half")
         options.pullHalf = true;
       else
@@ -143,7 +147,7 @@ int main(int argc, char** argv) {
     }
     const size_t n = bytes / sizeof(float);
     ps::TrainingConfig config;
-    config.optimizer = {OptimizerKind::kSgd, 1e-6, 0, 0};
+    config.optimizer = {optimizer, 1e-6, 0, 0};
     ps::Client c(*w.group, w.roleRank, workers, w.numServers, {{"model", {int64_t(n)}}}, config,
                  options);
     // Gradient-like values (a spread of magnitudes, both signs): a constant gradient would make
@@ -177,12 +181,13 @@ int main(int argc, char** argv) {
           "{\"kind\": \"pushpull\", \"servers\": %d, \"workers\": %d, \"bytes\": %zu, "
           "\"step_ms_median\": %.3f, \"single_GBps\": %.3f, \"aggregate_GBps\": %.3f, "
           "\"compression\": \"%s\", \"pull_half\": %s, \"pushed_bytes_per_step\": %.0f, "
-          "\"pulled_bytes_per_step\": %.0f}\n",
+          "\"pulled_bytes_per_step\": %.0f, \"optimizer\": \"%s\"}\n",
           w.numServers, workers, bytes, step * 1e3, 2.0 * bytes / step / 1e9,
           2.0 * bytes * workers * steps / wall / 1e9, options.compression.toString().c_str(),
           options.pullHalf ? "true" : "false",
           static_cast<double>(after.pushedBytes - before.pushedBytes) / steps,
-          static_cast<double>(after.pulledBytes - before.pulledBytes) / steps);
+          static_cast<double>(after.pulledBytes - before.pulledBytes) / steps,
+          std::string(toString(optimizer)).c_str());
     }
     return 0;
   } catch (const std::exception& e) {

@@ -9,7 +9,7 @@ Writes bench/results/ps.md and ps.jsonl. Keep the machine otherwise idle while i
 
 usage: python3 bench/run_ps.py [--reps 3] [--epochs 3] [--train-reps 1]
 --train-reps 0 skips (c) and keeps the training rows of the previous ps.jsonl (the report says
-so); --only-push-pull S,W,MiB[;...] runs only those rows of (b) (the report says so)."""
+so); --only-push-pull S,W,MiB[,OPTIMIZER][;...] runs only those rows of (b) (the report says so)."""
 import argparse, json, os, platform, statistics, subprocess, tempfile, time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -48,14 +48,19 @@ def main():
                                  env=ENV, check=True, capture_output=True, text=True).stdout
             for r in jsonl(out):
                 add(dict(r, rep=rep))
-        grid = [(1, 1, 4 * MiB), (1, 1, 16 * MiB), (1, 1, 64 * MiB)]
-        grid += [(s, w, 4 * MiB) for s in (1, 2, 4) for w in (2, 4, 8)]
+        grid = [(1, 1, 4 * MiB, "sgd"), (1, 1, 16 * MiB, "sgd"), (1, 1, 64 * MiB, "sgd")]
+        grid += [(s, w, 4 * MiB, "sgd") for s in (1, 2, 4) for w in (2, 4, 8)]
+        # The servers' optimizer kernels (ps/update_kernels.h): Adam's and RMSprop's updates do
+        # several times SGD's arithmetic per byte.
+        grid += [(1, 1, 4 * MiB, "adam"), (1, 1, 4 * MiB, "rmsprop")]
         if a.only_push_pull:
-            grid = [tuple(int(x) for x in g.split(",")) for g in a.only_push_pull.split(";")]
-            grid = [(s, w, m * MiB) for s, w, m in grid]
-        for s, w, size in grid:
+            grid = [g.split(",") for g in a.only_push_pull.split(";")]
+            grid = [(int(g[0]), int(g[1]), int(g[2]) * MiB, g[3] if len(g) > 3 else "sgd")
+                    for g in grid]
+        for s, w, size, optimizer in grid:
             out = subprocess.run([f"{b}/shoal", "run", "-q", "-n", str(w), "--servers", str(s), "--",
-                                  f"{b}/bench/shoal_ps_bench", "--bytes", str(size)],
+                                  f"{b}/bench/shoal_ps_bench", "--bytes", str(size), "--optimizer",
+                                  optimizer],
                                  env=ENV, check=True, capture_output=True, text=True).stdout
             for r in jsonl(out):
                 add(dict(r, rep=rep))
@@ -110,18 +115,21 @@ def write_report(rows, a, path):
         L.append(f"| {size // MiB} MiB | {med(lim[size], 'shm_copy_GBps'):.2f} | "
                  f"{med(lim[size], 'tcp_GBps'):.2f} |")
     L.append("")
-    L.append("## Push + pull, synchronous mode (servers apply SGD)\n")
+    L.append("## Push + pull, synchronous mode (servers apply SGD unless the row says)\n")
     L.append("GB/s counts both directions (a step moves the gradient in and the parameters out). "
              "`single` = one worker's step; `aggregate` = all workers' bytes over the wall time.\n")
-    L.append("| servers | workers | bytes | step (ms) | single GB/s | aggregate GB/s | single / shm copy |")
-    L.append("|---:|---:|---:|---:|---:|---:|---:|")
+    L.append("| servers | workers | bytes | optimizer | step (ms) | single GB/s | aggregate GB/s | single / shm copy |")
+    L.append("|---:|---:|---:|---|---:|---:|---:|---:|")
     groups = {}
     for r in rows:
         if r["kind"] == "pushpull":
-            groups.setdefault((r["servers"], r["workers"], r["bytes"]), []).append(r)
-    for (s, w, size), rs in sorted(groups.items(), key=lambda kv: (kv[0][2], kv[0][0], kv[0][1])):
+            key = (r["servers"], r["workers"], r["bytes"], r.get("optimizer", "sgd"))
+            groups.setdefault(key, []).append(r)
+    order = {"sgd": 0, "adam": 1, "rmsprop": 2}
+    for (s, w, size, opt), rs in sorted(groups.items(), key=lambda kv: (
+            kv[0][2], kv[0][0], kv[0][1], order.get(kv[0][3], 3))):
         copy = med(lim[size], "shm_copy_GBps") if size in lim else float("nan")
-        L.append(f"| {s} | {w} | {size // MiB} MiB | {med(rs, 'step_ms_median'):.2f} | "
+        L.append(f"| {s} | {w} | {size // MiB} MiB | {opt} | {med(rs, 'step_ms_median'):.2f} | "
                  f"{med(rs, 'single_GBps'):.2f} | {med(rs, 'aggregate_GBps'):.2f} | "
                  f"{med(rs, 'single_GBps') / copy:.0%} |")
     L.append("")
