@@ -5,6 +5,7 @@
 #include "comm/collectives.h"
 #include "common/error.h"
 #include "train/collective_verdict.h"
+#include "train/hook_checkpoint.h"
 #include "train/optimizer_state.h"
 #include "train/reshard_checkpoint.h"
 #include "train/state_shards.h"
@@ -30,11 +31,17 @@ std::vector<std::pair<std::string, torch::Tensor>> trainable(torch::nn::Module& 
   return out;
 }
 
+std::vector<std::string> namesOf(const std::vector<std::pair<std::string, torch::Tensor>>& params) {
+  std::vector<std::string> names;
+  for (const auto& p : params) names.push_back(p.first);
+  return names;
+}
+
 }  // namespace
 
 std::string saveDdpShards(comm::Group& group, const std::string& dir, torch::nn::Module& module,
                           torch::optim::Optimizer& opt, const OptimizerOptions& options,
-                          const Progress& progress, int keep) {
+                          const Progress& progress, int keep, const ddp::CommHook* hook) {
   torch::NoGradGuard noGrad;
   const auto params = trainable(module, opt);
   const int64_t r = group.rank(), n = group.size();
@@ -62,22 +69,24 @@ std::string saveDdpShards(comm::Group& group, const std::string& dir, torch::nn:
                         item.value().detach().reshape(-1).contiguous()});
     }
   }
-  return saveShards(group, dir, progress.step, pieces,
-                    shards::meta(module, progress, options, optimizerStep,
-                                 fmt::format("data parallel, {} ranks", n)),
-                    keep);
+  auto meta = shards::meta(module, progress, options, optimizerStep,
+                           fmt::format("data parallel, {} ranks", n));
+  if (hook) addHookState(*hook, namesOf(params), group.rank(), group.size(), pieces, meta);
+  return saveShards(group, dir, progress.step, pieces, meta, keep);
 }
 
 std::optional<Progress> loadDdpShards(comm::Group& group, const std::string& dir,
                                       torch::nn::Module& module, torch::optim::Optimizer& opt,
-                                      const OptimizerOptions& options,
-                                      std::optional<int64_t> step) {
+                                      const OptimizerOptions& options, std::optional<int64_t> step,
+                                      ddp::CommHook* hook) {
   torch::NoGradGuard noGrad;
   const std::optional<int64_t> chosen = shards::agreeOnStep(group, dir, step);
   if (!chosen) return std::nullopt;
   Progress progress;
   std::vector<std::pair<torch::Tensor, torch::Tensor>> copies;  // (into, from)
   std::vector<std::optional<ParamState>> states;
+  std::optional<ddp::HookState> hookState;
+  std::string noHookState;
   onEveryRank(group, "loading the checkpoint", [&] {
     const auto params = trainable(module, opt);
     ShardReader reader(dir, *chosen);
@@ -101,12 +110,17 @@ std::optional<Progress> loadDdpShards(comm::Group& group, const std::string& dir
     for (auto& item : module.named_buffers(/*recurse=*/true)) {
       copies.emplace_back(item.value(), whole(shards::bufferKey(item.key()), item.value()));
     }
+    if (hook) {
+      hookState =
+          readHookState(reader, *hook, namesOf(params), group.rank(), group.size(), noHookState);
+    }
   });
   onEveryRank(group, "restoring the optimizer state", [&] {
     for (size_t i = 0; i < states.size(); ++i) {
       if (states[i]) importState(opt, i, *states[i]);
     }
   });
+  if (hook) restoreHookState(group, *hook, hookState, noHookState);
   for (auto& [into, from] : copies) into.copy_(from);
   return progress;
 }

@@ -21,18 +21,25 @@
 
 #include "comm/group.h"
 #include "train/checkpoint.h"
+#include "train/ddp/comm_hook.h"
 #include "train/optim.h"
 
 namespace shoal::train {
 
+// `hook`: DDP's communication hook; its state between steps (gradient compression's residuals)
+// is saved with the rest (train/hook_checkpoint.h).
 std::string saveDdpShards(comm::Group& group, const std::string& dir, torch::nn::Module& module,
                           torch::optim::Optimizer& opt, const OptimizerOptions& options,
-                          const Progress& progress, int keep = 2);
+                          const Progress& progress, int keep = 2,
+                          const ddp::CommHook* hook = nullptr);
 
-// The newest (or the given) step in dir; nothing when there is none.
+// The newest (or the given) step in dir; nothing when there is none. With `hook`, the hook's
+// state is restored from the checkpoint too, after the buckets were made (a checkpoint without
+// it, or with another kind's, leaves the hook as it is and says so in a warning on rank 0).
 std::optional<Progress> loadDdpShards(comm::Group& group, const std::string& dir,
                                       torch::nn::Module& module, torch::optim::Optimizer& opt,
                                       const OptimizerOptions& options,
-                                      std::optional<int64_t> step = {});
+                                      std::optional<int64_t> step = {},
+                                      ddp::CommHook* hook = nullptr);
 
 }  // namespace shoal::train

@@ -21,6 +21,19 @@ std::unique_ptr<BucketState> CommHook::makeState(comm::Group&, const GradBucket&
 
 void CommHook::finish(comm::Group&, GradBucket&) {}
 
+std::string CommHook::stateKind() const {
+  return {};
+}
+
+std::optional<HookState> CommHook::exportState() const {
+  return std::nullopt;
+}
+
+void CommHook::importState(const HookState& state) {
+  SHOAL_THROW(InvalidArgument, "the {} keeps no state between steps; a {} state does not fit it",
+              name(), state.kind);
+}
+
 std::shared_ptr<comm::Work> AllreduceHook::start(comm::Group& group, GradBucket& bucket) {
   return comm::allreduceAsync(group, bucket.buffer.data_ptr(),
                               static_cast<size_t>(bucket.buffer.numel()),

@@ -35,6 +35,7 @@
 #include <torch/torch.h>
 
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -74,6 +75,27 @@ struct GradBucket {
   [[noreturn]] void throwWrongState() const;
 };
 
+// What a hook carries from one step to the next on this rank, for a checkpoint to save and a
+// resumed job to restore so that it goes on exactly as if it had not stopped
+// (train/hook_checkpoint.h). Tensors are keyed by a name of the hook's ("residual") and a
+// parameter index (GradBucket::params); each is a 1-D contiguous float32 copy.
+struct HookState {
+  // What the state means: the same only between hooks whose state fits one another ("topk",
+  // "powersgd:2"); a checkpoint's state is loaded only into a hook of the same kind.
+  std::string kind;
+  int64_t steps = 0;  // synchronized steps the hook has seen (the end of a warm-up counts them)
+  struct Tensor {
+    std::string key;
+    size_t param = 0;
+    // Every rank has its own (an error-feedback residual), or all hold the same values (a
+    // warm start agreed by a collective): a job at another world size gets the mean of the
+    // former over the ranks that saved it, and rank 0's copy of the latter.
+    bool perRank = true;
+    torch::Tensor data;
+  };
+  std::vector<Tensor> tensors;
+};
+
 class CommHook {
  public:
   virtual ~CommHook() = default;
@@ -95,6 +117,18 @@ class CommHook {
 
   // For messages: what the hook does ("average all-reduce").
   virtual std::string name() const = 0;
+
+  // The kind of state this hook keeps from step to step (HookState::kind); empty for none
+  // (the default).
+  virtual std::string stateKind() const;
+  // This rank's state (a copy), or nothing for a hook that keeps none (the default). Training
+  // thread, between steps.
+  virtual std::optional<HookState> exportState() const;
+  // Restores a state exported by a hook of the same kind, after the buckets were made (the
+  // values land in the state of the parameters' buckets). InvalidArgument, changing nothing,
+  // when it does not fit: another kind, a parameter this hook has no bucket for, another size.
+  // The default (a stateless hook) refuses any. Training thread, between steps.
+  virtual void importState(const HookState& state);
 };
 
 // One all-reduce of the whole bucket with `op`. With ReduceOp::kAvg (the default hook) the

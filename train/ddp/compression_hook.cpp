@@ -38,6 +38,9 @@ class StepCounter {
     if (bucket.index == 0) ++step_;
     return step_ > warmup_;
   }
+  // Steps counted so far (HookState::steps).
+  int64_t steps() const { return step_; }
+  void setSteps(int64_t steps) { step_ = steps; }
 
  private:
   int64_t warmup_;
@@ -59,18 +62,53 @@ class Residuals {
         residual.narrow(0, bucket.offsets[k], bucket.numels[k])
             .copy_(slot.flat.narrow(0, slot.offset, bucket.numels[k]));
       }
-      slot = {residual, bucket.offsets[k]};
+      slot = {residual, bucket.offsets[k], bucket.numels[k]};
     }
     return residual;
+  }
+
+  // Copies of every parameter's values, as `key` (CommHook::exportState).
+  void exportTo(const std::string& key, HookState& state) const {
+    for (const auto& [param, slot] : slots_) {
+      state.tensors.push_back(
+          {key, param, /*perRank=*/true, slot.flat.narrow(0, slot.offset, slot.numel).clone()});
+    }
+  }
+  // InvalidArgument unless t holds one of these parameters' values.
+  void check(const HookState::Tensor& t, const std::string& hook) const {
+    auto it = slots_.find(t.param);
+    if (it == slots_.end()) {
+      SHOAL_THROW(InvalidArgument, "{}: a saved {} for parameter {}, which it has no bucket for",
+                  hook, t.key, t.param);
+    }
+    if (t.data.scalar_type() != torch::kFloat32 || t.data.dim() != 1 ||
+        t.data.numel() != it->second.numel) {
+      SHOAL_THROW(InvalidArgument, "{}: the saved {} of parameter {} holds {} elements, it has {}",
+                  hook, t.key, t.param, t.data.numel(), it->second.numel);
+    }
+  }
+  // Into the bucket it lies in now (check() first).
+  void load(const HookState::Tensor& t) {
+    const Slot& slot = slots_.at(t.param);
+    slot.flat.narrow(0, slot.offset, slot.numel).copy_(t.data);
   }
 
  private:
   struct Slot {
     torch::Tensor flat;  // the bucket residual it lies in (kept alive for the next layout)
     int64_t offset = 0;
+    int64_t numel = 0;
   };
   std::unordered_map<size_t, Slot> slots_;
 };
+
+// InvalidArgument unless `state` was exported by a hook of this kind.
+void checkKind(const HookState& state, const std::string& kind, const std::string& hook) {
+  if (state.kind != kind) {
+    SHOAL_THROW(InvalidArgument, "{}: the saved state is a {} hook's, not a {} one's", hook,
+                state.kind, kind);
+  }
+}
 
 // The scale a 1-bit message starts with (comm/compress/sign.h).
 float signScale(const uint8_t* message) {
@@ -121,11 +159,30 @@ class CastHook : public CommHook {
     compress::decodeHalf(half_, s.wire.data(), bucket.buffer.data_ptr<float>(), s.wire.size());
   }
 
-  std::string name() const override {
-    return fmt::format("{} all-reduce", half_ == DataType::kFloat16 ? "fp16" : "bf16");
+  std::string name() const override { return fmt::format("{} all-reduce", kind()); }
+
+  // Only the warm-up's count: the casts keep nothing else.
+  std::string stateKind() const override { return kind(); }
+
+  std::optional<HookState> exportState() const override {
+    HookState state;
+    state.kind = kind();
+    state.steps = steps_.steps();
+    return state;
+  }
+
+  void importState(const HookState& state) override {
+    checkKind(state, kind(), name());
+    if (!state.tensors.empty()) {
+      SHOAL_THROW(InvalidArgument, "{}: a saved state with {} tensors (it keeps none)", name(),
+                  state.tensors.size());
+    }
+    steps_.setSteps(state.steps);
   }
 
  private:
+  std::string kind() const { return half_ == DataType::kFloat16 ? "fp16" : "bf16"; }
+
   DataType half_;
   StepCounter steps_;
 };
@@ -262,7 +319,38 @@ class GatherHook : public CommHook {
 
   std::string name() const override { return fmt::format("{} all-gather", spec_.toString()); }
 
+  // The residuals and velocities, whatever the density or the dense threshold (they change
+  // what is sent, not what the state means).
+  std::string stateKind() const override { return kind(); }
+
+  std::optional<HookState> exportState() const override {
+    HookState state;
+    state.kind = kind();
+    state.steps = steps_.steps();
+    residuals_.exportTo("residual", state);
+    velocities_.exportTo("velocity", state);
+    return state;
+  }
+
+  void importState(const HookState& state) override {
+    checkKind(state, kind(), name());
+    for (const auto& t : state.tensors) slotsOf(t).check(t, name());
+    for (const auto& t : state.tensors) slotsOf(t).load(t);
+    steps_.setSteps(state.steps);
+  }
+
  private:
+  std::string kind() const {
+    return std::string(spec_.codec == Codec::kTopK ? "topk" : "onebit") +
+           (spec_.momentum > 0 ? "+momentum" : "");
+  }
+
+  Residuals& slotsOf(const HookState::Tensor& t) {
+    if (t.key == "residual") return residuals_;
+    if (t.key == "velocity" && spec_.momentum > 0) return velocities_;
+    SHOAL_THROW(InvalidArgument, "{}: a saved '{}' it does not keep", name(), t.key);
+  }
+
   Segment segment(int64_t offset, int64_t numel, bool dense) const {
     Segment seg{offset, numel, dense, 0, 0};
     const auto n = static_cast<size_t>(numel);
@@ -352,6 +440,7 @@ class PowerSgdHook : public CommHook {
       const int64_t r = spec_.rank;
       if (shape.size() >= 2 && r < std::min(rows, cols) && (rows + cols) * r < rows * cols) {
         s->matrices.push_back({k, rows, cols, {}, {}});
+        matrixShapes_[bucket.params[k]] = {rows, cols};
         firstNumel += rows * r;
       } else {
         s->plain.push_back(k);
@@ -428,7 +517,53 @@ class PowerSgdHook : public CommHook {
 
   std::string name() const override { return fmt::format("{} all-reduce", spec_.toString()); }
 
+  // Each matrix's residual (this rank's) and Q (the same on every rank: the average of the
+  // last step's second all-reduce).
+  std::string stateKind() const override { return kind(); }
+
+  std::optional<HookState> exportState() const override {
+    HookState state;
+    state.kind = kind();
+    state.steps = steps_.steps();
+    for (const auto& [param, residual] : residual_) {
+      state.tensors.push_back({"residual", param, true, residual.reshape(-1).clone()});
+    }
+    for (const auto& [param, q] : q_) {
+      state.tensors.push_back({"q", param, false, q.reshape(-1).clone()});
+    }
+    return state;
+  }
+
+  void importState(const HookState& state) override {
+    checkKind(state, kind(), name());
+    for (const auto& t : state.tensors) {
+      auto it = matrixShapes_.find(t.param);
+      if (it == matrixShapes_.end()) {
+        SHOAL_THROW(InvalidArgument, "{}: a saved {} for parameter {}, which it does not compress",
+                    name(), t.key, t.param);
+      }
+      const auto [rows, cols] = it->second;
+      const int64_t want = t.key == "residual" ? rows * cols : cols * spec_.rank;
+      if ((t.key != "residual" && t.key != "q") || t.data.scalar_type() != torch::kFloat32 ||
+          t.data.dim() != 1 || t.data.numel() != want) {
+        SHOAL_THROW(InvalidArgument, "{}: a saved '{}' of parameter {} with {} elements (wants {})",
+                    name(), t.key, t.param, t.data.numel(), want);
+      }
+    }
+    for (const auto& t : state.tensors) {
+      const auto [rows, cols] = matrixShapes_.at(t.param);
+      if (t.key == "residual") {
+        residual_[t.param] = t.data.clone().view({rows, cols});
+      } else {
+        q_[t.param] = t.data.clone().view({cols, spec_.rank});
+      }
+    }
+    steps_.setSteps(state.steps);
+  }
+
  private:
+  std::string kind() const { return fmt::format("powersgd:{}", spec_.rank); }
+
   // The Q of parameter `param`: last step's, or the same random start on every rank.
   const torch::Tensor& warmQ(size_t param, int64_t cols) {
     auto& q = q_[param];
@@ -443,6 +578,9 @@ class PowerSgdHook : public CommHook {
   StepCounter steps_;
   std::unordered_map<size_t, torch::Tensor> residual_;
   std::unordered_map<size_t, torch::Tensor> q_;
+  // The parameters compressed as matrices (rows, cols), from makeState: what a saved state
+  // must fit.
+  std::unordered_map<size_t, std::pair<int64_t, int64_t>> matrixShapes_;
 };
 
 }  // namespace

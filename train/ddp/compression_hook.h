@@ -23,7 +23,12 @@
 // buffer is then an update to apply as plain SGD: the optimizer must have no momentum of its
 // own (momentum 0, not Adam's moments; train::Trainer refuses otherwise). The warm-up steps and
 // buckets that are not float32 send u whole: heavy-ball SGD. Velocities, like residuals, are
-// kept per parameter and are not checkpointed (a resumed job starts them from zero).
+// kept per parameter.
+//
+// Checkpoints (DDP's and ZeRO's, through train/hook_checkpoint.h) save each rank's residuals
+// and velocities, PowerSGD's Q and the warm-up's step count (CommHook::exportState), so a job
+// resumed at the same world size goes on exactly as one that never stopped; at another world
+// size every rank starts from the mean of the saved residuals.
 //
 // topk and onebit with `dense=N`: each parameter of at most N elements is sent whole (averaged
 // exactly; with momentum, heavy-ball SGD), and each larger one is encoded on its own (top-k:

@@ -6,6 +6,7 @@
 
 #include "common/error.h"
 #include "train/collective_verdict.h"
+#include "train/hook_checkpoint.h"
 #include "train/optimizer_state.h"
 #include "train/state_shards.h"
 #include "train/zero/zero.h"
@@ -158,10 +159,10 @@ std::string ZeroDataParallel::save(const std::string& dir, const Progress& progr
   Impl& m = *impl_;
   int64_t optimizerStep = 0;
   auto pieces = m.statePieces(/*withBuffers=*/m.rank == 0, optimizerStep);
-  return saveShards(*m.group, dir, progress.step, pieces,
-                    shards::meta(*m.module, progress, m.options.optimizer, optimizerStep,
-                                 fmt::format("zero stage {}, {} ranks", m.options.stage, m.size)),
-                    keep);
+  auto meta = shards::meta(*m.module, progress, m.options.optimizer, optimizerStep,
+                           fmt::format("zero stage {}, {} ranks", m.options.stage, m.size));
+  if (m.options.commHook) addHookState(*m.options.commHook, m.names, m.rank, m.size, pieces, meta);
+  return saveShards(*m.group, dir, progress.step, pieces, meta, keep);
 }
 
 std::optional<Progress> ZeroDataParallel::load(const std::string& dir,
@@ -172,12 +173,19 @@ std::optional<Progress> ZeroDataParallel::load(const std::string& dir,
   Progress progress;
   std::optional<ShardReader> reader;
   std::optional<CheckpointSource> source;
+  // Stages 2-3 and stage 1 without compression: the default hook, which keeps no state (a
+  // checkpoint that holds some then says it is not used).
+  const auto hook = m.options.commHook ? m.options.commHook : ddp::averageAllreduce();
+  std::optional<ddp::HookState> hookState;
+  std::string noHookState;
   m.loadFrom("loading the checkpoint", [&]() -> const StateSource& {
     reader.emplace(dir, *chosen);
     shards::checkOptimizer(*reader, m.options.optimizer);
     progress = shards::progressOf(*reader);
+    hookState = readHookState(*reader, *hook, m.names, m.rank, m.size, noHookState);
     return source.emplace(*reader);
   });
+  restoreHookState(*m.group, *hook, hookState, noHookState);
   return progress;
 }
 
