@@ -8,8 +8,10 @@
 #include "comm/collectives.h"
 #include "common/error.h"
 #include "tests/ddp_test_util.h"
+#include "tests/process_util.h"
 #include "tests/thread_ranks.h"
 #include "train/ddp.h"
+#include "train/ddp_checkpoint.h"
 #include "train/tensor_types.h"
 
 namespace shoal::test {
@@ -218,6 +220,79 @@ TEST(Ddp, GradientsAreViewsIntoTheBucketsThroughRebuildZeroGradAndNoSync) {
   for (int r = 0; r < 2; ++r) {
     EXPECT_EQ(errors[r], "") << "rank " << r;
     EXPECT_EQ(failures[r], "") << "rank " << r;
+  }
+}
+
+// Registered in the opposite order of their use: backward makes `last`'s gradients ready first,
+// so DDP's rebuild after the first iteration changes the order a new DDP starts with.
+struct SwappedImpl : torch::nn::Module {
+  SwappedImpl() {
+    last = register_module("last", torch::nn::Linear(16, 4));
+    first = register_module("first", torch::nn::Linear(8, 16));
+  }
+  torch::Tensor forward(torch::Tensor x) { return last(torch::relu(first(x))); }
+  torch::nn::Linear last{nullptr}, first{nullptr};
+};
+TORCH_MODULE(Swapped);
+
+// A checkpoint keeps DDP's rebuilt bucket order (train/ddp_checkpoint.h): a fresh DDP that loads
+// it takes the layout the saving job had (the compression hooks encode bucket by bucket, so a
+// resumed job must see the same buckets), and keeps it after its first iteration.
+TEST(Ddp, ACheckpointCarriesTheRebuiltBucketOrder) {
+  torch::set_num_threads(1);
+  auto data = makeData(1);
+  TempDir dir;
+  std::vector<std::vector<std::vector<size_t>>> initial(2), saved(2), loaded(2), after(2);
+  std::vector<std::string> failures(2);
+  auto errors = runThreadRanks(2, testOptions(TransportKind::kShm), [&](comm::Group& g) {
+    const int r = g.rank();
+    train::DdpOptions o;
+    o.bucketBytes = 300;
+    o.firstBucketBytes = 100;
+    auto run = [&](train::DistributedDataParallel& ddp, Swapped& net) {
+      ddp.beforeForward();
+      auto out = net->forward(rows(data.x[0], r));
+      ddp.backward(torch::nn::functional::cross_entropy(out, rows(data.y[0], r)));
+    };
+    torch::manual_seed(1);
+    Swapped net;
+    torch::optim::SGD opt(net->parameters(), 0.1);
+    train::DistributedDataParallel ddp(net.ptr(), g.shared_from_this(), o);
+    initial[r] = ddp.bucketLayout();
+    run(ddp, net);
+    saved[r] = ddp.bucketLayout();
+    std::vector<torch::Tensor> grads;
+    for (auto& p : net->parameters()) grads.push_back(p.grad().clone());
+    train::saveDdpShards(g, dir.path, *net, opt, train::OptimizerOptions{}, {1, 0, 1}, 2, &ddp);
+    Swapped fresh;
+    torch::optim::SGD freshOpt(fresh->parameters(), 0.1);
+    train::DistributedDataParallel resumed(fresh.ptr(), g.shared_from_this(), o);
+    if (!train::loadDdpShards(g, dir.path, *fresh, freshOpt, train::OptimizerOptions{}, {},
+                              &resumed)) {
+      failures[r] += "no checkpoint loaded; ";
+    }
+    loaded[r] = resumed.bucketLayout();
+    run(resumed, fresh);
+    after[r] = resumed.bucketLayout();
+    // The same parameters (no optimizer step) and data: the same averaged gradients.
+    const auto params = fresh->parameters();
+    for (size_t i = 0; i < params.size(); ++i) {
+      if (!params[i].grad().defined() || !torch::equal(params[i].grad(), grads[i])) {
+        failures[r] += fmt::format("parameter {}: another gradient after loading; ", i);
+      }
+    }
+    try {
+      resumed.adoptBucketOrder({0, 0, 1, 2});
+      failures[r] += "an order that is not a permutation was adopted; ";
+    } catch (const InvalidArgument&) {
+    }
+  });
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(errors[r], "") << "rank " << r;
+    EXPECT_EQ(failures[r], "") << "rank " << r;
+    EXPECT_NE(initial[r], saved[r]) << "the rebuild must change the order for this test to tell";
+    EXPECT_EQ(loaded[r], saved[r]) << "rank " << r;
+    EXPECT_EQ(after[r], saved[r]) << "rank " << r << ": rebuilt again after loading";
   }
 }
 

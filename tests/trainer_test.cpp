@@ -144,14 +144,17 @@ TEST(Trainer, CompressionWithMomentumLearnsWithPlainSgd) {
   }
 }
 
-// Gradient compression keeps state from step to step on every rank (error-feedback residuals,
-// momentum correction's velocities, PowerSGD's Q, the warm-up's count): the checkpoints save it
-// (train/hook_checkpoint.h), so a job resumed from one trains the epoch a job that never stopped
-// trains, to every printed digit, under DDP and ZeRO stage 1. Without it every codec's resumed
+// A job resumed from its checkpoint trains the epoch a job that never stopped trains, to every
+// printed digit, under DDP and ZeRO stage 1. Gradient compression keeps state from step to step
+// on every rank (error-feedback residuals, momentum correction's velocities, PowerSGD's Q, the
+// warm-up's count) and DDP its rebuilt bucket order: the checkpoints save both
+// (train/hook_checkpoint.h, train/ddp_checkpoint.h). Without the state every codec's resumed
 // epoch differed.
-TEST(Trainer, CompressedJobsResumeExactly) {
+TEST(Trainer, DataParallelJobsResumeExactly) {
   const std::vector<std::string> runs = {
-      "--strategy ddp --compression topk:0.1", "--strategy ddp --compression powersgd:1",
+      "--strategy ddp",
+      "--strategy ddp --compression topk:0.1",
+      "--strategy ddp --compression powersgd:1",
       "--strategy ddp --compression onebit",
       "--strategy ddp --optimizer sgd --lr 0.05 --momentum 0 --compression topk:0.1,momentum=0.9",
       "--strategy zero1 --compression topk:0.1,warmup=30"};

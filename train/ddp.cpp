@@ -48,6 +48,14 @@ std::vector<std::vector<size_t>> DistributedDataParallel::bucketLayout() const {
   return reducer_ ? reducer_->bucketLayout() : std::vector<std::vector<size_t>>{};
 }
 
+void DistributedDataParallel::adoptBucketOrder(const std::vector<size_t>& order) {
+  if (reducer_) reducer_->adoptOrder(order);
+}
+
+ddp::CommHook* DistributedDataParallel::commHook() {
+  return reducer_ ? &reducer_->hook() : nullptr;
+}
+
 const torch::Tensor& DistributedDataParallel::bucketBuffer(size_t b) const {
   SHOAL_CHECK(reducer_, "DistributedDataParallel: a world of one has no buckets");
   return reducer_->bucketBuffer(b);

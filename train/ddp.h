@@ -110,6 +110,13 @@ class DistributedDataParallel {
   std::vector<std::vector<size_t>> bucketLayout() const;
   // Bucket b's flat gradient buffer (the .grad views point into it). With more than one rank.
   const torch::Tensor& bucketBuffer(size_t b) const;
+  // Between iterations: the buckets in `order` (parameter indices in launch order, as the
+  // concatenated bucketLayout() of a job that ran), without the rebuild after the first
+  // iteration (ddp::Reducer::adoptOrder). A resumed job so encodes the buckets of the job that
+  // saved it. No-op with one rank; InvalidArgument unless `order` is a permutation.
+  void adoptBucketOrder(const std::vector<size_t>& order);
+  // The hook the buckets go through (DdpOptions::commHook, or the default); null with one rank.
+  ddp::CommHook* commHook();
   comm::Group& group() { return *group_; }
 
   // Where this rank's DDP time went since construction (zeros with one rank): to tell

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "comm/collectives.h"
 #include "common/error.h"
 #include "train/collective_verdict.h"
@@ -37,11 +39,41 @@ std::vector<std::string> namesOf(const std::vector<std::pair<std::string, torch:
   return names;
 }
 
+// The bucket order a DDP job saved (meta "ddp_bucket_order"), if any. InvalidArgument when it
+// is not a list of up to `params` indices (adoptBucketOrder checks that it is a permutation).
+std::optional<std::vector<size_t>> savedBucketOrder(const ShardReader& reader, size_t params) {
+  const auto it = reader.meta().find("ddp_bucket_order");
+  if (it == reader.meta().end()) return std::nullopt;
+  const std::string& text = it->second;
+  std::vector<size_t> order;
+  for (size_t at = 0; at <= text.size();) {
+    const size_t comma = std::min(text.find(',', at), text.size());
+    const std::string item = text.substr(at, comma - at);
+    // Nine digits at most: an index, not a number to overflow.
+    if (order.size() == params || item.empty() || item.size() > 9 ||
+        item.find_first_not_of("0123456789") != std::string::npos) {
+      SHOAL_THROW(InvalidArgument,
+                  "checkpoint step {}: meta 'ddp_bucket_order' is not an order of the model's {} "
+                  "parameters (at '{}')",
+                  reader.step(), params, item.substr(0, 20));
+    }
+    order.push_back(std::stoul(item));
+    at = comma + 1;
+  }
+  if (order.size() != params) {
+    SHOAL_THROW(
+        InvalidArgument,
+        "checkpoint step {}: meta 'ddp_bucket_order' orders {} parameters, the model has {}",
+        reader.step(), order.size(), params);
+  }
+  return order;
+}
+
 }  // namespace
 
 std::string saveDdpShards(comm::Group& group, const std::string& dir, torch::nn::Module& module,
                           torch::optim::Optimizer& opt, const OptimizerOptions& options,
-                          const Progress& progress, int keep, const ddp::CommHook* hook) {
+                          const Progress& progress, int keep, DistributedDataParallel* ddp) {
   torch::NoGradGuard noGrad;
   const auto params = trainable(module, opt);
   const int64_t r = group.rank(), n = group.size();
@@ -71,14 +103,25 @@ std::string saveDdpShards(comm::Group& group, const std::string& dir, torch::nn:
   }
   auto meta = shards::meta(module, progress, options, optimizerStep,
                            fmt::format("data parallel, {} ranks", n));
-  if (hook) addHookState(*hook, namesOf(params), group.rank(), group.size(), pieces, meta);
+  if (ddp != nullptr && ddp->commHook() != nullptr) {
+    addHookState(*ddp->commHook(), namesOf(params), group.rank(), group.size(), pieces, meta);
+    std::string order;
+    for (const auto& bucket : ddp->bucketLayout()) {
+      for (size_t i : bucket) {
+        if (!order.empty()) order += ',';
+        order += std::to_string(i);
+      }
+    }
+    meta["ddp_bucket_order"] = order;
+  }
   return saveShards(group, dir, progress.step, pieces, meta, keep);
 }
 
 std::optional<Progress> loadDdpShards(comm::Group& group, const std::string& dir,
                                       torch::nn::Module& module, torch::optim::Optimizer& opt,
                                       const OptimizerOptions& options, std::optional<int64_t> step,
-                                      ddp::CommHook* hook) {
+                                      DistributedDataParallel* ddp) {
+  ddp::CommHook* hook = ddp != nullptr ? ddp->commHook() : nullptr;
   torch::NoGradGuard noGrad;
   const std::optional<int64_t> chosen = shards::agreeOnStep(group, dir, step);
   if (!chosen) return std::nullopt;
@@ -87,6 +130,7 @@ std::optional<Progress> loadDdpShards(comm::Group& group, const std::string& dir
   std::vector<std::optional<ParamState>> states;
   std::optional<ddp::HookState> hookState;
   std::string noHookState;
+  std::optional<std::vector<size_t>> bucketOrder;
   onEveryRank(group, "loading the checkpoint", [&] {
     const auto params = trainable(module, opt);
     ShardReader reader(dir, *chosen);
@@ -113,6 +157,8 @@ std::optional<Progress> loadDdpShards(comm::Group& group, const std::string& dir
     if (hook) {
       hookState =
           readHookState(reader, *hook, namesOf(params), group.rank(), group.size(), noHookState);
+      // Only from a job of this size: rank 0's gradient order, which the rebuild would give.
+      if (reader.worldSize() == group.size()) bucketOrder = savedBucketOrder(reader, params.size());
     }
   });
   onEveryRank(group, "restoring the optimizer state", [&] {
@@ -120,6 +166,9 @@ std::optional<Progress> loadDdpShards(comm::Group& group, const std::string& dir
       if (states[i]) importState(opt, i, *states[i]);
     }
   });
+  if (bucketOrder) {
+    onEveryRank(group, "restoring the bucket order", [&] { ddp->adoptBucketOrder(*bucketOrder); });
+  }
   if (hook) restoreHookState(group, *hook, hookState, noHookState);
   for (auto& [into, from] : copies) into.copy_(from);
   return progress;

@@ -21,25 +21,28 @@
 
 #include "comm/group.h"
 #include "train/checkpoint.h"
-#include "train/ddp/comm_hook.h"
+#include "train/ddp.h"
 #include "train/optim.h"
 
 namespace shoal::train {
 
-// `hook`: DDP's communication hook; its state between steps (gradient compression's residuals)
-// is saved with the rest (train/hook_checkpoint.h).
+// `ddp`: the DistributedDataParallel over `module`, if any. Its hook's state between steps
+// (gradient compression's residuals: train/hook_checkpoint.h) and its bucket order are saved
+// with the rest.
 std::string saveDdpShards(comm::Group& group, const std::string& dir, torch::nn::Module& module,
                           torch::optim::Optimizer& opt, const OptimizerOptions& options,
                           const Progress& progress, int keep = 2,
-                          const ddp::CommHook* hook = nullptr);
+                          DistributedDataParallel* ddp = nullptr);
 
-// The newest (or the given) step in dir; nothing when there is none. With `hook`, the hook's
-// state is restored from the checkpoint too, after the buckets were made (a checkpoint without
-// it, or with another kind's, leaves the hook as it is and says so in a warning on rank 0).
+// The newest (or the given) step in dir; nothing when there is none. With `ddp`, its bucket
+// order (meta "ddp_bucket_order", when the checkpoint's world size is this one's) and then its
+// hook's state are restored too: a resumed job encodes the buckets the job that saved it did,
+// with the same residuals. A checkpoint without hook state, or with another kind's, leaves the
+// hook as it is and says so in a warning on rank 0.
 std::optional<Progress> loadDdpShards(comm::Group& group, const std::string& dir,
                                       torch::nn::Module& module, torch::optim::Optimizer& opt,
                                       const OptimizerOptions& options,
                                       std::optional<int64_t> step = {},
-                                      ddp::CommHook* hook = nullptr);
+                                      DistributedDataParallel* ddp = nullptr);
 
 }  // namespace shoal::train

@@ -10,12 +10,11 @@
 //                                 row r; a shared one: shape [elements], written by rank 0
 // and in the meta "hook" (the state's kind) and "hook_steps".
 //
-// Loading at the world size that saved it gives every rank its own state back (a resumed job
-// then trains as the one that never stopped; with several buckets, up to the first step of
-// DDP's initial bucket layout, which top-k and 1-bit encode bucket by bucket). At another,
-// every rank gets the mean of the per-rank tensors over the ranks that saved them (the ranks'
-// held-back gradients enter the average update as their mean, which this keeps) and the shared
-// ones as saved.
+// Loading at the world size that saved it gives every rank its own state back (and DDP its
+// bucket order: train/ddp_checkpoint.h), so a resumed job trains as the one that never
+// stopped. At another, every rank gets the mean of the per-rank tensors over the ranks that
+// saved them (the ranks' held-back gradients enter the average update as their mean, which
+// this keeps) and the shared ones as saved.
 #pragma once
 
 #include <map>

@@ -257,6 +257,28 @@ void Reducer::finish() {
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
+void Reducer::adoptOrder(const std::vector<size_t>& order) {
+  std::vector<char> seen(params_.size(), 0);
+  for (size_t i : order) {
+    if (i >= params_.size() || seen[i]) {
+      SHOAL_THROW(InvalidArgument,
+                  "DistributedDataParallel: a bucket order of {} entries is not one of its {} "
+                  "parameters (entry {})",
+                  order.size(), params_.size(), i);
+    }
+    seen[i] = 1;
+  }
+  if (order.size() != params_.size()) {
+    SHOAL_THROW(InvalidArgument,
+                "DistributedDataParallel: a bucket order of {} entries for {} parameters",
+                order.size(), params_.size());
+  }
+  buildBuckets(order);
+  rebuilt_ = true;
+  readyOrder_.clear();
+  resetIteration();  // the new buckets' counts of pending gradients
+}
+
 void Reducer::rebuildFromReadyOrder() {
   // Rank 0's actual order (parameters that never got a gradient last), for every rank.
   std::vector<int64_t> order(readyOrder_.begin(), readyOrder_.end());

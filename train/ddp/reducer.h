@@ -78,9 +78,15 @@ class Reducer {
 
   // Parameter indices per bucket, in launch order.
   std::vector<std::vector<size_t>> bucketLayout() const;
+  // Builds the buckets in `order` (every parameter index once, in launch order) and skips the
+  // rebuild after the first iteration: a resumed job takes the layout the job that saved it had
+  // (its hook encodes bucket by bucket). Every rank passes the same order. Between iterations
+  // only. InvalidArgument unless `order` is a permutation of the parameters.
+  void adoptOrder(const std::vector<size_t>& order);
   // The flat buffer of bucket b (the .grad views point into it).
   const torch::Tensor& bucketBuffer(size_t b) const { return buckets_.at(b).buffer; }
   const CommHook& hook() const { return *hook_; }
+  CommHook& hook() { return *hook_; }
 
   // Synchronized iterations finished, and the time finish() took in them (starting the last
   // buckets, waiting for all, the hook's finish()).

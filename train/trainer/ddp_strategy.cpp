@@ -67,15 +67,12 @@ class DdpStrategy final : public DistributionStrategy {
 
   void save(const std::string& dir, const Progress& progress, int keep) override {
     saveDdpShards(ddp_->group(), dir, *module_, *optimizer_, optimizerOptions_, progress, keep,
-                  base_.commHook.get());
+                  ddp_.get());
   }
 
   std::optional<Progress> load(const std::string& dir) override {
-    // Without compression the default hook, which keeps no state: a checkpoint that holds some
-    // then says it is not used.
-    const auto hook = base_.commHook ? base_.commHook : ddp::averageAllreduce();
     return loadDdpShards(ddp_->group(), dir, *module_, *optimizer_, optimizerOptions_, {},
-                         hook.get());
+                         ddp_.get());
   }
 
   CommunicationTotals communication() const override {
