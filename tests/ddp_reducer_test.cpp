@@ -117,6 +117,14 @@ TEST(Ddp, EveryBufferComesFromRankZeroBeforeEachForwardWhateverItsDtype) {
   for (auto& e : errors) EXPECT_EQ(e, "");
 }
 
+// Buckets of a few parameters each, so the tests' small networks have several.
+train::DdpOptions smallBuckets() {
+  train::DdpOptions o;
+  o.bucketBytes = 300;
+  o.firstBucketBytes = 100;
+  return o;
+}
+
 // True if t's elements lie inside `buffer`'s storage.
 bool isViewInto(const torch::Tensor& t, const torch::Tensor& buffer) {
   auto* begin = static_cast<const char*>(buffer.data_ptr());
@@ -152,9 +160,7 @@ TEST(Ddp, GradientsAreViewsIntoTheBucketsThroughRebuildZeroGradAndNoSync) {
   std::vector<std::string> failures(2);
   auto errors = runThreadRanks(2, testOptions(TransportKind::kShm), [&](comm::Group& g) {
     const int r = g.rank();
-    train::DdpOptions o;
-    o.bucketBytes = 300;
-    o.firstBucketBytes = 100;
+    const train::DdpOptions o = smallBuckets();
     train::DistributedDataParallel ddp(nets[r].ptr(), g.shared_from_this(), o);
     auto params = nets[r]->parameters();
     auto loss = [&] {
@@ -246,9 +252,7 @@ TEST(Ddp, ACheckpointCarriesTheRebuiltBucketOrder) {
   std::vector<std::string> failures(2);
   auto errors = runThreadRanks(2, testOptions(TransportKind::kShm), [&](comm::Group& g) {
     const int r = g.rank();
-    train::DdpOptions o;
-    o.bucketBytes = 300;
-    o.firstBucketBytes = 100;
+    const train::DdpOptions o = smallBuckets();
     auto run = [&](train::DistributedDataParallel& ddp, Swapped& net) {
       ddp.beforeForward();
       auto out = net->forward(rows(data.x[0], r));
@@ -340,9 +344,7 @@ TEST(Ddp, ACustomHookWithPerBucketStateReplacesTheAverage) {
   std::vector<size_t> buckets(2);
   auto errors = runThreadRanks(2, testOptions(TransportKind::kShm), [&](comm::Group& g) {
     const int r = g.rank();
-    train::DdpOptions o;
-    o.bucketBytes = 300;
-    o.firstBucketBytes = 100;
+    train::DdpOptions o = smallBuckets();
     o.commHook = hooks[r];
     train::DistributedDataParallel ddp(nets[r].ptr(), g.shared_from_this(), o);
     auto params = nets[r]->parameters();
