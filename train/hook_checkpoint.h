@@ -2,7 +2,7 @@
 // job with gradient compression resumes exactly where it stopped: the error-feedback residuals
 // (what each rank held back, not yet sent), momentum correction's velocities, PowerSGD's warm
 // start and the count of steps that ends a warm-up (ddp::HookState). Without them a resumed job
-// silently dropped what the ranks had held back, and started its warm-up and PowerSGD's Q over.
+// would silently drop what the ranks had held back, and start its warm-up and PowerSGD's Q over.
 //
 // Names in the checkpoint (beside param/, optim/ and buffer/ of train/state_shards.h, which
 // nothing else reads them with):
