@@ -45,20 +45,20 @@ class CastHook : public CommHook {
     compress::decodeHalf(half_, s.wire.data(), bucket.buffer.data_ptr<float>(), s.wire.size());
   }
 
-  std::string name() const override { return fmt::format("{} all-reduce", kind()); }
+  std::string name() const override { return fmt::format("{} all-reduce", stateKind()); }
 
-  std::string stateKind() const override { return kind(); }
+  std::string stateKind() const override { return half_ == DataType::kFloat16 ? "fp16" : "bf16"; }
 
   // Only the warm-up's count: the casts keep nothing else.
   std::optional<HookState> exportState() const override {
     HookState state;
-    state.kind = kind();
+    state.kind = stateKind();
     state.steps = steps_.steps();
     return state;
   }
 
   void importState(const HookState& state) override {
-    checkKind(state, kind(), name());
+    checkKind(*this, state);
     if (!state.tensors.empty()) {
       SHOAL_THROW(InvalidArgument, "{}: a saved state with {} tensors (it keeps none)", name(),
                   state.tensors.size());
@@ -67,8 +67,6 @@ class CastHook : public CommHook {
   }
 
  private:
-  std::string kind() const { return half_ == DataType::kFloat16 ? "fp16" : "bf16"; }
-
   DataType half_;
   StepCounter steps_;
 };

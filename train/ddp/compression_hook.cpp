@@ -11,10 +11,10 @@ namespace shoal::train::ddp {
 
 namespace compression {
 
-void checkKind(const HookState& state, const std::string& kind, const std::string& hook) {
-  if (state.kind != kind) {
-    SHOAL_THROW(InvalidArgument, "{}: the saved state is a {} hook's, not a {} one's", hook,
-                state.kind, kind);
+void checkKind(const CommHook& hook, const HookState& state) {
+  if (state.kind != hook.stateKind()) {
+    SHOAL_THROW(InvalidArgument, "{}: the saved state is a {} hook's, not a {} one's", hook.name(),
+                state.kind, hook.stateKind());
   }
 }
 

@@ -36,8 +36,8 @@ class StepCounter {
   int64_t step_ = 0;
 };
 
-// InvalidArgument unless `state` was exported by a hook of this kind (`hook`: the hook's name).
-void checkKind(const HookState& state, const std::string& kind, const std::string& hook);
+// InvalidArgument, naming `hook`, unless `state` was exported by a hook of its kind.
+void checkKind(const CommHook& hook, const HookState& state);
 
 bool isFloat32(const GradBucket& bucket);
 

@@ -214,13 +214,16 @@ class GatherHook : public CommHook {
 
   std::string name() const override { return fmt::format("{} all-gather", spec_.toString()); }
 
-  std::string stateKind() const override { return kind(); }
+  std::string stateKind() const override {
+    return std::string(spec_.codec == Codec::kTopK ? "topk" : "onebit") +
+           (spec_.momentum > 0 ? "+momentum" : "");
+  }
 
   // The residuals and velocities, whatever the density or the dense threshold (they change
   // what is sent, not what the state means).
   std::optional<HookState> exportState() const override {
     HookState state;
-    state.kind = kind();
+    state.kind = stateKind();
     state.steps = steps_.steps();
     residuals_.exportTo("residual", state);
     velocities_.exportTo("velocity", state);
@@ -228,18 +231,13 @@ class GatherHook : public CommHook {
   }
 
   void importState(const HookState& state) override {
-    checkKind(state, kind(), name());
+    checkKind(*this, state);
     for (const auto& t : state.tensors) slotsOf(t).check(t, name());
     for (const auto& t : state.tensors) slotsOf(t).load(t);
     steps_.setSteps(state.steps);
   }
 
  private:
-  std::string kind() const {
-    return std::string(spec_.codec == Codec::kTopK ? "topk" : "onebit") +
-           (spec_.momentum > 0 ? "+momentum" : "");
-  }
-
   Residuals& slotsOf(const HookState::Tensor& t) {
     if (t.key == "residual") return residuals_;
     if (t.key == "velocity" && spec_.momentum > 0) return velocities_;

@@ -132,13 +132,13 @@ class PowerSgdHook : public CommHook {
 
   std::string name() const override { return fmt::format("{} all-reduce", spec_.toString()); }
 
-  std::string stateKind() const override { return kind(); }
+  std::string stateKind() const override { return fmt::format("powersgd:{}", spec_.rank); }
 
   // Each matrix's residual (this rank's) and Q (the same on every rank: the average of the
   // last step's second all-reduce).
   std::optional<HookState> exportState() const override {
     HookState state;
-    state.kind = kind();
+    state.kind = stateKind();
     state.steps = steps_.steps();
     for (const auto& [param, residual] : residual_) {
       state.tensors.push_back({"residual", param, true, residual.reshape(-1).clone()});
@@ -150,7 +150,7 @@ class PowerSgdHook : public CommHook {
   }
 
   void importState(const HookState& state) override {
-    checkKind(state, kind(), name());
+    checkKind(*this, state);
     for (const auto& t : state.tensors) {
       auto it = matrixShapes_.find(t.param);
       if (it == matrixShapes_.end()) {
@@ -177,8 +177,6 @@ class PowerSgdHook : public CommHook {
   }
 
  private:
-  std::string kind() const { return fmt::format("powersgd:{}", spec_.rank); }
-
   // The Q of parameter `param`: last step's, or the same random start on every rank.
   const torch::Tensor& warmQ(size_t param, int64_t cols) {
     auto& q = q_[param];
