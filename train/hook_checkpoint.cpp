@@ -9,6 +9,7 @@
 #include "common/error.h"
 #include "common/log.h"
 #include "train/collective_verdict.h"
+#include "train/state_shards.h"
 
 namespace shoal::train {
 
@@ -70,15 +71,7 @@ std::optional<ddp::HookState> readHookState(const ShardReader& reader, const ddp
   }
   ddp::HookState state;
   state.kind = kind;
-  try {
-    size_t used = 0;
-    const auto& text = meta.at("hook_steps");
-    state.steps = std::stoll(text, &used);
-    if (used != text.size() || state.steps < 0) throw std::invalid_argument(text);
-  } catch (const std::exception&) {
-    SHOAL_THROW(InvalidArgument, "checkpoint step {}: meta 'hook_steps' is missing or not a count",
-                reader.step());
-  }
+  state.steps = shards::metaCount(reader, "hook_steps");
   std::unordered_map<std::string, size_t> index;
   for (size_t i = 0; i < names.size(); ++i) index.emplace(names[i], i);
   for (const auto& name : reader.names()) {

@@ -51,9 +51,7 @@ std::map<std::string, std::string> meta(torch::nn::Module& module, const Progres
           {"writer", writer}};
 }
 
-namespace {
-
-int64_t number(const ShardReader& reader, const std::string& key) {
+int64_t metaCount(const ShardReader& reader, const std::string& key) {
   auto it = reader.meta().find(key);
   if (it == reader.meta().end()) {
     SHOAL_THROW(InvalidArgument, "checkpoint step {}: its meta has no '{}'", reader.step(), key);
@@ -68,14 +66,13 @@ int64_t number(const ShardReader& reader, const std::string& key) {
               key, it->second);
 }
 
-}  // namespace
-
 Progress progressOf(const ShardReader& reader) {
-  return {number(reader, "epoch"), number(reader, "batch_in_epoch"), number(reader, "step")};
+  return {metaCount(reader, "epoch"), metaCount(reader, "batch_in_epoch"),
+          metaCount(reader, "step")};
 }
 
 int64_t optimizerStepOf(const ShardReader& reader) {
-  return number(reader, "optimizer_step");
+  return metaCount(reader, "optimizer_step");
 }
 
 std::optional<int64_t> agreeOnStep(comm::Group& group, const std::string& dir,

@@ -36,6 +36,9 @@ std::vector<std::string> stateKeysOf(const std::vector<std::string>& names,
 std::map<std::string, std::string> meta(torch::nn::Module& module, const Progress& progress,
                                         const OptimizerOptions& opt, int64_t optimizerStep,
                                         const std::string& writer);
+// The meta's `key` as a count (a non-negative integer); InvalidArgument naming the step and the
+// key when it is missing or not one.
+int64_t metaCount(const ShardReader& reader, const std::string& key);
 Progress progressOf(const ShardReader& reader);
 int64_t optimizerStepOf(const ShardReader& reader);
 
