@@ -18,6 +18,15 @@
 
 namespace shoal::reduce_isa {
 
+// How many of `count` elements of `esize` bytes at `p` come before the first 64-byte boundary
+// (all of them when it lies beyond): the kernels run those apart, so that the vector loop's
+// stores never split a cache line. Plain arithmetic, the same in every copy of the kernels.
+inline size_t elementsBeforeLine(const void* p, size_t esize, size_t count) {
+  constexpr uintptr_t kLine = 64;
+  const size_t toLine = (kLine - reinterpret_cast<uintptr_t>(p) % kLine) % kLine / esize;
+  return toLine < count ? toLine : count;
+}
+
 // One instruction set's kernels: the contracts of reduceTo and scaleAverage in
 // common/reduce.h, without their argument checks (reduce.cpp makes them).
 struct Kernels {
