@@ -46,6 +46,7 @@
 #include "ps/config.h"
 #include "ps/partition.h"
 #include "ps/protocol.h"
+#include "ps/request_target.h"
 #include "ps/server.h"
 #include "ps/shard.h"
 #include "ps/shard_access.h"
@@ -63,13 +64,6 @@ class ServerFault : public Error {
 class CheckpointWriteError : public ServerFault {
  public:
   using ServerFault::ServerFault;
-};
-
-// The pieces [first, last) a request covers, and their place in the shard.
-struct Target {
-  size_t first = 0, last = 0;
-  size_t offset = 0;  // local element offset
-  size_t count = 0;   // elements
 };
 
 // Per worker thread buffers, reused from request to request.

@@ -14,7 +14,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 BUILD=$ROOT/build-fuzz
-ALL=(frame store_protocol auth ps_protocol sealed_file shard_restore checkpoint idx shard_index codec
+ALL=(frame store_protocol store_requests auth ps_protocol ps_request sealed_file shard_restore checkpoint idx shard_index codec
   flight_file shm_ring)
 
 configure() {

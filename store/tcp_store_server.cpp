@@ -7,16 +7,14 @@
 #include <cerrno>
 #include <cstring>
 #include <list>
-#include <map>
 #include <optional>
 
 #include "common/encryption.h"
 #include "common/error.h"
 #include "common/hmac_auth.h"
 #include "common/log.h"
-#include "store/memory_store.h"
 #include "store/tcp_store.h"
-#include "store/tcp_store_protocol.h"
+#include "store/tcp_store_requests.h"
 
 namespace shoal::store {
 
@@ -28,10 +26,10 @@ using auth::GreetingStatus;
 // then requests. Until kReady nothing in `in` is read as a request.
 enum class Phase { kHello, kOffer, kTls, kReady };
 
-struct Client {
+// A connection: its handshake, then its requests (RequestStream's `in` and `out` carry the
+// handshake's bytes too).
+struct Client : RequestStream {
   Fd fd;
-  std::string in;
-  std::string out;
   Phase phase = Phase::kHello;
   auth::Greeting greeting{};
   // Encrypted connections, from the TLS handshake on (phase kTls, kReady).
@@ -43,191 +41,8 @@ struct Client {
   bool authenticated() const { return phase == Phase::kReady; }
   // Close once `out` is flushed (after a refusal).
   bool closing = false;
-  // Bytes of an over-limit frame still to discard unread.
-  uint64_t skip = 0;
   // The handshake deadline, then the idle deadline (pushed on by every byte received).
   Clock::time_point deadline;
-  // A parked get/wait: answered when all keys exist. Requests on one connection are served
-  // in order, so while one is parked the client's later requests wait in `in`.
-  std::optional<wire::Message> parked;
-};
-
-class Server {
- public:
-  explicit Server(const TcpStoreServerOptions& o)
-      : o_(o),
-        maxFrame_(static_cast<uint32_t>(std::min<size_t>(
-            wire::kMaxFrame, wire::kFrameHeader + 3 * 4 + o.maxKeyBytes + 2 * o.maxValueBytes))) {}
-
-  uint32_t maxFrame() const { return maxFrame_; }
-  size_t storedBytes() const { return stored_; }
-  int parkedCount() const { return parked_; }
-
-  // Serves as many queued requests of a client as possible. Throws ProtocolError for a
-  // malformed frame (the caller drops the client).
-  void drain(Client& c) {
-    if (c.parked) {
-      if (!handle(c, *c.parked)) return;
-      c.parked.reset();
-      --parked_;
-    }
-    // A client that does not read its replies stops being served (and read) until it does.
-    while (c.out.size() < maxFrame_) {
-      if (c.skip > 0) {
-        const size_t n = static_cast<size_t>(std::min<uint64_t>(c.skip, c.in.size()));
-        c.in.erase(0, n);
-        c.skip -= n;
-        if (c.skip > 0) return;
-      }
-      auto len = wire::peekLength(c.in);
-      if (len && *len > maxFrame_) {
-        // Answer now, then discard the frame as it arrives: the client's write completes and
-        // it reads this reply, instead of a reset connection it would retry.
-        c.out += wire::encode(
-            wire::kFailed,
-            {fmt::format("request of {} bytes exceeds the store's limit of {} bytes (keys up to "
-                         "{} bytes, values up to {} bytes)",
-                         *len, maxFrame_, o_.maxKeyBytes, o_.maxValueBytes)});
-        c.in.erase(0, 4);
-        c.skip = *len;
-        continue;
-      }
-      auto m = wire::tryDecode(c.in, maxFrame_);
-      if (!m) return;
-      if (!handle(c, *m)) {
-        if (parked_ >= o_.maxParked) {
-          fail(c, fmt::format("too many waiting get/wait requests (limit {})", o_.maxParked));
-          continue;
-        }
-        c.parked = std::move(m);
-        ++parked_;
-        return;
-      }
-    }
-  }
-
-  // The client is going away: forget its parked request.
-  void forget(Client& c) {
-    if (c.parked) --parked_;
-    c.parked.reset();
-  }
-
- private:
-  void fail(Client& c, const std::string& why) { c.out += wire::encode(wire::kFailed, {why}); }
-
-  // Checks a key against the limit; false (with a reply) when over.
-  bool keyOk(Client& c, const std::string& key) {
-    if (key.size() <= o_.maxKeyBytes) return true;
-    fail(c, fmt::format("key of {} bytes exceeds the store's limit of {} bytes", key.size(),
-                        o_.maxKeyBytes));
-    return false;
-  }
-  bool valueOk(Client& c, const std::string& key, const std::string& value) {
-    if (value.size() <= o_.maxValueBytes) return true;
-    fail(c, fmt::format("value of {} bytes for key '{}' exceeds the store's limit of {} bytes",
-                        value.size(), key.substr(0, 64), o_.maxValueBytes));
-    return false;
-  }
-  // Stores key = value if the total stays within the limit; false (with a reply) otherwise.
-  bool put(Client& c, const std::string& key, const std::string& value) {
-    auto it = data_.find(key);
-    const size_t old = it == data_.end() ? 0 : key.size() + it->second.size();
-    const size_t now = stored_ - old + key.size() + value.size();
-    if (now > o_.maxStoredBytes && now > stored_) {
-      fail(c, fmt::format("the store is full ({} of {} bytes used)", stored_, o_.maxStoredBytes));
-      return false;
-    }
-    data_[key] = value;
-    stored_ = now;
-    return true;
-  }
-
-  // Handles one request; returns false if it must park until keys appear.
-  bool handle(Client& c, const wire::Message& m) {
-    auto reply = [&](uint8_t status, std::vector<std::string> fields) {
-      c.out += wire::encode(status, fields);
-    };
-    auto need = [&](size_t n) {
-      if (m.fields.size() != n) {
-        SHOAL_THROW(ProtocolError, "store command {} with {} fields, expected {}", m.code,
-                    m.fields.size(), n);
-      }
-    };
-    switch (m.code) {
-      case wire::kSet:
-        need(2);
-        if (keyOk(c, m.fields[0]) && valueOk(c, m.fields[0], m.fields[1]) &&
-            put(c, m.fields[0], m.fields[1])) {
-          reply(wire::kOk, {});
-        }
-        return true;
-      case wire::kGet: {
-        need(1);
-        if (!keyOk(c, m.fields[0])) return true;
-        auto it = data_.find(m.fields[0]);
-        if (it == data_.end()) return false;
-        reply(wire::kOk, {it->second});
-        return true;
-      }
-      case wire::kAdd: {
-        need(2);
-        if (!keyOk(c, m.fields[0])) return true;
-        try {
-          auto it = data_.find(m.fields[0]);
-          int64_t v = (it == data_.end() ? 0 : parseCounter(m.fields[0], it->second)) +
-                      parseCounter("delta", m.fields[1]);
-          if (put(c, m.fields[0], std::to_string(v))) reply(wire::kOk, {std::to_string(v)});
-        } catch (const StoreError& e) {
-          reply(wire::kFailed, {e.what()});
-        }
-        return true;
-      }
-      case wire::kCompareSet: {
-        need(3);
-        if (!keyOk(c, m.fields[0]) || !valueOk(c, m.fields[0], m.fields[2])) return true;
-        auto it = data_.find(m.fields[0]);
-        std::string current = it == data_.end() ? std::string() : it->second;
-        if (current == m.fields[1]) {
-          if (!put(c, m.fields[0], m.fields[2])) return true;
-          current = m.fields[2];
-        }
-        reply(wire::kOk, {current});
-        return true;
-      }
-      case wire::kWait:
-      case wire::kCheck: {
-        for (const auto& k : m.fields) {
-          if (!keyOk(c, k)) return true;
-        }
-        bool all = true;
-        for (const auto& k : m.fields) all = all && data_.count(k) > 0;
-        if (m.code == wire::kCheck) {
-          reply(wire::kOk, {all ? "1" : "0"});
-          return true;
-        }
-        if (!all) return false;
-        reply(wire::kOk, {});
-        return true;
-      }
-      case wire::kDelete: {
-        need(1);
-        auto it = data_.find(m.fields[0]);
-        if (it != data_.end()) {
-          stored_ -= it->first.size() + it->second.size();
-          data_.erase(it);
-        }
-        reply(wire::kOk, {it != data_.end() ? "1" : "0"});
-        return true;
-      }
-    }
-    SHOAL_THROW(ProtocolError, "unknown store command {}", m.code);
-  }
-
-  const TcpStoreServerOptions& o_;
-  const uint32_t maxFrame_;
-  std::map<std::string, std::string> data_;
-  size_t stored_ = 0;
-  int parked_ = 0;
 };
 
 // One TLS read or write on an encrypted client: its result (a read or write that must wait
@@ -330,14 +145,14 @@ TcpStoreServer::~TcpStoreServer() {
 // a client that stalls anywhere costs a slot until its deadline, never the others' progress.
 void TcpStoreServer::serve() {
   const TcpStoreServerOptions& o = options_;
-  Server server(o);
+  StoreRequests requests(o);
   std::list<Client> clients;
   std::vector<pollfd> fds;
   std::vector<Client*> owners;
   // Out of descriptors (EMFILE): stop polling the listener for a moment instead of spinning.
   Clock::time_point acceptPausedUntil{};
   auto release = [&](Client& c) {
-    server.forget(c);
+    requests.forget(c);
     c.tls.reset();
     c.fd.reset();
   };
@@ -345,7 +160,7 @@ void TcpStoreServer::serve() {
     SHOAL_LOG_WARN("store server: dropping a client: {}", why);
     release(c);
   };
-  const size_t inBound = size_t{server.maxFrame()} + 4;
+  const size_t inBound = size_t{requests.maxFrame()} + 4;
   // How many bytes to read from a client now. Before requests, exactly what the handshake still
   // needs: the bytes after them belong to TLS when the connection is encrypted.
   auto room = [&](const Client& c) -> size_t {
@@ -358,7 +173,7 @@ void TcpStoreServer::serve() {
       case Phase::kTls:
         return 0;  // the session reads for itself
       case Phase::kReady:
-        return c.out.size() < server.maxFrame() ? inBound - std::min(c.in.size(), inBound) : 0;
+        return c.out.size() < requests.maxFrame() ? inBound - std::min(c.in.size(), inBound) : 0;
     }
     return 0;
   };
@@ -439,7 +254,7 @@ void TcpStoreServer::serve() {
         }
         if (c.in.size() != before && c.authenticated()) c.deadline = after + o.idleTimeout;
         if (!alive) {
-          server.forget(c);
+          requests.forget(c);
           c.tls.reset();
           c.fd.reset();
           continue;
@@ -485,9 +300,9 @@ void TcpStoreServer::serve() {
       if (c.authenticated() && !c.closing) {
         try {
           const size_t before = c.out.size();
-          server.drain(c);
+          requests.drain(c);
           // Published before the reply leaves, so a client that saw the reply sees the count.
-          storedBytes_.store(server.storedBytes());
+          storedBytes_.store(requests.storedBytes());
           mutated = mutated || c.out.size() != before;
         } catch (const Error& e) {
           drop(c, e.what());
@@ -495,7 +310,7 @@ void TcpStoreServer::serve() {
         }
       }
       if (!flush(c)) {
-        server.forget(c);
+        requests.forget(c);
         c.tls.reset();
         c.fd.reset();
         continue;
@@ -544,7 +359,7 @@ void TcpStoreServer::serve() {
       for (auto& c : clients) {
         if (!c.parked) continue;
         try {
-          server.drain(c);
+          requests.drain(c);
           if (!c.parked) c.deadline = Clock::now() + o.idleTimeout;
         } catch (const Error& e) {
           drop(c, e.what());
@@ -553,7 +368,7 @@ void TcpStoreServer::serve() {
       clients.remove_if([](const Client& c) { return !c.fd.valid(); });
     }
     connections_.store(static_cast<int>(clients.size()));
-    storedBytes_.store(server.storedBytes());
+    storedBytes_.store(requests.storedBytes());
   }
 }
 

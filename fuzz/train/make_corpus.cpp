@@ -5,6 +5,7 @@
 #include <torch/torch.h>
 #include <zlib.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -19,6 +20,7 @@
 #include "common/hmac_auth.h"
 #include "common/sealed_file.h"
 #include "fuzz/frame_seed.h"
+#include "fuzz/ps_request_model.h"
 #include "ps/config.h"
 #include "ps/partition.h"
 #include "ps/protocol.h"
@@ -123,6 +125,47 @@ void storeProtocol() {
   seed("store_protocol", "reply", std::string(1, char(2)) + encode(kOk, {"value"}));
 }
 
+// An input of store_requests: `bytes` sent by `client` in the chunks its control bytes allow
+// (5k + 1 bytes, k < 16); `flags` (bit 2: read the replies first, bit 3: hang up first) go on
+// the first chunk.
+std::string fromClient(int client, std::string_view bytes, int flags = 0) {
+  std::string out;
+  for (size_t at = 0; at < bytes.size();) {
+    const size_t k = std::min<size_t>((bytes.size() - at - 1) / 5, 15);
+    out += static_cast<char>(client | flags | k << 4);
+    out += bytes.substr(at, 5 * k + 1);
+    at += 5 * k + 1;
+    flags = 0;
+  }
+  return out;
+}
+
+// store_requests runs with 8-byte keys, 24-byte values, 96 bytes held and 2 parked requests.
+void storeRequests() {
+  using namespace store::wire;
+  seed("store_requests", "set_get",
+       fromClient(0, encode(kSet, {"rank/0", "10.0.0.1:4242"}) + encode(kGet, {"rank/0"})));
+  seed("store_requests", "park_then_set",
+       fromClient(1, encode(kGet, {"a"})) + fromClient(0, encode(kSet, {"a", "1"})) +
+           fromClient(1, encode(kWait, {"a", "b"}), 4) + fromClient(2, encode(kSet, {"b", ""})));
+  seed("store_requests", "counters",
+       fromClient(0, encode(kAdd, {"n", "3"}) + encode(kAdd, {"n", "-5"}) +
+                         encode(kAdd, {"n", "x"}) + encode(kCompareSet, {"n", "-2", "v"}) +
+                         encode(kCheck, {"n", "m"}) + encode(kDelete, {"n"}) +
+                         encode(kDelete, {"n"})));
+  seed("store_requests", "limits",
+       fromClient(0, encode(kSet, {"key-too-long", "v"}) +
+                         encode(kSet, {"k", std::string(30, 'v')}) +
+                         encode(kSet, {"k", std::string(80, 'v')}) + encode(kGet, {"k"})));
+  std::string full;
+  for (char k = 'a'; k < 'h'; ++k) full += encode(kSet, {std::string(1, k), std::string(20, k)});
+  seed("store_requests", "full", fromClient(2, full + encode(kDelete, {"a"})));
+  seed("store_requests", "parked_limit_and_hangup",
+       fromClient(0, encode(kGet, {"x"})) + fromClient(1, encode(kWait, {"y"})) +
+           fromClient(2, encode(kGet, {"z"})) + fromClient(1, encode(kSet, {"x", "1"}), 8) +
+           fromClient(2, encode(kSet, {"y", "2"}), 4));
+}
+
 void authHandshake() {
   // The handshake of common/hmac_auth.h, made by its own functions. Nonces are fixed so the
   // corpus does not change each time it is written; the proofs are then wrong for the target's
@@ -168,6 +211,11 @@ void psProtocol() {
   async.mode = Mode::kAsync;
   async.optimizer.kind = OptimizerKind::kRmsprop;
   seed("ps_protocol", "async_rmsprop", async.toText() + "\n" + p.keysText());
+}
+
+// ps_request: made in C++20 (fuzz/ps_request_seeds.cpp), as this file is C++17.
+void psRequests() {
+  for (const auto& [name, bytes] : fuzz::psRequestSeeds()) seed("ps_request", name, bytes);
 }
 
 void sealedAndShard() {
@@ -374,8 +422,10 @@ int main(int argc, char** argv) {
     root = argv[1];
     frames();
     storeProtocol();
+    storeRequests();
     authHandshake();
     psProtocol();
+    psRequests();
     sealedAndShard();
     checkpoint();
     idx();
