@@ -11,6 +11,7 @@
 #include "ps/client_replicas.h"
 #include "ps/payload_codec.h"
 #include "ps/protocol.h"
+#include "ps/residual_checkpoint.h"
 #include "ps/trace_spans.h"
 
 namespace shoal::ps {
@@ -168,6 +169,26 @@ Client::Client(comm::Group& world, int worker, int numWorkers, int numServers,
     }
     mustInitialize_ = mustInitialize_ || (xs[s]->reply.flags & kNeedsInit) != 0;
   }
+  if (encoder_ && !encoder_->residual().empty() && !options.checkpointDir.empty()) {
+    residuals_ = std::make_unique<ResidualCheckpoints>(options.checkpointDir, worker,
+                                                       options.checkpointEvery, options.keep,
+                                                       partition_.totalElements());
+    if (startStep_ > 0) restoreResiduals();
+  }
+}
+
+void Client::restoreResiduals() {
+  std::string why;
+  if (auto saved = residuals_->load(startStep_, &why)) {
+    encoder_->restoreResidual(*saved);
+    return;
+  }
+  // Not an error: a job may turn compression on when it resumes. But the run is then not the
+  // one an uninterrupted job makes, and the user hears of it.
+  SHOAL_LOG_WARN(
+      "parameter-server worker {}: {}; its error-feedback residuals start from zero, so this run "
+      "differs from an uninterrupted one",
+      worker_, why);
 }
 
 Client::~Client() {
@@ -235,9 +256,12 @@ std::shared_ptr<comm::Work> Client::whole(int kind, const float* payload, float*
     rq.step = static_cast<uint64_t>(step);
     if (payload) setPush(*x, partition_.pieces(s), payload + partition_.begin(s), step);
     if (into) setPull(*x, partition_.elements(s), into + partition_.begin(s));
-    works.push_back(submit(s, x));
     xs.push_back(std::move(x));
   }
+  // Sent once every piece is encoded: a step's residuals are saved (ResidualCheckpoints) before
+  // any of it leaves, and when saving fails nothing was sent that still reads the caller's
+  // buffers.
+  for (int s = 0; s < numServers_; ++s) works.push_back(submit(s, xs[s]));
   return allExchanges(kind, std::move(xs), std::move(works), into != nullptr, std::move(span));
 }
 
@@ -250,17 +274,20 @@ void Client::setPush(Exchange& x, std::span<const Piece> pieces, const float* gr
   Request& rq = x.request;
   const Encoding e = encoder_ ? encoder_->encodingAt(step) : Encoding::kRaw;
   rq.encoding = static_cast<uint8_t>(e);
+  size_t count = 0;
+  for (const Piece& p : pieces) count += p.count;
   if (e == Encoding::kRaw) {
-    size_t count = 0;
-    for (const Piece& p : pieces) count += p.count;
     rq.bytes = count * sizeof(float);
     x.payload = grad;
+    // Warm-up steps push raw: the residuals (zero) are saved as at any other step.
+    if (residuals_) residuals_->encoded(step, count, encoder_->residual());
     return;
   }
   encoder_->encode(e, pieces, grad, x.packed);
   if (e == Encoding::kTopK) rq.density = encoder_->density();
   rq.bytes = x.packed.size();
   x.payload = x.packed.data();
+  if (residuals_) residuals_->encoded(step, count, encoder_->residual());
 }
 
 void Client::setPull(Exchange& x, size_t count, float* into) {
@@ -353,14 +380,18 @@ std::shared_ptr<comm::Work> Client::keyed(int kind, const std::string& key, cons
       setPush(*x, std::span(&p, 1), static_cast<const float*>(payload) + p.offset, step);
     }
     if (matches && into) setPull(*x, p.count, static_cast<float*>(into) + p.offset);
-    works.push_back(submit(p.server, x));
     xs.push_back(std::move(x));
   }
+  // As in whole(): every piece encoded before any is sent.
+  for (size_t i = 0; i < pieces.size(); ++i) works.push_back(submit(pieces[i].server, xs[i]));
   return allExchanges(kind, std::move(xs), std::move(works), false, std::move(span));
 }
 
 void Client::finish() {
   if (finished_) return;
+  // Before the goodbyes: the servers write their last checkpoint once every worker said it. A
+  // failure leaves this worker unfinished, so that unwinding leaves instead (~Client).
+  if (residuals_) residuals_->finish(encoder_->residual());
   finished_ = true;
   std::vector<std::shared_ptr<comm::Work>> works;
   for (int s = 0; s < numServers_; ++s) {

@@ -39,6 +39,7 @@
 namespace shoal::ps {
 
 class PushEncoder;
+class ResidualCheckpoints;
 
 // How this worker's data travels; workers of one job may choose differently.
 struct ClientOptions {
@@ -64,6 +65,16 @@ struct ClientOptions {
   // (blocking, bounded by the timeout; if that fails, one warning and the shard goes on with one
   // copy). Note [Replacement servers] in ps/replacement.h.
   int replicas = 1;
+  // Where the servers write their checkpoints, how often and how many they keep (pass the
+  // servers' ServerOptions values). With top-k or 1-bit compression this worker then saves its
+  // error-feedback residuals there too (ps/residual_checkpoint.h: worker-<w>/), and a resumed
+  // job reads those of startStep(), so that it continues as an uninterrupted one would (exactly,
+  // in synchronous mode). Without that file (a checkpoint written without compression, or
+  // deleted) the worker says so on stderr and starts from zero residuals. A damaged file fails
+  // the constructor with InvalidArgument naming it. Empty: residuals are neither saved nor read.
+  std::string checkpointDir;
+  int64_t checkpointEvery = 0;
+  int keep = 2;
 };
 
 // Payload bytes this worker sent and received (request and reply headers not counted), over
@@ -134,6 +145,8 @@ class Client {
   // The request's payload: `grad`, the elements of `pieces` (one server's), as this step's
   // encoding.
   void setPush(Exchange& x, std::span<const Piece> pieces, const float* grad, int64_t step);
+  // Reads the residuals saved for startStep() (ClientOptions::checkpointDir).
+  void restoreResiduals();
   // The request's values: `count` elements into `into`, raw or fp16.
   void setPull(Exchange& x, size_t count, float* into);
   // Runs exchange `x` on shard s's server, or its replicas (Note [Replicated shards]).
@@ -157,6 +170,8 @@ class Client {
   bool finished_ = false;
   bool pullHalf_ = false;
   std::unique_ptr<PushEncoder> encoder_;  // null: raw pushes
+  // With checkpointDir and error feedback (top-k, 1-bit).
+  std::unique_ptr<ResidualCheckpoints> residuals_;
   struct Stats;
   std::shared_ptr<Stats> stats_;
   class Replicas;

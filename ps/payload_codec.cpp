@@ -157,6 +157,15 @@ PushEncoder::PushEncoder(const compress::CompressionSpec& spec, const Partition&
   }
 }
 
+void PushEncoder::restoreResidual(std::span<const float> saved) {
+  if (residual_.empty() || saved.size() != residual_.size()) {
+    SHOAL_THROW(InvalidArgument,
+                "{} error-feedback residuals for a {} encoder of a model of {} elements",
+                saved.size(), toString(encoding_), residual_.empty() ? 0 : residual_.size());
+  }
+  std::copy(saved.begin(), saved.end(), residual_.begin());
+}
+
 Encoding PushEncoder::encodingAt(int64_t step) const {
   return step < spec_.warmupSteps ? Encoding::kRaw : encoding_;
 }

@@ -81,6 +81,9 @@ class PushEncoder {
               std::vector<uint8_t>& out);
   // What error feedback holds back, per element of the model (flat order); empty for the casts.
   const std::vector<float>& residual() const { return residual_; }
+  // Replaces the residuals with saved ones (ps/residual_checkpoint.h). InvalidArgument unless
+  // `saved` has one per element of the model and this encoder keeps residuals.
+  void restoreResidual(std::span<const float> saved);
 
  private:
   compress::CompressionSpec spec_;

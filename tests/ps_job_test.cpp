@@ -163,6 +163,57 @@ TEST(PsJob, AKilledServerFailsTheWorkersFastAndResumeFinishesExactly) {
   EXPECT_EQ(finalDigest(resumed.output), expected) << resumed.output;
 }
 
+// Top-k and 1-bit pushes hold back what they did not send (error feedback, ps/payload_codec.h).
+// Each worker saves that beside the servers' checkpoints (ps/residual_checkpoint.h), so a job
+// resumed after a server died ends where an uninterrupted one does. Before, the resumed workers
+// started from zero residuals: the run below without the files shows what that changes.
+TEST(PsJob, CompressedTrainingResumesExactlyWithEachWorkersResiduals) {
+  for (const std::string codec : {"topk:0.05", "onebit"}) {
+    SCOPED_TRACE(codec);
+    const std::string expected = uninterruptedTrainDigest({"--compression", codec});
+    ASSERT_FALSE(expected.empty());
+    EXPECT_NE(expected, uninterruptedTrainDigest()) << "the compression changed nothing";
+
+    // Server 1 dies after step 12: the servers resume from their checkpoint of step 10, the
+    // workers from the residuals they saved while pushing step 9.
+    TempDir dir;
+    auto killed =
+        psJob({"-n", "2", "--servers", "2"},
+              {"train", "--dir", dir.path, "--compression", codec, "--kill-server-at", "12"}, dir);
+    EXPECT_NE(killed.code, 0) << killed.output;
+    for (int w = 0; w < 2; ++w) {
+      EXPECT_TRUE(std::filesystem::exists(
+          fmt::format("{}/checkpoints/worker-{}/residual-00000010.bin", dir.path, w)));
+    }
+    // The same checkpoints without the workers' files, for the run that shows they matter.
+    TempDir bare;
+    std::filesystem::copy(dir.path + "/checkpoints", bare.path + "/checkpoints",
+                          std::filesystem::copy_options::recursive);
+    for (int w = 0; w < 2; ++w) {
+      std::filesystem::remove_all(fmt::format("{}/checkpoints/worker-{}", bare.path, w));
+    }
+
+    auto resumed = psJob({"-n", "2", "--servers", "2"},
+                         {"train", "--dir", dir.path, "--compression", codec, "--resume"}, dir);
+    ASSERT_EQ(resumed.code, 0) << resumed.output;
+    EXPECT_EQ(workersSaying(resumed.output, 2, "resumes at step 10"), 2) << resumed.output;
+    EXPECT_EQ(resumed.output.find("residuals start from zero"), std::string::npos)
+        << resumed.output;
+    EXPECT_EQ(finalDigest(resumed.output), expected) << resumed.output;
+
+    auto withoutResiduals =
+        psJob({"-n", "2", "--servers", "2"},
+              {"train", "--dir", bare.path, "--compression", codec, "--resume"}, bare);
+    ASSERT_EQ(withoutResiduals.code, 0) << withoutResiduals.output;
+    EXPECT_EQ(workersSaying(withoutResiduals.output, 2,
+                            "no error-feedback residuals for step 10 in " + bare.path +
+                                "/checkpoints/worker-"),
+              2)
+        << withoutResiduals.output;
+    EXPECT_NE(finalDigest(withoutResiduals.output), expected) << withoutResiduals.output;
+  }
+}
+
 // A worker that fails leaves instead of saying goodbye (ps/client.h): the servers stop and tell
 // the other worker at once, naming it. Before, its goodbye told the servers it was done, and
 // the other worker's next synchronous step waited for its push until the timeout (the launcher

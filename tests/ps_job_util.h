@@ -39,10 +39,13 @@ inline std::string finalDigest(const std::string& output) {
 }
 
 // The digest of an uninterrupted `train` job of 2 workers and 2 servers (the reference the
-// interrupted ones must equal bit for bit); empty, with a test failure, if it did not run.
-inline std::string uninterruptedTrainDigest() {
+// interrupted ones must equal bit for bit), with `extra` flags for ps_worker; empty, with a test
+// failure, if it did not run.
+inline std::string uninterruptedTrainDigest(const std::vector<std::string>& extra = {}) {
   TempDir clean;
-  auto whole = psJob({"-n", "2", "--servers", "2"}, {"train", "--dir", clean.path}, clean);
+  std::vector<std::string> program{"train", "--dir", clean.path};
+  program.insert(program.end(), extra.begin(), extra.end());
+  auto whole = psJob({"-n", "2", "--servers", "2"}, program, clean);
   EXPECT_EQ(whole.code, 0) << whole.output;
   const std::string digest = finalDigest(whole.output);
   EXPECT_FALSE(digest.empty()) << whole.output;

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <functional>
 #include <memory>
 #include <numeric>
@@ -14,6 +15,7 @@
 #include "ps/config.h"
 #include "ps/partition.h"
 #include "ps/protocol.h"
+#include "ps/residual_checkpoint.h"
 #include "ps/server_optimizer.h"
 #include "ps/shard.h"
 #include "ps/update_kernels.h"
@@ -464,6 +466,60 @@ TEST(PsConfigErrors, BadVariablesStopARankWithExitCodeTwo) {
     EXPECT_NE(out.find("ERROR InvalidArgument: " + expected), std::string::npos) << out;
     EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 1) << out;
   }
+}
+
+// ps/residual_checkpoint.h: a step's residuals are saved once its pushes covered the model and
+// the step is due, and by finish(); they read back bit for bit; a file that is not this
+// worker's, or is damaged, is refused naming it.
+TEST(PsResidualCheckpoint, AStepIsSavedWhenItsPushesCoverTheModelAndReadsBackBitForBit) {
+  TempDir dir;
+  const std::string folder = dir.path + "/worker-1";
+  auto file = [&](int step) { return fmt::format("{}/residual-{:08d}.bin", folder, step); };
+  ps::ResidualCheckpoints rc(dir.path, 1, /*every=*/2, /*keep=*/2, /*elements=*/5);
+  const std::vector<float> a{0.5f, -1.25f, 3.0f, 1e-40f, -0.0f};
+  const std::vector<float> b{7.0f, 0.0f, -2.5f, 1e30f, 0.125f};
+  rc.encoded(0, 3, a);
+  rc.encoded(0, 2, a);  // step 0 complete: step 1 is not due
+  rc.encoded(1, 3, a);
+  EXPECT_FALSE(std::filesystem::exists(file(1)));
+  EXPECT_FALSE(std::filesystem::exists(file(2)));
+  rc.encoded(1, 2, a);  // step 1 complete: step 2 is due
+  EXPECT_TRUE(std::filesystem::exists(file(2)));
+  rc.encoded(2, 5, b);  // step 3 is not due; finish() saves it
+  EXPECT_FALSE(std::filesystem::exists(file(3)));
+  rc.encoded(3, 4, a);  // incomplete: finish() saves the last complete step's successor
+  rc.finish(b);
+  EXPECT_TRUE(std::filesystem::exists(file(3)));
+  EXPECT_FALSE(std::filesystem::exists(file(4)));
+
+  std::string why;
+  auto two = rc.load(2, &why);
+  ASSERT_TRUE(two.has_value()) << why;
+  ASSERT_EQ(two->size(), a.size());
+  EXPECT_EQ(std::memcmp(two->data(), a.data(), a.size() * sizeof(float)), 0);
+  auto three = rc.load(3, &why);
+  ASSERT_TRUE(three.has_value()) << why;
+  EXPECT_EQ(std::memcmp(three->data(), b.data(), b.size() * sizeof(float)), 0);
+  EXPECT_FALSE(rc.load(7, &why).has_value());
+  EXPECT_EQ(why, "no error-feedback residuals for step 7 in " + folder);
+
+  // Another model's size, and another worker's file under this worker's name.
+  ps::ResidualCheckpoints bigger(dir.path, 1, 2, 2, 6);
+  auto refusal = [&](const ps::ResidualCheckpoints& c, int step) {
+    return errorOf([&] { c.load(step, &why); });
+  };
+  EXPECT_NE(refusal(bigger, 2).find(file(2) + ": not worker 1's residuals of 6 elements"),
+            std::string::npos)
+      << refusal(bigger, 2);
+  ps::ResidualCheckpoints other(dir.path, 0, 2, 2, 5);
+  other.encoded(1, 5, a);
+  std::filesystem::copy_file(dir.path + "/worker-0/residual-00000002.bin", file(2),
+                             std::filesystem::copy_options::overwrite_existing);
+  EXPECT_NE(refusal(rc, 2).find("'shoal ps residual 1 worker 0 elements 5 step 2')"),
+            std::string::npos)
+      << refusal(rc, 2);
+  std::filesystem::resize_file(file(3), std::filesystem::file_size(file(3)) - 1);
+  EXPECT_NE(refusal(rc, 3).find(file(3)), std::string::npos) << refusal(rc, 3);
 }
 
 }  // namespace

@@ -19,11 +19,12 @@
 //                                          what it pulls bit for bit (asynchronous: the workers
 //                                          push in turn): "reference exact over K elements"
 //   ps_worker train --dir D [--steps N] [--kill-server-at K] [--fail-worker-at K] [--resume]
-//                                          deterministic synchronous training with shard
-//                                          checkpoints every 5 steps; worker 0 SIGKILLs server 1
-//                                          after step K; --fail-worker-at: the last worker
-//                                          throws after step K; prints "final digest X" (and
-//                                          with replicated shards "failovers F")
+//                   [--compression SPEC]   deterministic synchronous training with shard
+//                                          checkpoints every 5 steps (and the workers' error-
+//                                          feedback residuals with them); worker 0 SIGKILLs server
+//                                          1 after step K; --fail-worker-at: the last worker throws
+//                                          after step K; prints "final digest X" (and with
+//                                          replicated shards "failovers F")
 //                          [--await-replacement] [--kill-again-at K2 --kill-again S1,S2]
 //                                          (shoal run --ps-replacements): after the kill, worker
 //                                          0 waits until the killed servers' replacements
@@ -70,7 +71,8 @@ struct Args {
   int killAgainAt = -1;
   std::vector<int> killAgain;
   bool resume = false;
-  int replicas = 1;  // the job's (World::psReplicas)
+  std::string compression = "none";  // train: the pushes' (ps::ClientOptions)
+  int replicas = 1;                  // the job's (World::psReplicas)
 };
 
 std::vector<int> parseServers(const std::string& list) {
@@ -118,11 +120,15 @@ Args parse(int argc, char** argv) {
       a.killAgain = parseServers(next());
     else if (f == "--resume")
       a.resume = true;
+    else if (f == "--compression")
+      a.compression = next();
     else
       SHOAL_THROW(InvalidArgument, "unknown flag {}", f);
   }
   return a;
 }
+
+constexpr int kTrainCheckpointEvery = 5;
 
 ps::TrainingConfig sgd(ps::Mode mode, double lr, double momentum, int staleness = 0) {
   ps::TrainingConfig c;
@@ -137,6 +143,12 @@ ps::TrainingConfig sgd(ps::Mode mode, double lr, double momentum, int staleness 
 ps::ClientOptions clientOptions(const Args& a) {
   ps::ClientOptions o;
   o.replicas = a.replicas;
+  o.compression = compress::CompressionSpec::parse(a.compression);
+  if (a.scenario == "train") {
+    // The servers' (main below): the workers' residuals are saved beside their checkpoints.
+    o.checkpointDir = a.dir + "/checkpoints";
+    o.checkpointEvery = kTrainCheckpointEvery;
+  }
   return o;
 }
 
@@ -465,7 +477,7 @@ int main(int argc, char** argv) {
       o.replacement = w.psReplacement > 0;
       if (a.scenario == "train") {
         o.checkpointDir = a.dir + "/checkpoints";
-        o.checkpointEvery = 5;
+        o.checkpointEvery = kTrainCheckpointEvery;
         o.resume = a.resume;
       }
       auto r = ps::serve(*w.group, w.roleRank, w.numServers, workers, o);

@@ -128,9 +128,10 @@ struct TrainerOptions {
   // With validation data, fit() also validates every validateEvery optimizer steps (counted over
   // the whole run, resumed ones included), besides each epoch's end (0: only there).
   int64_t validateEvery = 0;
-  // Checkpoints (not ps: its servers write their own): every checkpointEvery optimizer steps
-  // (0: only at each epoch's end) into checkpointDir, the newest `keep` kept; resume loads the
-  // newest there and continues from its step.
+  // Checkpoints: every checkpointEvery optimizer steps (0: only at each epoch's end) into
+  // checkpointDir, the newest `keep` kept; resume loads the newest there and continues from its
+  // step. ps: its servers write their own (pass them the same values); the workers save their
+  // compression residuals there (ClientOptions::checkpointDir in ps/client.h).
   std::string checkpointDir;
   int64_t checkpointEvery = 0;
   int keep = 2;

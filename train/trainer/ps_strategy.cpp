@@ -22,6 +22,10 @@ class PsStrategy final : public DistributionStrategy {
     config.totalSteps = o.cosineDecay ? in.totalSteps : 0;
     ps::ClientOptions client = o.psClient;
     client.replicas = in.ctx.psReplicas;
+    // Error-feedback residuals are saved beside the servers' checkpoints (ps/client.h).
+    client.checkpointDir = o.checkpointDir;
+    client.checkpointEvery = o.checkpointEvery;
+    client.keep = o.keep;
     trainer_ = std::make_unique<PsTrainer>(*in.ctx.world, in.workers->rank(), in.workers->size(),
                                            in.ctx.numServers, *module_, config, client);
   }
