@@ -1,5 +1,5 @@
-// What a request covers of a parameter server's shard, and whether it may ask for it
-// (ps/server_state.h; the covering itself is ps/request_target.h).
+// Whether a request may ask what it asks of a parameter server (ps/server_state.h); what it
+// covers of the shard is ps/request_target.h's.
 #include <span>
 
 #include "common/error.h"

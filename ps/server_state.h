@@ -10,7 +10,7 @@
 //   shard's versions;
 // - ps/server_handover.cpp: Note [Replacement servers] (ps/replacement.h): a surviving copy
 //   handing the shard over to a replacement, and a replacement taking it;
-// - ps/server_request_checks.cpp: what a request covers, and whether it may;
+// - ps/server_request_checks.cpp: whether a request may (what it covers: ps/request_target.h);
 // - ps/server_checkpoint.cpp: checkpoints written, and the one restored.
 //
 // Threading: one thread per worker runs serveWorker(); mu_ guards every field declared after
