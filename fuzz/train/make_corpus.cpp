@@ -176,9 +176,12 @@ void authHandshake() {
   auth::Hello data =
       auth::makeHello("fuzz-secret", greeting, auth::Channel::kData, 0x5eed0001, 2, 0);
   fixed(data.nonce, 0x22);
+  // The proof was made over makeHello's own random nonce: fixed too (wrong either way).
+  std::memset(data.mac, 0x44, auth::kMacBytes);
   seed("auth", "acceptor_hello", std::string(1, '\x01') + raw(data));
   auth::Hello store = auth::makeHello("fuzz-secret", greeting, auth::Channel::kStore, 0, -1, -1);
   fixed(store.nonce, 0x22);
+  std::memset(store.mac, 0x44, auth::kMacBytes);
   seed("auth", "store_server_hello", std::string(1, '\x03') + raw(store));
   // What a connector reads: the greeting, then (after sending its hello) the verdict.
   const auth::Verdict accepted = auth::refuse(auth::VerdictCode::kAccepted);
@@ -218,6 +221,27 @@ void psRequests() {
   for (const auto& [name, bytes] : fuzz::psRequestSeeds()) seed("ps_request", name, bytes);
 }
 
+// A flight file with its pid and wall-clock times replaced by fixed ones, in the same order, so
+// that the seeds do not change each time they are written.
+std::string fixedClocks(std::string file) {
+  FlightHeader h;
+  std::memcpy(&h, file.data(), sizeof(h));
+  const int64_t opened = int64_t{1'800'000'000} * 1'000'000'000;
+  h.pid = 4242;
+  h.openedNs = opened;
+  if (h.closedNs != 0) h.closedNs = opened + 1'000'000;
+  std::memcpy(file.data(), &h, sizeof(h));
+  for (size_t at = sizeof(h); at + sizeof(FlightEntry) <= file.size(); at += sizeof(FlightEntry)) {
+    FlightEntry e;
+    std::memcpy(&e, file.data() + at, sizeof(e));
+    if (e.id == 0) continue;
+    e.startNs = opened + static_cast<int64_t>(1000 * e.id);
+    if (e.endNs != 0) e.endNs = e.startNs + 500;
+    std::memcpy(file.data() + at, &e, sizeof(e));
+  }
+  return file;
+}
+
 void sealedAndShard() {
   const std::string dir = (std::filesystem::temp_directory_path() / "shoal-make-corpus").string();
   std::filesystem::create_directories(dir);
@@ -244,9 +268,9 @@ void sealedAndShard() {
     r.end(r.begin({.group = "world/split0.1", .op = "broadcast", .seq = 0}), "PeerError: x");
     r.begin({.group = "world", .op = "barrier", .seq = 1});
   }
-  seed("flight_file", "two_entries", readAllOf(dir + "/f"));
+  seed("flight_file", "two_entries", fixedClocks(readAllOf(dir + "/f")));
   { FlightRecorder r(dir + "/g", 1, 3, "h"); }
-  seed("flight_file", "empty_ring", readAllOf(dir + "/g"));
+  seed("flight_file", "empty_ring", fixedClocks(readAllOf(dir + "/g")));
   seed("flight_file", "short", "SHOALFR1");
   std::filesystem::remove_all(dir);
 }
