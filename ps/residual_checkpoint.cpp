@@ -62,8 +62,17 @@ std::optional<std::vector<float>> ResidualCheckpoints::load(int64_t step, std::s
     *why = fmt::format("no error-feedback residuals for step {} in {}", step, series_.dir());
     return std::nullopt;
   }
-  const std::string payload = readSealedFile(path);  // InvalidArgument naming it if damaged
   const std::string expected = header(worker_, elements_, step);
+  // Checked before reading: a file far larger than this model's residuals is not read whole.
+  const uint64_t most = expected.size() + elements_ * sizeof(float) + 4096;  // + the framing
+  std::error_code ec;
+  const uint64_t size = std::filesystem::file_size(path, ec);
+  if (!ec && size > most) {
+    SHOAL_THROW(InvalidArgument,
+                "{}: {} bytes, more than worker {}'s residuals of {} elements for step {} take",
+                path, size, worker_, elements_, step);
+  }
+  const std::string payload = readSealedFile(path);  // InvalidArgument naming it if damaged
   if (payload.size() != expected.size() + elements_ * sizeof(float) ||
       payload.compare(0, expected.size(), expected) != 0) {
     const std::string first = payload.substr(0, std::min<size_t>(payload.find('\n'), 120));

@@ -518,6 +518,11 @@ TEST(PsResidualCheckpoint, AStepIsSavedWhenItsPushesCoverTheModelAndReadsBackBit
   EXPECT_NE(refusal(rc, 2).find("'shoal ps residual 1 worker 0 elements 5 step 2')"),
             std::string::npos)
       << refusal(rc, 2);
+  // A file far larger than the model's residuals is refused before it is read.
+  std::filesystem::resize_file(file(2), 1 << 20);
+  EXPECT_NE(refusal(rc, 2).find(file(2) + ": 1048576 bytes, more than worker 1's residuals"),
+            std::string::npos)
+      << refusal(rc, 2);
   std::filesystem::resize_file(file(3), std::filesystem::file_size(file(3)) - 1);
   EXPECT_NE(refusal(rc, 3).find(file(3)), std::string::npos) << refusal(rc, 3);
 }
