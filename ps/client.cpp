@@ -279,14 +279,13 @@ void Client::setPush(Exchange& x, std::span<const Piece> pieces, const float* gr
   if (e == Encoding::kRaw) {
     rq.bytes = count * sizeof(float);
     x.payload = grad;
-    // Warm-up steps push raw: the residuals (zero) are saved as at any other step.
-    if (residuals_) residuals_->encoded(step, count, encoder_->residual());
-    return;
+  } else {
+    encoder_->encode(e, pieces, grad, x.packed);
+    if (e == Encoding::kTopK) rq.density = encoder_->density();
+    rq.bytes = x.packed.size();
+    x.payload = x.packed.data();
   }
-  encoder_->encode(e, pieces, grad, x.packed);
-  if (e == Encoding::kTopK) rq.density = encoder_->density();
-  rq.bytes = x.packed.size();
-  x.payload = x.packed.data();
+  // Warm-up steps push raw: their residuals (zero) are saved as at any other step.
   if (residuals_) residuals_->encoded(step, count, encoder_->residual());
 }
 
