@@ -157,6 +157,103 @@ TEST(ElasticZero, Stage2RandomRankAndStep) {
   shrinkEqualsReference(member, step, after, "--zero 2");
 }
 
+// The compression hook's lines of a --compression job: "HOOK" after each commit, "HOOKIN" as a
+// view after the first starts (tests/elastic_worker.cpp).
+struct HookLine {
+  std::string what;
+  int member;
+  long long step;
+  std::string own, shared;
+  long long steps;
+};
+
+std::vector<HookLine> hookLines(const std::string& out) {
+  static const std::regex re(
+      R"((HOOK|HOOKIN) member (\d+) step (\d+) own ([0-9a-f]+) shared ([0-9a-f]+) steps (\d+))");
+  std::vector<HookLine> v;
+  for (std::sregex_iterator it(out.begin(), out.end(), re), end; it != end; ++it) {
+    const auto& m = *it;
+    v.push_back({m[1], std::stoi(m[2]), std::stoll(m[3]), m[4], m[5], std::stoll(m[6])});
+  }
+  return v;
+}
+
+// ZeRO-1 with top-k compression (error feedback): the failed step had already changed every
+// survivor's residuals when its all-gather failed. Each survivor must start the new view with
+// its own compression state of the step the job continues from (train/elastic_hook_state.h).
+void survivorsRestoreTheirOwnCompressionState(int member, int step, bool after) {
+  SCOPED_TRACE(fmt::format("member {} dies in step {} {} its all-gather", member, step,
+                           after ? "after" : "before"));
+  auto r = job("--elastic 2:4 -n 4",
+               fmt::format("--zero 1 --compression topk:0.1 --steps 20 --samples 600 --batch 8 "
+                           "--die {}:{}:{}",
+                           member, step, after ? "after" : "before"));
+  ASSERT_EQ(r.code, 0) << r.output;
+  auto done = doneLines(r.output);
+  ASSERT_EQ(done.size(), 3u) << r.output;
+  const auto lines = hookLines(r.output);
+  for (const auto& d : done) {
+    EXPECT_EQ(d.digest, done[0].digest) << "replicas differ";
+    EXPECT_EQ(d.changes, 1);
+    const HookLine* committed = nullptr;  // its first line of the step: before the failure
+    const HookLine* entered = nullptr;
+    for (const auto& l : lines) {
+      if (l.member != d.member || l.step != d.resumed) continue;
+      if (l.what == "HOOK" && !committed) committed = &l;
+      if (l.what == "HOOKIN") entered = &l;
+    }
+    ASSERT_NE(committed, nullptr) << "member " << d.member << " never committed step " << d.resumed
+                                  << "\n"
+                                  << r.output;
+    ASSERT_NE(entered, nullptr) << r.output;
+    EXPECT_EQ(entered->own, committed->own)
+        << "member " << d.member << " did not get its own residuals of step " << d.resumed
+        << " back";
+    EXPECT_EQ(entered->shared, committed->shared);
+    EXPECT_EQ(entered->steps, d.resumed);
+  }
+}
+
+TEST(ElasticZero, CompressedSurvivorsGoOnWithTheirOwnResidualsOfTheStep) {
+  survivorsRestoreTheirOwnCompressionState(3, 6, false);
+}
+
+TEST(ElasticZero, CompressedSurvivorsOfADeathAfterTheAllGatherKeepTheirResiduals) {
+  survivorsRestoreTheirOwnCompressionState(0, 11, true);
+}
+
+// PowerSGD after its warm-up: a restarted worker joins with the running compression state (the
+// others' step count and Q, the mean of their residuals) and trains 5 steps with them. With a
+// new hook's it would still be warming up, sending its plain gradients into the others' PowerSGD
+// all-reduce.
+TEST(ElasticZero, AWorkerJoiningACompressedJobGetsItsRunningState) {
+  auto r = job("--elastic 2:4 -n 4 --max-restarts 1",
+               "--zero 1 --compression powersgd:1,warmup=3 --steps 30 --samples 600 --batch 8 "
+               "--until-world 4 --min-view-steps 5 --die 2:8:before");
+  ASSERT_EQ(r.code, 0) << r.output;
+  auto done = doneLines(r.output);
+  ASSERT_EQ(done.size(), 4u) << r.output;
+  for (const auto& d : done) {
+    EXPECT_EQ(d.world, 4);
+    EXPECT_EQ(d.digest, done[0].digest) << "replicas differ";
+  }
+  const auto lines = hookLines(r.output);
+  const HookLine* joined = nullptr;
+  for (const auto& l : lines) {
+    if (l.member == 4 && l.what == "HOOKIN") joined = &l;
+  }
+  ASSERT_NE(joined, nullptr) << r.output;
+  EXPECT_GT(joined->steps, 3) << "joined during the warm-up: the test proves nothing";
+  int others = 0;
+  for (const auto& l : lines) {
+    if (l.member == 4 || l.what != "HOOKIN" || l.step != joined->step) continue;
+    ++others;
+    EXPECT_EQ(joined->shared, l.shared) << "the joiner's Q is not member " << l.member << "'s";
+    EXPECT_EQ(joined->steps, l.steps);
+  }
+  EXPECT_GE(others, 3) << r.output;
+}
+
 // Ranks 1 and 3 of 4 keep each other's neighbours' copies: both can die at once.
 TEST(ElasticZero, TwoRanksThatAreNotNeighboursDieTogether) {
   auto r = job("--elastic 2:4 -n 4",

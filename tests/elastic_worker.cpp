@@ -7,7 +7,7 @@
 //
 //   elastic  (under shoal run --elastic): train::ElasticState runs the loop for --steps steps
 //            (and on until the view has --until-world workers again, or at most --until-shrunk-to
-//            workers, if given), committing
+//            workers, if given; and each view for at least --min-view-steps steps), committing
 //            after each step. --die MEMBER:STEP:before|after makes member MEMBER SIGKILL itself
 //            in step STEP: after its forward (its peers fail inside that step's all-reduce) or
 //            after the optimizer step (its all-reduce, or ZeRO's all-gather, done; before the
@@ -24,7 +24,11 @@
 //            that shrank must equal bit for bit.
 //   --zero STAGE: the same with ZeroDataParallel (stage 1 or 2, the same SGD) instead of DDP:
 //            elastic through zero::ElasticZero; plain --load/--save take a sharded checkpoint
-//            folder (written by every rank).
+//            folder (written by every rank). --compression SPEC (with --zero 1): the gradients
+//            go through ddp::compressionHook(SPEC), and every rank prints after each commit
+//              HOOK member M step S own D shared E steps K
+//            (D, E: FNV-1a of the hook's per-rank and of its shared tensors; K: its step count),
+//            and the same line starting HOOKIN when a view after the first starts.
 //
 // Every rank prints at the end one line:
 //   DONE member M rank R world W step S resumed P changes C recovery T digest D
@@ -34,11 +38,13 @@
 #include <signal.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <functional>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "comm/collectives.h"
@@ -46,6 +52,7 @@
 #include "run/init.h"
 #include "tests/process_util.h"
 #include "train/ddp.h"
+#include "train/ddp/compression_hook.h"
 #include "train/elastic.h"
 #include "train/elastic_sampler.h"
 #include "train/zero/zero_elastic.h"
@@ -64,12 +71,14 @@ struct Death {
 struct Options {
   int64_t steps = 40, samples = 600, batch = 8;
   int untilWorld = 0, untilShrunkTo = 0;
+  int64_t minViewSteps = 0;
   int64_t progressEvery = 0;
   std::vector<std::string> die;
   std::string checkpoint, resume, load, save, startedFile;
   int startedAt = 0;
   int zeroStage = 0;
   std::string lrScaling = "none";
+  std::string compression;
   bool plain = false;
 };
 
@@ -100,6 +109,30 @@ std::string digest(torch::nn::Module& m) {
     for (size_t i = 0; i < c.nbytes(); ++i) h = (h ^ b[i]) * 1099511628211ull;
   }
   return fmt::format("{:016x}", h);
+}
+
+// FNV-1a of a hook state's per-rank (or shared) tensors, in (key, parameter) order.
+std::string hookDigest(train::ddp::HookState state, bool perRank) {
+  std::sort(state.tensors.begin(), state.tensors.end(), [](const auto& a, const auto& b) {
+    return std::tie(a.key, a.param) < std::tie(b.key, b.param);
+  });
+  uint64_t h = 1469598103934665603ull;
+  for (const auto& t : state.tensors) {
+    if (t.perRank != perRank) continue;
+    auto c = t.data.contiguous();
+    const auto* b = static_cast<const unsigned char*>(c.data_ptr());
+    for (size_t i = 0; i < c.nbytes(); ++i) h = (h ^ b[i]) * 1099511628211ull;
+  }
+  return fmt::format("{:016x}", h);
+}
+
+void printHook(const char* what, const train::ddp::CommHook& hook, int member, int64_t step) {
+  const auto state = hook.exportState();
+  SHOAL_CHECK(state.has_value(), "--compression: the hook keeps no state");
+  std::printf("%s member %d step %lld own %s shared %s steps %lld\n", what, member,
+              static_cast<long long>(step), hookDigest(*state, true).c_str(),
+              hookDigest(*state, false).c_str(), static_cast<long long>(state->steps));
+  std::fflush(stdout);
 }
 
 Death parseDeath(const std::string& text) {
@@ -135,10 +168,14 @@ Engine zeroEngine(train::zero::ZeroDataParallel& zero) {
           [&] { zero.step(); }};
 }
 
-train::zero::ZeroOptions zeroOptions(int stage) {
+train::zero::ZeroOptions zeroOptions(int stage, const std::string& compression) {
   train::zero::ZeroOptions o;
   o.stage = stage;
   o.optimizer = {OptimizerKind::kSgd, 0.05, 0.9};
+  if (!compression.empty()) {
+    SHOAL_CHECK(stage == 1, "--compression needs --zero 1");
+    o.commHook = train::ddp::compressionHook(compress::CompressionSpec::parse(compression));
+  }
   return o;
 }
 
@@ -208,7 +245,7 @@ int runWorker(Options o) {
     Engine engine;
     if (o.zeroStage > 0) {
       zero.emplace(std::shared_ptr<torch::nn::Module>(model.ptr()), world.group,
-                   zeroOptions(o.zeroStage));
+                   zeroOptions(o.zeroStage, o.compression));
       if (!o.load.empty()) {
         const auto loaded = zero->load(o.load);
         SHOAL_CHECK(loaded.has_value(), "--load {}: no checkpoint", o.load);
@@ -241,8 +278,9 @@ int runWorker(Options o) {
                                            : train::LrScaling::kNone};
   std::optional<train::zero::ElasticZero> keeper;
   std::optional<train::ElasticState> stateHolder;
+  const auto zeroOpts = zeroOptions(o.zeroStage, o.compression);
   if (o.zeroStage > 0) {
-    keeper.emplace(model.ptr(), zeroOptions(o.zeroStage));
+    keeper.emplace(model.ptr(), zeroOpts);
     stateHolder.emplace(*world.elastic, world.group, *keeper, elastic);
   } else {
     stateHolder.emplace(*world.elastic, world.group, *model, opt, elastic);
@@ -254,14 +292,21 @@ int runWorker(Options o) {
     Engine engine;
     if (keeper) {
       engine = zeroEngine(keeper->zero());
+      if (zeroOpts.commHook && state.progress().step > 0) {
+        printHook("HOOKIN", *zeroOpts.commHook, member, state.progress().step);
+      }
     } else {
       ddp.emplace(model.ptr(), group.shared_from_this());
       engine = ddpEngine(*ddp, opt);
     }
-    for (auto p = state.progress(); p.step < o.steps || group.size() < o.untilWorld ||
-                                    (o.untilShrunkTo > 0 && group.size() > o.untilShrunkTo);) {
+    int64_t inView = 0;
+    for (auto p = state.progress();
+         p.step < o.steps || group.size() < o.untilWorld ||
+         (o.untilShrunkTo > 0 && group.size() > o.untilShrunkTo) || inView < o.minViewSteps;
+         ++inView) {
       p = trainStep(group, engine, *model, sampler, data, o.batch, p, member, deaths);
       state.commit(p);
+      if (zeroOpts.commHook) printHook("HOOK", *zeroOpts.commHook, member, p.step);
       if (!o.startedFile.empty() && group.rank() == 0 &&
           (o.startedAt == 0 || group.size() == o.startedAt)) {
         std::FILE* f = std::fopen(o.startedFile.c_str(), "w");
@@ -301,6 +346,7 @@ int main(int argc, char** argv) {
   app.add_option("--batch", o.batch);
   app.add_option("--until-world", o.untilWorld);
   app.add_option("--until-shrunk-to", o.untilShrunkTo);
+  app.add_option("--min-view-steps", o.minViewSteps);
   app.add_option("--started-file", o.startedFile);
   app.add_option("--started-at", o.startedAt);
   app.add_option("--lr-scaling", o.lrScaling)->check(CLI::IsMember({"none", "linear", "sqrt"}));
@@ -312,6 +358,7 @@ int main(int argc, char** argv) {
   app.add_option("--save", o.save);
   app.add_flag("--plain", o.plain);
   app.add_option("--zero", o.zeroStage)->check(CLI::Range(1, 2));
+  app.add_option("--compression", o.compression);
   CLI11_PARSE(app, argc, argv);
   try {
     return runWorker(o);

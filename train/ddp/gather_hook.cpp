@@ -62,6 +62,10 @@ class Residuals {
                   hook, t.key, t.param, t.data.numel(), it->second.numel);
     }
   }
+  // Every parameter's values to zero (what a new hook starts with).
+  void zero() {
+    for (auto& [param, slot] : slots_) slot.flat.narrow(0, slot.offset, slot.numel).zero_();
+  }
   // Into the bucket it lies in now (check() first).
   void load(const HookState::Tensor& t) {
     const Slot& slot = slots_.at(t.param);
@@ -233,6 +237,8 @@ class GatherHook : public CommHook {
   void importState(const HookState& state) override {
     checkKind(*this, state);
     for (const auto& t : state.tensors) slotsOf(t).check(t, name());
+    residuals_.zero();
+    velocities_.zero();
     for (const auto& t : state.tensors) slotsOf(t).load(t);
     steps_.setSteps(state.steps);
   }

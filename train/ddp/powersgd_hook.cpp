@@ -165,6 +165,9 @@ class PowerSgdHook : public CommHook {
                     name(), t.key, t.param, t.data.numel(), want);
       }
     }
+    // The state becomes `state`: a matrix it holds nothing for starts as a new one would.
+    residual_.clear();
+    q_.clear();
     for (const auto& t : state.tensors) {
       const auto [rows, cols] = matrixShapes_.at(t.param);
       if (t.key == "residual") {

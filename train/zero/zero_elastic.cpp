@@ -159,11 +159,17 @@ std::optional<Whole> assemble(const std::vector<ElasticPart>& parts, int64_t ste
   return w;
 }
 
+const torch::nn::Module& required(const std::shared_ptr<torch::nn::Module>& module) {
+  SHOAL_CHECK(module != nullptr, "ElasticZero needs a module");
+  return *module;
+}
+
 }  // namespace
 
 ElasticZero::ElasticZero(std::shared_ptr<torch::nn::Module> module, ZeroOptions options)
-    : module_(std::move(module)), options_(std::move(options)) {
-  SHOAL_CHECK(module_ != nullptr, "ElasticZero needs a module");
+    : module_(std::move(module)),
+      options_(std::move(options)),
+      hookState_(options_.commHook, required(module_)) {
   if (options_.stage != 1 && options_.stage != 2) {
     SHOAL_THROW(InvalidArgument,
                 "ElasticZero: stage {} is not elastic (stages 1 and 2 are: stage 3's parameters "
@@ -189,6 +195,7 @@ void ElasticZero::commit(comm::Group& group, const ElasticProgress& progress) {
   if (group.size() > 1) now.kept = passAlong(group, now.own);
   previous_ = std::move(current_);
   current_ = std::move(now);
+  hookState_.take(progress.step);
 }
 
 void ElasticZero::leave() {
@@ -250,6 +257,7 @@ void ElasticZero::recover(comm::Group& group) {
   // Steps after the chosen one are another history now (Note [Elastic shards]).
   if (current_.progress.step > progress.step) current_ = std::exchange(previous_, Held{});
   if (previous_.progress.step > progress.step) previous_ = Held{};
+  hookState_.restore(group, progress.step);
   SHOAL_LOG_INFO("elastic ZeRO: rank {} of {} continues from step {} with its new shard",
                  group.rank(), group.size(), progress.step);
   commit(group, progress);

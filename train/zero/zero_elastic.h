@@ -33,8 +33,11 @@
 // options' at each new view, times ElasticOptions::lrScaling's factor; a schedule sets its own
 // at each step.
 // A stateful stage-1 communication hook (ZeroOptions::commHook with error feedback, PowerSGD) is
-// shared by every view's ZeroDataParallel and is not part of a commit: after a change it goes on
-// with the residuals of the step that failed, so such a job is not bit for bit the reference.
+// shared by every view's ZeroDataParallel; its state is part of each commit
+// (train/elastic_hook_state.h): after a change every rank that committed the step the job
+// continues from gets its own state of that step back, and a joiner the holders' mean. The
+// failed rank's residuals are lost with it, so such a job is not bit for bit one resumed from
+// a sharded checkpoint of the same step (whose residuals are the mean over all ranks).
 //
 // Threads: one thread (ElasticState's). The module must outlive this object.
 #pragma once
@@ -44,6 +47,7 @@
 #include <memory>
 #include <string>
 
+#include "train/elastic_hook_state.h"
 #include "train/elastic_keeper.h"
 #include "train/zero/zero.h"
 
@@ -88,6 +92,7 @@ class ElasticZero : public ElasticKeeper {
   ZeroOptions options_;
   std::unique_ptr<ZeroDataParallel> zero_;
   Held current_, previous_;
+  ElasticHookState hookState_;  // options_.commHook's, at the same commits
 };
 
 }  // namespace shoal::train::zero

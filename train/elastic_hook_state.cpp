@@ -1,0 +1,162 @@
+#include "train/elastic_hook_state.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <tuple>
+#include <vector>
+
+#include "comm/collectives.h"
+#include "common/byte_codec.h"
+#include "common/error.h"
+#include "common/log.h"
+#include "train/collective_verdict.h"
+
+namespace shoal::train {
+
+namespace {
+
+// One order on every rank (the hooks export from unordered maps).
+void sortTensors(ddp::HookState& state) {
+  std::sort(state.tensors.begin(), state.tensors.end(), [](const auto& a, const auto& b) {
+    return std::tie(a.key, a.param) < std::tie(b.key, b.param);
+  });
+}
+
+// The state's kind, step count and each tensor's key, parameter, sharing and length.
+std::string encodeLayout(const ddp::HookState& state) {
+  std::string out;
+  putBytes(out, state.kind.data(), state.kind.size());
+  putValue<int64_t>(out, state.steps);
+  putValue<uint64_t>(out, state.tensors.size());
+  for (const auto& t : state.tensors) {
+    putBytes(out, t.key.data(), t.key.size());
+    putValue<uint64_t>(out, t.param);
+    putValue<uint8_t>(out, t.perRank ? 1 : 0);
+    putValue<int64_t>(out, t.data.numel());
+  }
+  return out;
+}
+
+// The layout as a state whose tensors are zeros of their lengths; at most `maxElements` in all
+// (checked before anything is allocated).
+ddp::HookState decodeLayout(const std::string& bytes, const std::string& source,
+                            int64_t maxElements) {
+  ByteReader in(bytes, source);
+  ddp::HookState state;
+  state.kind = std::string(in.bytes());
+  state.steps = in.get<int64_t>();
+  const uint64_t n = in.count(25, "tensors");  // each at least a key's length and 17 bytes
+  int64_t total = 0;
+  for (uint64_t i = 0; i < n; ++i) {
+    ddp::HookState::Tensor t;
+    t.key = std::string(in.bytes());
+    t.param = in.get<uint64_t>();
+    t.perRank = in.get<uint8_t>() != 0;
+    const auto numel = in.get<int64_t>();
+    if (numel < 0 || numel > maxElements - total) {
+      SHOAL_THROW(ProtocolError, "{}: a tensor of {} elements, past the {} the model allows",
+                  source, numel, maxElements);
+    }
+    total += numel;
+    t.data = torch::zeros({numel}, torch::kFloat32);
+    state.tensors.push_back(std::move(t));
+  }
+  if (!in.atEnd()) SHOAL_THROW(ProtocolError, "{}: {} bytes too many", source, in.remaining());
+  return state;
+}
+
+}  // namespace
+
+ElasticHookState::ElasticHookState(std::shared_ptr<ddp::CommHook> hook,
+                                   const torch::nn::Module& module) {
+  if (!hook || hook->stateKind().empty()) return;
+  hook_ = std::move(hook);
+  // A parameter's residual, velocity and PowerSGD's Q (smaller than the parameter) at most.
+  for (const auto& p : module.parameters(/*recurse=*/true)) maxElements_ += 3 * p.numel();
+}
+
+void ElasticHookState::take(int64_t step) {
+  if (!hook_) return;
+  auto state = hook_->exportState();
+  SHOAL_ASSERT(state.has_value(), "{} keeps {} state but exported none", hook_->name(),
+               hook_->stateKind());
+  if (last_.step != step) before_ = std::move(last_);
+  last_ = Copy{step, std::move(*state)};
+}
+
+void ElasticHookState::restore(comm::Group& group, int64_t step) {
+  if (!hook_) return;
+  for (Copy* c : {&last_, &before_}) {
+    if (c->step > step) *c = Copy{};
+  }
+  const Copy* own = last_.step == step ? &last_ : before_.step == step ? &before_ : nullptr;
+
+  // Who holds the state of `step`.
+  const int64_t mine = own ? 1 : 0;
+  std::vector<int64_t> holds(static_cast<size_t>(group.size()));
+  comm::allgather(group, &mine, holds.data(), 1, DataType::kInt64);
+  const auto holders = std::count(holds.begin(), holds.end(), 1);
+  if (holders == group.size()) {
+    onEveryRank(group, "restoring the compression state", [&] { hook_->importState(own->state); });
+    return;
+  }
+  if (holders == 0) {
+    if (group.rank() == 0) {
+      SHOAL_LOG_WARN("elastic: no rank holds the {} state of step {}: it starts from zero",
+                     hook_->stateKind(), step);
+    }
+    return;
+  }
+  // The lowest holder says what the state holds; every holder adds its per-rank tensors, and
+  // that rank alone the shared ones (the same on every holder), in one all-reduce.
+  const int source = static_cast<int>(std::find(holds.begin(), holds.end(), 1) - holds.begin());
+  ddp::HookState ours;
+  if (own) {
+    ours = own->state;
+    sortTensors(ours);
+  }
+  const std::string layout = comm::broadcastBytes(
+      group, group.rank() == source ? encodeLayout(ours) : std::string(), source, size_t{1} << 26);
+  ddp::HookState mean = decodeLayout(
+      layout, fmt::format("compression state layout of rank {}", source), maxElements_);
+  int64_t total = 0;
+  for (const auto& t : mean.tensors) total += t.data.numel();
+  auto flat = torch::zeros({total}, torch::kFloat32);
+  onEveryRank(group, "gathering the compression state", [&] {
+    if (!own) return;
+    if (ours.kind != mean.kind || ours.tensors.size() != mean.tensors.size()) {
+      SHOAL_THROW(InvalidArgument, "rank {}: its {} state has {} tensors, rank {}'s {} {}",
+                  group.rank(), ours.kind, ours.tensors.size(), source, mean.kind,
+                  mean.tensors.size());
+    }
+    int64_t at = 0;
+    for (size_t i = 0; i < ours.tensors.size(); ++i) {
+      const auto& t = ours.tensors[i];
+      const auto& want = mean.tensors[i];
+      const int64_t n = want.data.numel();
+      if (t.key != want.key || t.param != want.param || t.perRank != want.perRank ||
+          t.data.numel() != n) {
+        SHOAL_THROW(InvalidArgument,
+                    "rank {}: its compression state's '{}' of parameter {} does not match rank "
+                    "{}'s",
+                    group.rank(), t.key, t.param, source);
+      }
+      if (t.perRank || group.rank() == source) flat.narrow(0, at, n).copy_(t.data.reshape(-1));
+      at += n;
+    }
+  });
+  comm::allreduce(group, flat.data_ptr(), static_cast<size_t>(total), DataType::kFloat32,
+                  ReduceOp::kSum);
+  int64_t at = 0;
+  for (auto& t : mean.tensors) {
+    const int64_t n = t.data.numel();
+    t.data = flat.narrow(0, at, n).clone();
+    if (t.perRank) t.data.div_(static_cast<double>(holders));
+    at += n;
+  }
+  onEveryRank(group, "restoring the compression state",
+              [&] { hook_->importState(own ? own->state : mean); });
+}
+
+}  // namespace shoal::train
