@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <tuple>
 
 #include "tests/thread_ranks.h"
@@ -46,31 +47,53 @@ void step(train::DistributedDataParallel& ddp, Mlp& net, int rank, int s) {
   ddp.backward(torch::mse_loss(net->forward(x), y));
 }
 
-class ElasticHookStateSpec : public ::testing::TestWithParam<std::string> {};
+using train::BucketsBuilt;
 
-// Ranks 0 and 1 commit steps 2 and 3; rank 2 commits nothing (a joiner, or a survivor that had
-// not got there). Step 4 fails; the job continues from step 2, the older of the two copies.
+class ElasticHookStateSpec
+    : public ::testing::TestWithParam<std::tuple<std::string, BucketsBuilt>> {};
+
+// Ranks 0 and 1 commit steps 2 and 3; rank 2 commits nothing (a survivor that had not got
+// there, or with kAfterRestore a joiner: a new hook that never made a bucket). Step 4 fails;
+// the job continues from step 2, the older of the two copies. With kAfterRestore the view's
+// DDP is built after restore() (as inside ElasticState's function) and must take the state
+// over.
 TEST_P(ElasticHookStateSpec, HoldersGetTheirOwnStateBackAndTheOthersTheHoldersMean) {
   torch::set_num_threads(1);
+  const auto [spec, buckets] = GetParam();
   std::mutex mutex;
   std::map<int, HookState> atTwo, restored;
   auto errors = runThreadRanks(3, testOptions(TransportKind::kShm), [&](comm::Group& g) {
     torch::manual_seed(7);  // the ranks' models need not agree here: only the hooks are compared
     Mlp net;
     train::DdpOptions o;
-    o.commHook = train::ddp::compressionHook(compress::CompressionSpec::parse(GetParam()));
-    train::DistributedDataParallel ddp(net.ptr(), g.shared_from_this(), o);
-    train::ElasticHookState kept(o.commHook, *net);
+    o.commHook = train::ddp::compressionHook(compress::CompressionSpec::parse(spec));
+    std::optional<train::DistributedDataParallel> ddp;
+    ddp.emplace(net.ptr(), g.shared_from_this(), o);
     const bool holder = g.rank() < 2;
     for (int s = 1; s <= 4; ++s) {
-      step(ddp, net, g.rank(), s);
+      step(*ddp, net, g.rank(), s);
       if (holder && s == 2) {
         std::lock_guard<std::mutex> lock(mutex);
         atTwo[g.rank()] = sorted(*o.commHook->exportState());
       }
-      if (holder && s <= 3) kept.take(s);
+    }
+    // Rank 2's copy of the whole run is never taken; the holders' are taken at steps 2 and 3.
+    if (buckets == BucketsBuilt::kAfterRestore) {
+      ddp.reset();
+      if (!holder) o.commHook = train::ddp::compressionHook(compress::CompressionSpec::parse(spec));
+    }
+    train::ElasticHookState kept(o.commHook, *net, buckets);
+    if (holder) {
+      // The states of steps 2 and 3, as the commits took them (atTwo, and the current one).
+      auto now = *o.commHook->exportState();
+      HookState two = atTwo.at(g.rank());
+      o.commHook->importState(two);
+      kept.take(2);
+      o.commHook->importState(now);
+      kept.take(3);
     }
     kept.restore(g, 2);
+    if (buckets == BucketsBuilt::kAfterRestore) ddp.emplace(net.ptr(), g.shared_from_this(), o);
     std::lock_guard<std::mutex> lock(mutex);
     restored[g.rank()] = sorted(*o.commHook->exportState());
   });
@@ -113,15 +136,19 @@ TEST_P(ElasticHookStateSpec, HoldersGetTheirOwnStateBackAndTheOthersTheHoldersMe
   EXPECT_TRUE(changedSince) << "the holders' residuals were equal: the mean proves nothing";
 }
 
-INSTANTIATE_TEST_SUITE_P(Hooks, ElasticHookStateSpec,
-                         ::testing::Values("topk:0.1,momentum=0.9", "powersgd:1", "onebit"),
-                         [](const ::testing::TestParamInfo<std::string>& info) {
-                           std::string name = info.param;
-                           for (char& ch : name) {
-                             if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
-                           }
-                           return name;
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Hooks, ElasticHookStateSpec,
+    ::testing::Combine(::testing::Values("topk:0.1,momentum=0.9", "powersgd:1", "onebit"),
+                       ::testing::Values(BucketsBuilt::kBeforeRestore,
+                                         BucketsBuilt::kAfterRestore)),
+    [](const ::testing::TestParamInfo<std::tuple<std::string, BucketsBuilt>>& info) {
+      std::string name = std::get<0>(info.param);
+      for (char& ch : name) {
+        if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+      }
+      return name +
+             (std::get<1>(info.param) == BucketsBuilt::kBeforeRestore ? "_before" : "_after");
+    });
 
 // When every rank committed the step, each gets its own state back and nothing else changes.
 TEST(ElasticHookState, EveryRankHoldingTheStepGetsItsOwnBack) {
@@ -134,7 +161,7 @@ TEST(ElasticHookState, EveryRankHoldingTheStepGetsItsOwnBack) {
     train::DdpOptions o;
     o.commHook = train::ddp::compressionHook(compress::CompressionSpec::parse("topk:0.1"));
     train::DistributedDataParallel ddp(net.ptr(), g.shared_from_this(), o);
-    train::ElasticHookState kept(o.commHook, *net);
+    train::ElasticHookState kept(o.commHook, *net, BucketsBuilt::kBeforeRestore);
     step(ddp, net, g.rank(), 1);
     kept.take(1);
     auto taken = sorted(*o.commHook->exportState());

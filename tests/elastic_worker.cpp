@@ -24,8 +24,10 @@
 //            that shrank must equal bit for bit.
 //   --zero STAGE: the same with ZeroDataParallel (stage 1 or 2, the same SGD) instead of DDP:
 //            elastic through zero::ElasticZero; plain --load/--save take a sharded checkpoint
-//            folder (written by every rank). --compression SPEC (with --zero 1): the gradients
-//            go through ddp::compressionHook(SPEC), and every rank prints after each commit
+//            folder (written by every rank).
+//   --compression SPEC (DDP, or --zero 1): the gradients go through
+//            ddp::compressionHook(SPEC), kept by ElasticState or ElasticZero (one hook object
+//            for every view), and every rank prints after each commit
 //              HOOK member M step S own D shared E steps K
 //            (D, E: FNV-1a of the hook's per-rank and of its shared tensors; K: its step count),
 //            and the same line starting HOOKIN when a view after the first starts.
@@ -168,14 +170,17 @@ Engine zeroEngine(train::zero::ZeroDataParallel& zero) {
           [&] { zero.step(); }};
 }
 
-train::zero::ZeroOptions zeroOptions(int stage, const std::string& compression) {
+train::zero::ZeroOptions zeroOptions(int stage, std::shared_ptr<train::ddp::CommHook> hook) {
   train::zero::ZeroOptions o;
   o.stage = stage;
   o.optimizer = {OptimizerKind::kSgd, 0.05, 0.9};
-  if (!compression.empty()) {
-    SHOAL_CHECK(stage == 1, "--compression needs --zero 1");
-    o.commHook = train::ddp::compressionHook(compress::CompressionSpec::parse(compression));
-  }
+  o.commHook = std::move(hook);
+  return o;
+}
+
+train::DdpOptions ddpOptions(std::shared_ptr<train::ddp::CommHook> hook) {
+  train::DdpOptions o;
+  o.commHook = std::move(hook);
   return o;
 }
 
@@ -237,6 +242,10 @@ int runWorker(Options o) {
   auto model = makeModel();
   torch::optim::SGD opt(model->parameters(), torch::optim::SGDOptions(0.05).momentum(0.9));
   const int member = world.elastic ? world.elastic->membership->id() : world.rank;
+  const std::shared_ptr<train::ddp::CommHook> hook =
+      o.compression.empty()
+          ? nullptr
+          : train::ddp::compressionHook(compress::CompressionSpec::parse(o.compression));
 
   if (o.plain) {
     ElasticProgress p;
@@ -245,7 +254,7 @@ int runWorker(Options o) {
     Engine engine;
     if (o.zeroStage > 0) {
       zero.emplace(std::shared_ptr<torch::nn::Module>(model.ptr()), world.group,
-                   zeroOptions(o.zeroStage, o.compression));
+                   zeroOptions(o.zeroStage, hook));
       if (!o.load.empty()) {
         const auto loaded = zero->load(o.load);
         SHOAL_CHECK(loaded.has_value(), "--load {}: no checkpoint", o.load);
@@ -254,7 +263,7 @@ int runWorker(Options o) {
       engine = zeroEngine(*zero);
     } else {
       if (!o.load.empty()) p = loadState(o.load, *model, opt);
-      ddp.emplace(model.ptr(), world.group);
+      ddp.emplace(model.ptr(), world.group, ddpOptions(hook));
       engine = ddpEngine(*ddp, opt);
     }
     while (p.step < o.steps) {
@@ -278,12 +287,13 @@ int runWorker(Options o) {
                                            : train::LrScaling::kNone};
   std::optional<train::zero::ElasticZero> keeper;
   std::optional<train::ElasticState> stateHolder;
-  const auto zeroOpts = zeroOptions(o.zeroStage, o.compression);
   if (o.zeroStage > 0) {
-    keeper.emplace(model.ptr(), zeroOpts);
+    keeper.emplace(model.ptr(), zeroOptions(o.zeroStage, hook));
     stateHolder.emplace(*world.elastic, world.group, *keeper, elastic);
   } else {
-    stateHolder.emplace(*world.elastic, world.group, *model, opt, elastic);
+    auto withHook = elastic;
+    withHook.commHook = hook;
+    stateHolder.emplace(*world.elastic, world.group, *model, opt, withHook);
   }
   train::ElasticState& state = *stateHolder;
   if (!o.resume.empty()) state.load(o.resume);
@@ -292,12 +302,12 @@ int runWorker(Options o) {
     Engine engine;
     if (keeper) {
       engine = zeroEngine(keeper->zero());
-      if (zeroOpts.commHook && state.progress().step > 0) {
-        printHook("HOOKIN", *zeroOpts.commHook, member, state.progress().step);
-      }
     } else {
-      ddp.emplace(model.ptr(), group.shared_from_this());
+      ddp.emplace(model.ptr(), group.shared_from_this(), ddpOptions(hook));
       engine = ddpEngine(*ddp, opt);
+    }
+    if (hook && state.progress().step > 0) {
+      printHook("HOOKIN", *hook, member, state.progress().step);
     }
     int64_t inView = 0;
     for (auto p = state.progress();
@@ -306,7 +316,7 @@ int runWorker(Options o) {
          ++inView) {
       p = trainStep(group, engine, *model, sampler, data, o.batch, p, member, deaths);
       state.commit(p);
-      if (zeroOpts.commHook) printHook("HOOK", *zeroOpts.commHook, member, p.step);
+      if (hook) printHook("HOOK", *hook, member, p.step);
       if (!o.startedFile.empty() && group.rank() == 0 &&
           (o.startedAt == 0 || group.size() == o.startedAt)) {
         std::FILE* f = std::fopen(o.startedFile.c_str(), "w");

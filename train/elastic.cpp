@@ -44,8 +44,8 @@ ElasticState::ElasticState(comm::ElasticContext context, std::shared_ptr<comm::G
                            torch::nn::Module& model, torch::optim::Optimizer& optimizer,
                            ElasticOptions options)
     : ElasticState(std::move(context), std::move(group),
-                   std::make_unique<ReplicatedState>(model, optimizer), nullptr,
-                   std::move(options)) {}
+                   std::make_unique<ReplicatedState>(model, optimizer, options.commHook), nullptr,
+                   options) {}  // a copy: the arguments' order of evaluation is unspecified
 
 ElasticState::ElasticState(comm::ElasticContext context, std::shared_ptr<comm::Group> group,
                            ElasticKeeper& keeper, ElasticOptions options)
@@ -63,6 +63,11 @@ ElasticState::ElasticState(comm::ElasticContext context, std::shared_ptr<comm::G
               "ElasticState needs an elastic job's context (shoal run --elastic)");
   if (options_.admitEvery < 1) {
     SHOAL_THROW(InvalidArgument, "ElasticState: admitEvery {} < 1", options_.admitEvery);
+  }
+  if (options_.commHook && !owned_) {
+    SHOAL_THROW(InvalidArgument,
+                "ElasticState: ElasticOptions::commHook is for a DDP job's state; a keeper "
+                "carries its own hook (zero::ElasticZero: ZeroOptions::commHook)");
   }
   if (options_.lrReferenceSize < 0) {
     SHOAL_THROW(InvalidArgument, "ElasticState: lrReferenceSize {} < 0", options_.lrReferenceSize);

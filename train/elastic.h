@@ -51,6 +51,7 @@
 #include <vector>
 
 #include "comm/membership.h"
+#include "train/ddp/comm_hook.h"
 #include "train/elastic_keeper.h"
 
 namespace shoal::train {
@@ -71,6 +72,12 @@ struct ElasticOptions {
   // onViewChange) and leave this kNone.
   LrScaling lrScaling = LrScaling::kNone;
   int lrReferenceSize = 0;  // the size the optimizer's lr is for; 0: the launch's worker count
+  // The communication hook every view's DistributedDataParallel is given (DdpOptions::commHook,
+  // the same object each time): its state (compression's residuals, PowerSGD's Q, the warm-up
+  // count) is kept at each commit and restored at a view change (train/elastic_hook_state.h).
+  // Only with the model-and-optimizer constructor (zero::ElasticZero carries
+  // ZeroOptions::commHook itself); nothing to set for a hook that keeps no state.
+  std::shared_ptr<ddp::CommHook> commHook;
 };
 
 struct ElasticStats {

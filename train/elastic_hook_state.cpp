@@ -69,11 +69,31 @@ ddp::HookState decodeLayout(const std::string& bytes, const std::string& source,
 }  // namespace
 
 ElasticHookState::ElasticHookState(std::shared_ptr<ddp::CommHook> hook,
-                                   const torch::nn::Module& module) {
+                                   const torch::nn::Module& module, BucketsBuilt buckets)
+    : buckets_(buckets) {
   if (!hook || hook->stateKind().empty()) return;
   hook_ = std::move(hook);
-  // A parameter's residual, velocity and PowerSGD's Q (smaller than the parameter) at most.
-  for (const auto& p : module.parameters(/*recurse=*/true)) maxElements_ += 3 * p.numel();
+  for (const auto& p : module.parameters(/*recurse=*/true)) {
+    if (!p.requires_grad()) continue;
+    params_.push_back(p);
+    // A parameter's residual, velocity and PowerSGD's Q (smaller than the parameter) at most.
+    maxElements_ += 3 * p.numel();
+  }
+}
+
+// Bucket i holds parameter i alone; the hook keeps its per-parameter state from them (and
+// carries what it held for each parameter over into them).
+void ElasticHookState::makeParameterBuckets(comm::Group& group) {
+  for (size_t i = 0; i < params_.size(); ++i) {
+    ddp::GradBucket b;
+    b.index = i;
+    b.buffer = torch::zeros({params_[i].numel()}, params_[i].options().requires_grad(false));
+    b.params = {i};
+    b.offsets = {0};
+    b.numels = {params_[i].numel()};
+    b.shapes = {params_[i].sizes().vec()};
+    hook_->makeState(group, b);
+  }
 }
 
 void ElasticHookState::take(int64_t step) {
@@ -91,6 +111,7 @@ void ElasticHookState::restore(comm::Group& group, int64_t step) {
     if (c->step > step) *c = Copy{};
   }
   const Copy* own = last_.step == step ? &last_ : before_.step == step ? &before_ : nullptr;
+  if (buckets_ == BucketsBuilt::kAfterRestore) makeParameterBuckets(group);
 
   // Who holds the state of `step`.
   const int64_t mine = own ? 1 : 0;

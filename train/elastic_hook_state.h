@@ -2,10 +2,9 @@
 // velocities, PowerSGD's Q, the warm-up's step count) carried through an elastic job's view
 // changes, beside the model and optimizer state its keeper carries (train/elastic_keeper.h).
 //
-//   ElasticHookState hookState(hook);
+//   ElasticHookState hookState(hook, model, BucketsBuilt::kBeforeRestore);
 //   ... at each commit:          hookState.take(progress.step);
-//   ... at a view change, once the new view's buckets exist (the hook's makeState ran):
-//                                hookState.restore(group, continuedStep);
+//   ... at a view change:        hookState.restore(group, continuedStep);
 //
 // Why: a hook's state changes inside a step (top-k updates its residual as it encodes, before
 // its all-gather). A job that continues from its last commit with the hook as the failed step
@@ -37,16 +36,27 @@
 
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "comm/group.h"
 #include "train/ddp/comm_hook.h"
 
 namespace shoal::train {
 
+// When the hook's users make its buckets (CommHook::makeState), relative to restore():
+// - kBeforeRestore: before it (ZeRO: ElasticZero builds the view's ZeroDataParallel first), so
+//   the state goes into them;
+// - kAfterRestore: after it (DDP, built inside each view's function), so restore() first gives
+//   the hook a bucket of its own for every trainable parameter (a joiner's new hook has none),
+//   and DDP's buckets take the state over from those as after any rebuild of its layout.
+enum class BucketsBuilt { kBeforeRestore, kAfterRestore };
+
 class ElasticHookState {
  public:
-  // `module`: the model the hook's state is of (it bounds what a peer's layout may claim).
-  ElasticHookState(std::shared_ptr<ddp::CommHook> hook, const torch::nn::Module& module);
+  // `module`: the model the hook's state is of (its trainable parameters in order are the
+  // hook's parameter indices; their sizes bound what a peer's layout may claim).
+  ElasticHookState(std::shared_ptr<ddp::CommHook> hook, const torch::nn::Module& module,
+                   BucketsBuilt buckets);
 
   // Keeps a copy of the hook's state as the state of `step` (the last two steps are kept; a
   // second take() of the same step replaces the first).
@@ -61,7 +71,11 @@ class ElasticHookState {
     int64_t step = -1;
     ddp::HookState state;
   };
+  void makeParameterBuckets(comm::Group& group);
+
   std::shared_ptr<ddp::CommHook> hook_;  // null when it keeps no state
+  std::vector<torch::Tensor> params_;    // the trainable parameters, in the hook's order
+  BucketsBuilt buckets_;
   int64_t maxElements_ = 0;
   Copy last_, before_;
 };

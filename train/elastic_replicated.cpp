@@ -51,8 +51,11 @@ void keep(torch::Tensor& into, const torch::Tensor& from) {
 
 }  // namespace
 
-ReplicatedState::ReplicatedState(torch::nn::Module& model, torch::optim::Optimizer& optimizer)
-    : model_(model), optimizer_(optimizer) {
+ReplicatedState::ReplicatedState(torch::nn::Module& model, torch::optim::Optimizer& optimizer,
+                                 std::shared_ptr<ddp::CommHook> hook)
+    : model_(model),
+      optimizer_(optimizer),
+      hookState_(std::move(hook), model, BucketsBuilt::kAfterRestore) {
   for (auto& g : optimizer_.param_groups()) baseLr_.push_back(g.options().get_lr());
 }
 
@@ -65,12 +68,15 @@ void ReplicatedState::scaleLr(double factor) {
 }
 
 void ReplicatedState::enter(comm::Group& group, const comm::View& view) {
-  if (!taken_) take(ElasticProgress{});
+  if (!taken_) commit(group, ElasticProgress{});
   if (view.needsSync()) sync(group, view);
+  // Every rank now holds the step all continue from (the source's), whatever it had committed.
+  hookState_.restore(group, snapshot_.progress.step);
 }
 
 void ReplicatedState::commit(comm::Group&, const ElasticProgress& progress) {
   take(progress);
+  hookState_.take(progress.step);
 }
 
 void ReplicatedState::leave() {

@@ -1,17 +1,20 @@
 // The state of an elastic data-parallel job whose ranks all hold all of it (DDP): a model and
 // its optimizer, copied into memory at each commit and put back after a failure. After a view
 // change the most advanced member's copy (comm::View::source) is broadcast to the others (the
-// survivors that missed the last step, and joiners).
+// survivors that missed the last step, and joiners). A stateful communication hook's state
+// goes with each commit too (train/elastic_hook_state.h: each rank's own, a joiner the mean).
 //
 // Threads and errors: as train/elastic_keeper.h. The model and optimizer must outlive it.
 #pragma once
 
 #include <torch/torch.h>
 
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "train/elastic_hook_state.h"
 #include "train/elastic_keeper.h"
 #include "train/optimizer_state.h"
 
@@ -19,7 +22,10 @@ namespace shoal::train {
 
 class ReplicatedState : public ElasticKeeper {
  public:
-  ReplicatedState(torch::nn::Module& model, torch::optim::Optimizer& optimizer);
+  // `hook`: the communication hook every view's DDP uses (null: none, or one that keeps no
+  // state).
+  ReplicatedState(torch::nn::Module& model, torch::optim::Optimizer& optimizer,
+                  std::shared_ptr<ddp::CommHook> hook = nullptr);
 
   void enter(comm::Group& group, const comm::View& view) override;
   void commit(comm::Group& group, const ElasticProgress& progress) override;
@@ -48,6 +54,7 @@ class ReplicatedState : public ElasticKeeper {
   Snapshot snapshot_;
   bool taken_ = false;
   std::vector<double> baseLr_;  // each parameter group's lr at construction
+  ElasticHookState hookState_;
 };
 
 }  // namespace shoal::train

@@ -169,7 +169,7 @@ const torch::nn::Module& required(const std::shared_ptr<torch::nn::Module>& modu
 ElasticZero::ElasticZero(std::shared_ptr<torch::nn::Module> module, ZeroOptions options)
     : module_(std::move(module)),
       options_(std::move(options)),
-      hookState_(options_.commHook, required(module_)) {
+      hookState_(options_.commHook, required(module_), BucketsBuilt::kBeforeRestore) {
   if (options_.stage != 1 && options_.stage != 2) {
     SHOAL_THROW(InvalidArgument,
                 "ElasticZero: stage {} is not elastic (stages 1 and 2 are: stage 3's parameters "
