@@ -4,7 +4,9 @@
 // rank and step dealt by train/elastic_sampler.h, train::ElasticState committing after every
 // step (an in-memory snapshot). --zero 2: ZeRO stage 2 (the same SGD) through
 // train::zero::ElasticZero instead of DDP: each rank keeps a shard, and a copy of the previous
-// rank's.
+// rank's. --compression SPEC (DDP): the gradients go through ddp::compressionHook(SPEC), whose
+// state ElasticState keeps at each commit (ElasticOptions::commHook), or with --hook-state drop
+// does not (what the state's keeping costs a step).
 //
 // --kill-member M --kill-step S: member M prints {"event":"kill","time":T,"step":S} (T: the
 // wall clock, seconds) and SIGKILLs itself right after its forward of step S, so its peers
@@ -29,6 +31,7 @@
 #include "common/error.h"
 #include "run/init.h"
 #include "train/ddp.h"
+#include "train/ddp/compression_hook.h"
 #include "train/elastic.h"
 #include "train/elastic_sampler.h"
 #include "train/idx_dataset.h"
@@ -48,6 +51,8 @@ struct Options {
   int64_t killStep = 0;
   uint64_t seed = 1;
   int zeroStage = 0;  // 0: DDP
+  std::string compression;
+  bool keepHookState = true;
 };
 
 int runWorker(const Options& o) {
@@ -65,6 +70,12 @@ int runWorker(const Options& o) {
   const train::ElasticSampler sampler(trainSet.size(), {.seed = o.seed});
   std::optional<train::zero::ElasticZero> zero;
   std::optional<train::ElasticState> elastic;
+  train::DdpOptions ddpOptions;
+  if (!o.compression.empty()) {
+    SHOAL_CHECK(o.zeroStage == 0, "--compression: DDP only here");
+    ddpOptions.commHook =
+        train::ddp::compressionHook(compress::CompressionSpec::parse(o.compression));
+  }
   if (o.zeroStage > 0) {
     train::zero::ZeroOptions z;
     z.stage = o.zeroStage;
@@ -72,7 +83,9 @@ int runWorker(const Options& o) {
     zero.emplace(net.ptr(), z);
     elastic.emplace(*world.elastic, world.group, *zero);
   } else {
-    elastic.emplace(*world.elastic, world.group, *net, opt);
+    train::ElasticOptions eo;
+    if (o.keepHookState) eo.commHook = ddpOptions.commHook;
+    elastic.emplace(*world.elastic, world.group, *net, opt, eo);
   }
   train::ElasticState& state = *elastic;
   bool changed = false;
@@ -82,7 +95,7 @@ int runWorker(const Options& o) {
   const double start = wallClock();
   state.run([&](comm::Group& group) {
     std::optional<train::DistributedDataParallel> ddp;
-    if (!zero) ddp.emplace(net.ptr(), group.shared_from_this());
+    if (!zero) ddp.emplace(net.ptr(), group.shared_from_this(), ddpOptions);
     for (auto p = state.progress(); p.step < o.steps;) {
       const auto s = sampler.step(p.epoch, p.position, group.rank(), group.size(), o.batch);
       auto idx = torch::tensor(s.indices, torch::kInt64);
@@ -155,7 +168,11 @@ int main(int argc, char** argv) {
   app.add_option("--kill-step", o.killStep);
   app.add_option("--seed", o.seed);
   app.add_option("--zero", o.zeroStage)->check(CLI::Range(0, 2));
+  app.add_option("--compression", o.compression);
+  std::string hookState = "keep";
+  app.add_option("--hook-state", hookState)->check(CLI::IsMember({"keep", "drop"}));
   CLI11_PARSE(app, argc, argv);
+  o.keepHookState = hookState == "keep";
   try {
     return runWorker(o);
   } catch (const std::exception& e) {

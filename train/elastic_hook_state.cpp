@@ -147,7 +147,8 @@ void ElasticHookState::restore(comm::Group& group, int64_t step) {
   onEveryRank(group, "gathering the compression state", [&] {
     if (!own) return;
     if (ours.kind != mean.kind || ours.tensors.size() != mean.tensors.size()) {
-      SHOAL_THROW(InvalidArgument, "rank {}: its {} state has {} tensors, rank {}'s {} {}",
+      SHOAL_THROW(InvalidArgument,
+                  "rank {}: its compression state ({}) has {} tensors, rank {}'s ({}) has {}",
                   group.rank(), ours.kind, ours.tensors.size(), source, mean.kind,
                   mean.tensors.size());
     }

@@ -125,10 +125,10 @@ class CommHook {
   // thread, between steps.
   virtual std::optional<HookState> exportState() const;
   // Restores a state exported by a hook of the same kind, after the buckets were made (the
-  // values land in the state of the parameters' buckets); the hook's state becomes `state`,
-  // what it held before is dropped. InvalidArgument, changing nothing,
-  // when it does not fit: another kind, a parameter this hook has no bucket for, another size.
-  // The default (a stateless hook) refuses any. Training thread, between steps.
+  // values land in the state of the parameters' buckets). The hook's state becomes `state`:
+  // what it held before is dropped. InvalidArgument, changing nothing, when it does not fit:
+  // another kind, a parameter this hook has no bucket for, another size. The default (a
+  // stateless hook) refuses any. Training thread, between steps.
   virtual void importState(const HookState& state);
 };
 
