@@ -17,7 +17,8 @@
 //   clock when the first step after the view change completed on this rank; null without one),
 //   recovery_seconds (ElasticState's own measure: the failure caught to the new group formed),
 //   final_accuracy (the 10k test images, shared among the ranks), train_seconds (from the first
-//   step to the last, evaluation excluded).
+//   step to the last, evaluation excluded), commit_seconds (this rank's time in
+//   ElasticState::commit over all steps: the in-memory snapshots).
 #include <fmt/format.h>
 #include <signal.h>
 
@@ -92,6 +93,7 @@ int runWorker(const Options& o) {
   std::optional<double> firstStepAfter;
   state.onViewChange = [&](const comm::View&, const comm::View&) { changed = true; };
 
+  double commitSeconds = 0;
   const double start = wallClock();
   state.run([&](comm::Group& group) {
     std::optional<train::DistributedDataParallel> ddp;
@@ -124,7 +126,9 @@ int runWorker(const Options& o) {
         opt.step();
       }
       p = p.after(s.nextPosition, sampler.size());
+      const double c0 = wallClock();
       state.commit(p);
+      commitSeconds += wallClock() - c0;
       if (changed && !firstStepAfter) firstStepAfter = wallClock();
     }
   });
@@ -146,12 +150,12 @@ int runWorker(const Options& o) {
     std::printf(
         "{\"impl\":\"%s\",\"steps\":%lld,\"world\":%d,\"resumed_step\":%lld,"
         "\"first_step_after\":%s,\"recovery_seconds\":%.6f,\"final_accuracy\":%.6f,"
-        "\"train_seconds\":%.3f}\n",
+        "\"train_seconds\":%.3f,\"commit_seconds\":%.4f}\n",
         o.zeroStage > 0 ? fmt::format("shoal-zero{}", o.zeroStage).c_str() : "shoal",
         static_cast<long long>(state.progress().step), group.size(),
         static_cast<long long>(st.viewChanges ? st.lastResumedStep : -1),
         firstStepAfter ? fmt::format("{:.6f}", *firstStepAfter).c_str() : "null",
-        st.lastRecoverySeconds, correct / static_cast<double>(n), trainSeconds);
+        st.lastRecoverySeconds, correct / static_cast<double>(n), trainSeconds, commitSeconds);
     std::fflush(stdout);
   }
   return 0;

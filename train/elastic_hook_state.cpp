@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "comm/collectives.h"
@@ -96,13 +97,32 @@ void ElasticHookState::makeParameterBuckets(comm::Group& group) {
   }
 }
 
+// A copy at every commit: into the buffers of the copy two commits old where they fit, as a
+// fresh allocation of a large state (a model's worth of residuals) costs page faults each time.
 void ElasticHookState::take(int64_t step) {
   if (!hook_) return;
-  auto state = hook_->exportState();
-  SHOAL_ASSERT(state.has_value(), "{} keeps {} state but exported none", hook_->name(),
+  const auto view = hook_->viewState();
+  SHOAL_ASSERT(view.has_value(), "{} keeps {} state but exported none", hook_->name(),
                hook_->stateKind());
-  if (last_.step != step) before_ = std::move(last_);
-  last_ = Copy{step, std::move(*state)};
+  if (last_.step != step) std::swap(before_, last_);
+  last_.step = step;
+  auto& into = last_.state;
+  into.kind = view->kind;
+  into.steps = view->steps;
+  into.tensors.resize(view->tensors.size());
+  for (size_t i = 0; i < view->tensors.size(); ++i) {
+    const auto& from = view->tensors[i];
+    auto& to = into.tensors[i];
+    to.key = from.key;
+    to.param = from.param;
+    to.perRank = from.perRank;
+    if (to.data.defined() && to.data.numel() == from.data.numel() &&
+        to.data.dtype() == from.data.dtype()) {
+      to.data.copy_(from.data.reshape(-1));
+    } else {
+      to.data = from.data.reshape(-1).clone();
+    }
+  }
 }
 
 void ElasticHookState::restore(comm::Group& group, int64_t step) {

@@ -50,7 +50,7 @@ class CastHook : public CommHook {
   std::string stateKind() const override { return half_ == DataType::kFloat16 ? "fp16" : "bf16"; }
 
   // Only the warm-up's count: the casts keep nothing else.
-  std::optional<HookState> exportState() const override {
+  std::optional<HookState> viewState() const override {
     HookState state;
     state.kind = stateKind();
     state.steps = steps_.steps();

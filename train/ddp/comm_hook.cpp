@@ -25,8 +25,16 @@ std::string CommHook::stateKind() const {
   return {};
 }
 
-std::optional<HookState> CommHook::exportState() const {
+std::optional<HookState> CommHook::viewState() const {
   return std::nullopt;
+}
+
+std::optional<HookState> CommHook::exportState() const {
+  auto state = viewState();
+  if (state) {
+    for (auto& t : state->tensors) t.data = t.data.clone();
+  }
+  return state;
 }
 
 void CommHook::importState(const HookState& state) {

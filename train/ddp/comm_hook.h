@@ -121,9 +121,13 @@ class CommHook {
   // The kind of state this hook keeps from step to step (HookState::kind); empty for none
   // (the default).
   virtual std::string stateKind() const;
-  // This rank's state (a copy), or nothing for a hook that keeps none (the default). Training
-  // thread, between steps.
-  virtual std::optional<HookState> exportState() const;
+  // This rank's state as views of the hook's own tensors (no copy: what keeps a copy at every
+  // step reuses its own buffers), or nothing for a hook that keeps none (the default). Read the
+  // views before the hook's next step or import, and never write them. Training thread,
+  // between steps.
+  virtual std::optional<HookState> viewState() const;
+  // viewState(), copied: the caller's to keep.
+  std::optional<HookState> exportState() const;
   // Restores a state exported by a hook of the same kind, after the buckets were made (the
   // values land in the state of the parameters' buckets). The hook's state becomes `state`:
   // what it held before is dropped. InvalidArgument, changing nothing, when it does not fit:

@@ -42,11 +42,11 @@ class Residuals {
     return residual;
   }
 
-  // Copies of every parameter's values, as `key` (CommHook::exportState).
-  void exportTo(const std::string& key, HookState& state) const {
+  // Views of every parameter's values, as `key` (CommHook::viewState).
+  void viewTo(const std::string& key, HookState& state) const {
     for (const auto& [param, slot] : slots_) {
       state.tensors.push_back(
-          {key, param, /*perRank=*/true, slot.flat.narrow(0, slot.offset, slot.numel).clone()});
+          {key, param, /*perRank=*/true, slot.flat.narrow(0, slot.offset, slot.numel)});
     }
   }
   // InvalidArgument unless t holds one of these parameters' values.
@@ -225,12 +225,12 @@ class GatherHook : public CommHook {
 
   // The residuals and velocities, whatever the density or the dense threshold (they change
   // what is sent, not what the state means).
-  std::optional<HookState> exportState() const override {
+  std::optional<HookState> viewState() const override {
     HookState state;
     state.kind = stateKind();
     state.steps = steps_.steps();
-    residuals_.exportTo("residual", state);
-    velocities_.exportTo("velocity", state);
+    residuals_.viewTo("residual", state);
+    velocities_.viewTo("velocity", state);
     return state;
   }
 

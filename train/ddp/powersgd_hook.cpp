@@ -136,15 +136,15 @@ class PowerSgdHook : public CommHook {
 
   // Each matrix's residual (this rank's) and Q (the same on every rank: the average of the
   // last step's second all-reduce).
-  std::optional<HookState> exportState() const override {
+  std::optional<HookState> viewState() const override {
     HookState state;
     state.kind = stateKind();
     state.steps = steps_.steps();
     for (const auto& [param, residual] : residual_) {
-      state.tensors.push_back({"residual", param, true, residual.reshape(-1).clone()});
+      state.tensors.push_back({"residual", param, true, residual.reshape(-1)});
     }
     for (const auto& [param, q] : q_) {
-      state.tensors.push_back({"q", param, false, q.reshape(-1).clone()});
+      state.tensors.push_back({"q", param, false, q.reshape(-1)});
     }
     return state;
   }
