@@ -17,8 +17,8 @@
 # SHOAL_TEST_STAGES picks stages (default: normal; with SHOAL_TEST_FULL=1, all three). The asan
 # stage leaves out the tests whose assertions are deadlines (fault injection, the stopped store
 # host, the stopped rank): the sanitizers slow every rank 2-3x, and those tests already run in the
-# normal stage. ThreadSanitizer (scripts/sanitize.sh tsan) and long fuzzing runs are not part of
-# this script.
+# normal stage. ThreadSanitizer (scripts/sanitize.sh tsan, tsan-processes) and long fuzzing runs
+# are not part of this script.
 # Exit status: non-zero if any stage failed. The last lines repeat each stage's summary (ctest's
 # "tests passed" and FAILED lines, one line per fuzz target) and say how long each stage took.
 set -uo pipefail
