@@ -11,6 +11,7 @@
 #include <fstream>
 #include <random>
 #include <regex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -50,6 +51,16 @@ std::vector<double> lrLines(const std::string& out) {
   return v;
 }
 
+// The scales the workers printed ("SCALE member M scale X steps K"), as "X K" strings.
+std::vector<std::string> scaleLines(const std::string& out) {
+  static const std::regex re(R"(SCALE member \d+ scale ([0-9.e+]+) steps (\d+))");
+  std::vector<std::string> v;
+  for (std::sregex_iterator it(out.begin(), out.end(), re), end; it != end; ++it) {
+    v.push_back(fmt::format("{} {}", (*it)[1].str(), (*it)[2].str()));
+  }
+  return v;
+}
+
 // `launcher` are shoal run's options before --.
 ShellRun job(const std::string& launcher, const std::string& args) {
   return runShell(fmt::format(
@@ -62,12 +73,14 @@ ShellRun job(const std::string& launcher, const std::string& args) {
 // from that file to step 40: the same state, the same data order, nothing lost or repeated.
 // `engine`: the worker's flags for how it trains ("": DDP; "--zero 2": ZeRO stage 2, whose
 // reference goes through a sharded checkpoint).
-void shrinkEqualsReference(int member, int step, bool after, const std::string& engine = "") {
-  SCOPED_TRACE(fmt::format("member {} dies in step {} {} its communication ({})", member, step,
-                           after ? "after" : "before", engine.empty() ? "DDP" : engine));
+// `where`: the worker's --die point (before, middle, after).
+void shrinkEqualsReference(int member, int step, const std::string& where,
+                           const std::string& engine = "") {
+  SCOPED_TRACE(fmt::format("member {} dies in step {} ({}, {})", member, step, where,
+                           engine.empty() ? "DDP" : engine));
   const std::string common = "--samples 600 --batch 8 " + engine;
-  auto r = job("--elastic 2:4 -n 4", fmt::format("{} --steps 40 --die {}:{}:{}", common, member,
-                                                 step, after ? "after" : "before"));
+  auto r = job("--elastic 2:4 -n 4",
+               fmt::format("{} --steps 40 --die {}:{}:{}", common, member, step, where));
   ASSERT_EQ(r.code, 0) << r.output;
   auto done = doneLines(r.output);
   ASSERT_EQ(done.size(), 3u) << r.output;
@@ -80,7 +93,7 @@ void shrinkEqualsReference(int member, int step, bool after, const std::string& 
     EXPECT_EQ(d.resumed, done[0].resumed);
     // The failure came in step `step`: the survivors continue from the step before it, or
     // from it when the dead worker's all-reduce had completed somewhere.
-    EXPECT_TRUE(d.resumed == step - 1 || (after && d.resumed == step)) << d.resumed;
+    EXPECT_TRUE(d.resumed == step - 1 || (where == "after" && d.resumed == step)) << d.resumed;
     EXPECT_LT(d.recovery, 30.0);  // a generous bound: 1 s or less on an idle machine
   }
   EXPECT_NE(r.output.find("the other workers go on without it"), std::string::npos) << r.output;
@@ -98,11 +111,11 @@ void shrinkEqualsReference(int member, int step, bool after, const std::string& 
 }
 
 TEST(ElasticShrink, LastRankDiesBeforeItsAllreduce) {
-  shrinkEqualsReference(3, 6, false);
+  shrinkEqualsReference(3, 6, "before");
 }
 
 TEST(ElasticShrink, RankZeroDiesAfterItsAllreduce) {
-  shrinkEqualsReference(0, 11, true);
+  shrinkEqualsReference(0, 11, "after");
 }
 
 TEST(ElasticShrink, RandomRankAndStep) {
@@ -111,14 +124,26 @@ TEST(ElasticShrink, RandomRankAndStep) {
   const int member = static_cast<int>(gen() % 4);
   const int step = 2 + static_cast<int>(gen() % 35);
   const bool after = gen() % 2;
-  shrinkEqualsReference(member, step, after);
+  shrinkEqualsReference(member, step, after ? "after" : "before");
+}
+
+// fp16 with dynamic loss scaling (ElasticOptions::lossScaler): member 2 dies after its backward,
+// so the survivors fail in the loss scaler's all-reduce, with their gradients already unscaled.
+// They must still equal the plain jobs, which carry the scaler through their file.
+TEST(ElasticShrink, Fp16RankDiesBeforeTheLossScalersAgreementEqualsReference) {
+  shrinkEqualsReference(2, 9, "middle", "--fp16");
 }
 
 // Member 2 dies in step 8 and is restarted by the launcher: it joins as member 4, gets the
-// running state, and the job ends at 4 workers that agree.
-void killedWorkerRejoins(const std::string& engine) {
+// running state, trains at least 5 steps with the others, and the job ends at 4 workers that
+// agree. `args`: the worker's other flags; the job's run goes to *run (the caller's further
+// checks).
+void killedWorkerRejoins(const std::string& args, ShellRun* run = nullptr) {
   auto r = job("--elastic 2:4 -n 4 --max-restarts 1",
-               "--steps 30 --samples 600 --batch 8 --until-world 4 --die 2:8:before " + engine);
+               "--steps 30 --samples 600 --batch 8 --until-world 4 --min-view-steps 5 "
+               "--die 2:8:before " +
+                   args);
+  if (run) *run = r;
   ASSERT_EQ(r.code, 0) << r.output;
   auto done = doneLines(r.output);
   ASSERT_EQ(done.size(), 4u) << r.output;
@@ -138,14 +163,28 @@ TEST(ElasticRestart, KilledWorkerRejoinsAndTheJobEndsAtFour) {
   killedWorkerRejoins("");
 }
 
+// A worker joining an fp16 job gets the running loss scale (the scale doubles every 3 steps, so
+// by then it is far from the start): DDP averages scaled gradients, and a joiner scaling by
+// another factor would move its parameters away from the others'.
+TEST(ElasticRestart, AWorkerJoiningAnFp16JobGetsTheLossScale) {
+  ShellRun r;
+  killedWorkerRejoins("--fp16", &r);
+  if (HasFatalFailure()) return;
+  const auto lines = scaleLines(r.output);
+  EXPECT_EQ(lines.size(), 4u) << r.output;
+  EXPECT_EQ(std::set<std::string>(lines.begin(), lines.end()).size(), 1u)
+      << "the workers' loss scales differ\n"
+      << r.output;
+}
+
 // ZeRO (train/zero/zero_elastic.h): the dead rank's shard comes from the copy its next rank
 // kept; after the all-gather, the survivors may have to go back one step for it.
 TEST(ElasticZero, Stage2LastRankDiesBeforeItsReduceScatter) {
-  shrinkEqualsReference(3, 6, false, "--zero 2");
+  shrinkEqualsReference(3, 6, "before", "--zero 2");
 }
 
 TEST(ElasticZero, Stage1RankZeroDiesAfterItsAllGather) {
-  shrinkEqualsReference(0, 11, true, "--zero 1");
+  shrinkEqualsReference(0, 11, "after", "--zero 1");
 }
 
 TEST(ElasticZero, Stage2RandomRankAndStep) {
@@ -154,7 +193,7 @@ TEST(ElasticZero, Stage2RandomRankAndStep) {
   const int member = static_cast<int>(gen() % 4);
   const int step = 2 + static_cast<int>(gen() % 35);
   const bool after = gen() % 2;
-  shrinkEqualsReference(member, step, after, "--zero 2");
+  shrinkEqualsReference(member, step, after ? "after" : "before", "--zero 2");
 }
 
 // The compression hook's lines of a --compression job: "HOOK" after each commit, "HOOKIN" as a
@@ -239,17 +278,9 @@ TEST(ElasticZero, CompressedSurvivorsOfADeathAfterTheAllGatherKeepTheirResiduals
 // new hook's it would still be warming up, sending its plain gradients into the others' PowerSGD
 // all-reduce: the job failed with a MismatchError.
 void joinerGetsTheRunningCompressionState(const std::string& engine) {
-  auto r = job("--elastic 2:4 -n 4 --max-restarts 1",
-               engine +
-                   " --compression powersgd:1,warmup=3 --steps 30 --samples 600 --batch 8 "
-                   "--until-world 4 --min-view-steps 5 --die 2:8:before");
-  ASSERT_EQ(r.code, 0) << r.output;
-  auto done = doneLines(r.output);
-  ASSERT_EQ(done.size(), 4u) << r.output;
-  for (const auto& d : done) {
-    EXPECT_EQ(d.world, 4);
-    EXPECT_EQ(d.digest, done[0].digest) << "replicas differ";
-  }
+  ShellRun r;
+  killedWorkerRejoins(engine + " --compression powersgd:1,warmup=3", &r);
+  if (::testing::Test::HasFatalFailure()) return;
   const auto lines = hookLines(r.output);
   const HookLine* joined = nullptr;
   for (const auto& l : lines) {
@@ -343,6 +374,35 @@ TEST(ElasticMinimum, TwoDieTheJobWaitsThenFailsWithTheStateWritten) {
   auto refused = job("--elastic 1:1 -n 1", fmt::format("--steps 9 --resume {}", bad));
   EXPECT_NE(refused.code, 0);
   EXPECT_NE(refused.output.find("not a Shoal elastic state"), std::string::npos) << refused.output;
+}
+
+// The state file an fp16 job writes below its minimum holds the loss scaler's state: resumed
+// at 2 workers to step 9, the scale is a plain job's after 9 steps (it doubles every 3 good
+// steps, so a scaler started anew would be behind). A job without a scaler refuses the file.
+TEST(ElasticMinimum, AnFp16JobsStateFileHoldsTheLossScale) {
+  TempDir dir;
+  const std::string ck = dir.path + "/elastic.state";
+  auto r =
+      job("--elastic 3:4 -n 4 -x SHOAL_ELASTIC_WAIT=2",
+          fmt::format("--fp16 --steps 40 --die 1:6:before --die 2:6:before --checkpoint {}", ck));
+  EXPECT_NE(r.code, 0) << r.output;
+  ASSERT_NE(r.output.find("the state of step 5 was written"), std::string::npos) << r.output;
+  auto resumed = job("--elastic 1:2 -n 2", fmt::format("--fp16 --steps 9 --resume {}", ck));
+  ASSERT_EQ(resumed.code, 0) << resumed.output;
+  auto plain = job("-n 2", "--plain --fp16 --steps 9");
+  ASSERT_EQ(plain.code, 0) << plain.output;
+  const auto want = scaleLines(plain.output);
+  const auto got = scaleLines(resumed.output);
+  ASSERT_EQ(want.size(), 2u) << plain.output;
+  ASSERT_EQ(got.size(), 2u) << resumed.output;
+  EXPECT_EQ(got[0], want[0]) << resumed.output;
+  EXPECT_EQ(got[1], want[0]) << resumed.output;
+
+  auto refused = job("--elastic 1:1 -n 1", fmt::format("--steps 9 --resume {}", ck));
+  EXPECT_NE(refused.code, 0);
+  EXPECT_NE(refused.output.find("holds a loss scaler's state, and this job has none"),
+            std::string::npos)
+      << refused.output;
 }
 
 // A host discovery program in `dir` (run/host_discovery.h) that prints `before` until the file

@@ -8,10 +8,11 @@
 //   elastic  (under shoal run --elastic): train::ElasticState runs the loop for --steps steps
 //            (and on until the view has --until-world workers again, or at most --until-shrunk-to
 //            workers, if given; and each view for at least --min-view-steps steps), committing
-//            after each step. --die MEMBER:STEP:before|after makes member MEMBER SIGKILL itself
-//            in step STEP: after its forward (its peers fail inside that step's all-reduce) or
-//            after the optimizer step (its all-reduce, or ZeRO's all-gather, done; before the
-//            commit). Repeatable. --progress-every N: rank 0
+//            after each step. --die MEMBER:STEP:before|middle|after makes member MEMBER SIGKILL
+//            itself in step STEP: after its forward (its peers fail inside that step's
+//            all-reduce), after its backward (its all-reduce done; with --fp16 its peers fail in
+//            the loss scaler's agreement on skipping) or after the optimizer step (its all-reduce,
+//            or ZeRO's all-gather, done; before the commit). Repeatable. --progress-every N: rank 0
 //            prints "STEP <n>" every N steps (tests wait for it before acting on the job).
 //            --checkpoint PATH: where the state goes when the job gives up below the minimum;
 //            --resume PATH starts from it. --started-file PATH: rank 0 creates PATH after a
@@ -31,6 +32,10 @@
 //              HOOK member M step S own D shared E steps K
 //            (D, E: FNV-1a of the hook's per-rank and of its shared tensors; K: its step count),
 //            and the same line starting HOOKIN when a view after the first starts.
+//   --fp16 (DDP): a LossScaler (fp16, starting at 1024, doubling every 3 good steps) scales the
+//            loss and steps the optimizer, kept by ElasticOptions::lossScaler (and in the plain
+//            mode's --save/--load); every rank prints at the end
+//              SCALE member M scale X steps K
 //
 // Every rank prints at the end one line:
 //   DONE member M rank R world W step S resumed P changes C recovery T digest D
@@ -57,6 +62,7 @@
 #include "train/ddp/compression_hook.h"
 #include "train/elastic.h"
 #include "train/elastic_sampler.h"
+#include "train/mixed_precision.h"
 #include "train/zero/zero_elastic.h"
 
 namespace {
@@ -65,9 +71,10 @@ using namespace shoal;
 using train::ElasticProgress;
 
 struct Death {
+  enum Where { kBefore, kMiddle, kAfter };
   int member = -1;
   int64_t step = 0;
-  bool afterAllreduce = false;
+  Where where = kBefore;
 };
 
 struct Options {
@@ -82,6 +89,7 @@ struct Options {
   std::string lrScaling = "none";
   std::string compression;
   bool plain = false;
+  bool fp16 = false;
 };
 
 struct Data {
@@ -141,12 +149,13 @@ Death parseDeath(const std::string& text) {
   Death d;
   char where[16] = {};
   long long step = 0;
-  if (std::sscanf(text.c_str(), "%d:%lld:%15s", &d.member, &step, where) != 3 ||
-      (std::string(where) != "before" && std::string(where) != "after")) {
-    SHOAL_THROW(InvalidArgument, "--die {}: expected MEMBER:STEP:before|after", text);
+  const std::string w =
+      std::sscanf(text.c_str(), "%d:%lld:%15s", &d.member, &step, where) == 3 ? where : "";
+  if (w != "before" && w != "middle" && w != "after") {
+    SHOAL_THROW(InvalidArgument, "--die {}: expected MEMBER:STEP:before|middle|after", text);
   }
   d.step = step;
-  d.afterAllreduce = std::string(where) == "after";
+  d.where = w == "before" ? Death::kBefore : w == "middle" ? Death::kMiddle : Death::kAfter;
   return d;
 }
 
@@ -157,12 +166,28 @@ struct Engine {
   std::function<void()> step;
 };
 
-Engine ddpEngine(train::DistributedDataParallel& ddp, torch::optim::Optimizer& opt) {
+// With a scaler: the loss scaled before backward, the optimizer stepped by the scaler (which
+// agrees with the other ranks of `group` on skipping).
+Engine ddpEngine(train::DistributedDataParallel& ddp, torch::optim::Optimizer& opt,
+                 train::LossScaler* scaler, comm::Group& group) {
   return {[&] {
             opt.zero_grad();
             ddp.beforeForward();
           },
-          [&](const torch::Tensor& loss) { ddp.backward(loss); }, [&] { opt.step(); }};
+          [&ddp, scaler](const torch::Tensor& loss) {
+            ddp.backward(scaler ? scaler->scale(loss) : loss);
+          },
+          [&opt, scaler, &group] {
+            if (!scaler) {
+              opt.step();
+              return;
+            }
+            std::vector<torch::Tensor> params;
+            for (const auto& pg : opt.param_groups()) {
+              for (const auto& p : pg.params()) params.push_back(p);
+            }
+            scaler->step(opt, params, {group.shared_from_this()});
+          }};
 }
 
 Engine zeroEngine(train::zero::ZeroDataParallel& zero) {
@@ -197,36 +222,40 @@ ElasticProgress trainStep(comm::Group& group, const Engine& engine, torch::nn::M
                   out, data.y.index_select(0, idx),
                   torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum)) *
               (static_cast<double>(group.size()) / static_cast<double>(s.total));
-  for (const auto& d : deaths) {
-    if (d.member == member && d.step == p.step + 1 && !d.afterAllreduce) ::raise(SIGKILL);
-  }
+  const auto dieIf = [&](Death::Where where) {
+    for (const auto& d : deaths) {
+      if (d.member == member && d.step == p.step + 1 && d.where == where) ::raise(SIGKILL);
+    }
+  };
+  dieIf(Death::kBefore);
   engine.backward(loss);
+  dieIf(Death::kMiddle);
   engine.step();
-  for (const auto& d : deaths) {
-    if (d.member == member && d.step == p.step + 1 && d.afterAllreduce) ::raise(SIGKILL);
-  }
+  dieIf(Death::kAfter);
   return p.after(s.nextPosition, sampler.size());
 }
 
 void saveState(const std::string& path, torch::nn::Module& model, torch::optim::Optimizer& opt,
-               const ElasticProgress& p) {
+               const train::LossScaler* scaler, const ElasticProgress& p) {
   torch::serialize::OutputArchive a, m, o;
   model.save(m);
   opt.save(o);
   a.write("model", m);
   a.write("optimizer", o);
+  if (scaler) scaler->save(a);
   a.write("progress", torch::tensor({p.step, p.epoch, p.position}, torch::kInt64));
   a.save_to(path);
 }
 
 ElasticProgress loadState(const std::string& path, torch::nn::Module& model,
-                          torch::optim::Optimizer& opt) {
+                          torch::optim::Optimizer& opt, train::LossScaler* scaler) {
   torch::serialize::InputArchive a, m, o;
   a.load_from(path);
   a.read("model", m);
   a.read("optimizer", o);
   model.load(m);
   opt.load(o);
+  if (scaler) scaler->load(a);
   torch::Tensor t;
   a.read("progress", t);
   return {t[0].item<int64_t>(), t[1].item<int64_t>(), t[2].item<int64_t>()};
@@ -242,6 +271,18 @@ int runWorker(Options o) {
   auto model = makeModel();
   torch::optim::SGD opt(model->parameters(), torch::optim::SGDOptions(0.05).momentum(0.9));
   const int member = world.elastic ? world.elastic->membership->id() : world.rank;
+  std::optional<train::LossScaler> scalerHolder;
+  if (o.fp16) {
+    SHOAL_CHECK(o.zeroStage == 0, "--fp16: DDP only");
+    scalerHolder.emplace(train::Precision::kFloat16,
+                         train::LossScalerOptions{.initScale = 1024, .growthInterval = 3});
+  }
+  train::LossScaler* scaler = scalerHolder ? &*scalerHolder : nullptr;
+  const auto printScale = [&] {
+    if (!scaler) return;
+    std::printf("SCALE member %d scale %.17g steps %lld\n", member, scaler->currentScale(),
+                static_cast<long long>(scaler->steps()));
+  };
   const std::shared_ptr<train::ddp::CommHook> hook =
       o.compression.empty()
           ? nullptr
@@ -262,16 +303,17 @@ int runWorker(Options o) {
       }
       engine = zeroEngine(*zero);
     } else {
-      if (!o.load.empty()) p = loadState(o.load, *model, opt);
+      if (!o.load.empty()) p = loadState(o.load, *model, opt, scaler);
       ddp.emplace(model.ptr(), world.group, ddpOptions(hook));
-      engine = ddpEngine(*ddp, opt);
+      engine = ddpEngine(*ddp, opt, scaler, *world.group);
     }
     while (p.step < o.steps) {
       p = trainStep(*world.group, engine, *model, sampler, data, o.batch, p, member, deaths);
     }
     if (!o.save.empty() && zero) zero->save(o.save, {p.epoch, p.position, p.step});
-    if (!o.save.empty() && !zero && world.rank == 0) saveState(o.save, *model, opt, p);
+    if (!o.save.empty() && !zero && world.rank == 0) saveState(o.save, *model, opt, scaler, p);
     comm::barrier(*world.group);
+    printScale();
     std::printf(
         "DONE member %d rank %d world %d step %lld resumed -1 changes 0 recovery 0 digest %s\n",
         member, world.rank, world.size, static_cast<long long>(p.step), digest(*model).c_str());
@@ -291,9 +333,10 @@ int runWorker(Options o) {
     keeper.emplace(model.ptr(), zeroOptions(o.zeroStage, hook));
     stateHolder.emplace(*world.elastic, world.group, *keeper, elastic);
   } else {
-    auto withHook = elastic;
-    withHook.commHook = hook;
-    stateHolder.emplace(*world.elastic, world.group, *model, opt, withHook);
+    auto withState = elastic;
+    withState.commHook = hook;
+    withState.lossScaler = scaler;
+    stateHolder.emplace(*world.elastic, world.group, *model, opt, withState);
   }
   train::ElasticState& state = *stateHolder;
   if (!o.resume.empty()) state.load(o.resume);
@@ -304,7 +347,7 @@ int runWorker(Options o) {
       engine = zeroEngine(keeper->zero());
     } else {
       ddp.emplace(model.ptr(), group.shared_from_this(), ddpOptions(hook));
-      engine = ddpEngine(*ddp, opt);
+      engine = ddpEngine(*ddp, opt, scaler, group);
     }
     if (hook && state.progress().step > 0) {
       printHook("HOOKIN", *hook, member, state.progress().step);
@@ -330,6 +373,7 @@ int runWorker(Options o) {
       }
     }
   });
+  printScale();
   const auto& s = state.stats();
   // (ZeRO's optimizer is its own: not printed.)
   if (!keeper) {
@@ -369,6 +413,7 @@ int main(int argc, char** argv) {
   app.add_flag("--plain", o.plain);
   app.add_option("--zero", o.zeroStage)->check(CLI::Range(1, 2));
   app.add_option("--compression", o.compression);
+  app.add_flag("--fp16", o.fp16);
   CLI11_PARSE(app, argc, argv);
   try {
     return runWorker(o);

@@ -43,9 +43,10 @@ ElasticProgress ElasticProgress::after(int64_t nextPosition, int64_t epochSize) 
 ElasticState::ElasticState(comm::ElasticContext context, std::shared_ptr<comm::Group> group,
                            torch::nn::Module& model, torch::optim::Optimizer& optimizer,
                            ElasticOptions options)
-    : ElasticState(std::move(context), std::move(group),
-                   std::make_unique<ReplicatedState>(model, optimizer, options.commHook), nullptr,
-                   options) {}  // a copy: the arguments' order of evaluation is unspecified
+    : ElasticState(
+          std::move(context), std::move(group),
+          std::make_unique<ReplicatedState>(model, optimizer, options.commHook, options.lossScaler),
+          nullptr, options) {}  // a copy: the arguments' order of evaluation is unspecified
 
 ElasticState::ElasticState(comm::ElasticContext context, std::shared_ptr<comm::Group> group,
                            ElasticKeeper& keeper, ElasticOptions options)
@@ -64,10 +65,10 @@ ElasticState::ElasticState(comm::ElasticContext context, std::shared_ptr<comm::G
   if (options_.admitEvery < 1) {
     SHOAL_THROW(InvalidArgument, "ElasticState: admitEvery {} < 1", options_.admitEvery);
   }
-  if (options_.commHook && !owned_) {
+  if ((options_.commHook || options_.lossScaler) && !owned_) {
     SHOAL_THROW(InvalidArgument,
-                "ElasticState: ElasticOptions::commHook is for a DDP job's state; a keeper "
-                "carries its own hook (zero::ElasticZero: ZeroOptions::commHook)");
+                "ElasticState: ElasticOptions::commHook and lossScaler are for a DDP job's state; "
+                "a keeper carries its own (zero::ElasticZero: ZeroOptions::commHook)");
   }
   if (options_.lrReferenceSize < 0) {
     SHOAL_THROW(InvalidArgument, "ElasticState: lrReferenceSize {} < 0", options_.lrReferenceSize);

@@ -53,6 +53,7 @@
 #include "comm/membership.h"
 #include "train/ddp/comm_hook.h"
 #include "train/elastic_keeper.h"
+#include "train/mixed_precision.h"
 
 namespace shoal::train {
 
@@ -78,6 +79,11 @@ struct ElasticOptions {
   // Only with the model-and-optimizer constructor (zero::ElasticZero carries
   // ZeroOptions::commHook itself); nothing to set for a hook that keeps no state.
   std::shared_ptr<ddp::CommHook> commHook;
+  // The loss scaler the loop uses with fp16 (train/mixed_precision.h), which must outlive the
+  // ElasticState: its scale and counters are kept at each commit, put back after a failure, and
+  // sent to the ranks that need the state (joiners), as the model is. Every rank must scale
+  // alike: DDP averages the scaled gradients. Only with the model-and-optimizer constructor.
+  LossScaler* lossScaler = nullptr;
 };
 
 struct ElasticStats {

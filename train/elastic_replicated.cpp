@@ -7,6 +7,7 @@
 #include "comm/collectives.h"
 #include "common/byte_codec.h"
 #include "common/error.h"
+#include "common/log.h"
 
 namespace shoal::train {
 
@@ -52,9 +53,10 @@ void keep(torch::Tensor& into, const torch::Tensor& from) {
 }  // namespace
 
 ReplicatedState::ReplicatedState(torch::nn::Module& model, torch::optim::Optimizer& optimizer,
-                                 std::shared_ptr<ddp::CommHook> hook)
+                                 std::shared_ptr<ddp::CommHook> hook, LossScaler* scaler)
     : model_(model),
       optimizer_(optimizer),
+      scaler_(scaler),
       hookState_(std::move(hook), model, BucketsBuilt::kAfterRestore) {
   for (auto& g : optimizer_.param_groups()) baseLr_.push_back(g.options().get_lr());
 }
@@ -113,6 +115,7 @@ void ReplicatedState::take(const ElasticProgress& progress) {
       keep(kept->tensors[k].second, now->tensors[k].second);
     }
   }
+  if (scaler_) snapshot_.scaler = scaler_->state();
   snapshot_.progress = progress;
   taken_ = true;
 }
@@ -123,6 +126,7 @@ void ReplicatedState::restore() {
   SHOAL_CHECK(tensors.size() == snapshot_.model.size(), "elastic: the model changed shape");
   for (size_t i = 0; i < tensors.size(); ++i) tensors[i].copy_(snapshot_.model[i]);
   replaceStates(optimizer_, snapshot_.optimizer);
+  if (scaler_ && snapshot_.scaler) scaler_->loadState(*snapshot_.scaler);
   // Gradients of the step that failed are stale.
   for (auto& p : model_.parameters()) p.mutable_grad() = torch::Tensor();
 }
@@ -144,6 +148,13 @@ std::string ReplicatedState::encode() const {
       putBytes(out, name.data(), name.size());
       putTensor(out, t);
     }
+  }
+  // Last, and only with a scaler: states written before it existed read as without one.
+  if (snapshot_.scaler) {
+    putValue<double>(out, snapshot_.scaler->scale);
+    putValue<int64_t>(out, snapshot_.scaler->growthTracker);
+    putValue<int64_t>(out, snapshot_.scaler->skippedSteps);
+    putValue<int64_t>(out, snapshot_.scaler->steps);
   }
   return out;
 }
@@ -191,6 +202,28 @@ void ReplicatedState::decode(const std::string& bytes, const std::string& what) 
       ps.tensors.emplace_back(std::move(name), std::move(t));
     }
     s.optimizer.push_back(std::move(ps));
+  }
+  if (!r.atEnd()) {
+    if (!scaler_) {
+      SHOAL_THROW(InvalidArgument,
+                  "{}: holds a loss scaler's state, and this job has none "
+                  "(ElasticOptions::lossScaler)",
+                  what);
+    }
+    LossScalerState scaler;
+    scaler.scale = r.get<double>();
+    scaler.growthTracker = r.get<int64_t>();
+    scaler.skippedSteps = r.get<int64_t>();
+    scaler.steps = r.get<int64_t>();
+    try {
+      scaler.check();
+    } catch (const InvalidArgument& e) {
+      SHOAL_THROW(InvalidArgument, "{}: {}", what, e.what());
+    }
+    s.scaler = scaler;
+  } else if (scaler_) {
+    SHOAL_LOG_WARN("{}: holds no loss scaler's state: the scaler keeps its own (scale {})", what,
+                   scaler_->currentScale());
   }
   if (!r.atEnd()) {
     SHOAL_THROW(InvalidArgument, "{}: {} bytes after the end", what, r.remaining());

@@ -284,13 +284,17 @@ bool LossScaler::step(torch::optim::Optimizer& optimizer, const std::vector<torc
   return !foundInf;
 }
 
-void LossScaler::loadState(const LossScalerState& s) {
-  if (!(s.scale > 0 && std::isfinite(s.scale)) || s.growthTracker < 0 || s.skippedSteps < 0 ||
-      s.steps < s.skippedSteps) {
+void LossScalerState::check() const {
+  if (!(scale > 0 && std::isfinite(scale)) || growthTracker < 0 || skippedSteps < 0 ||
+      steps < skippedSteps) {
     SHOAL_THROW(InvalidArgument,
-                "loss scaler state: scale {}, growth tracker {}, skipped {} of {} steps", s.scale,
-                s.growthTracker, s.skippedSteps, s.steps);
+                "loss scaler state: scale {}, growth tracker {}, skipped {} of {} steps", scale,
+                growthTracker, skippedSteps, steps);
   }
+}
+
+void LossScaler::loadState(const LossScalerState& s) {
+  s.check();
   state_ = s;
   unscaled_ = false;
   foundInf_ = false;

@@ -168,6 +168,8 @@ struct LossScalerState {
   int64_t growthTracker = 0;  // good steps since the last growth or skip
   int64_t skippedSteps = 0;
   int64_t steps = 0;  // update() calls while enabled: steps taken + skipped
+  // InvalidArgument unless a scaler could be in it (a positive, finite scale; counts that fit).
+  void check() const;
 };
 
 // Multiplies the loss by a scale before backward, divides the gradients by it afterwards,
