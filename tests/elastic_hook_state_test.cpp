@@ -181,5 +181,32 @@ TEST(ElasticHookState, EveryRankHoldingTheStepGetsItsOwnBack) {
   }
 }
 
+// A cast hook keeps only its warm-up count: a rank without a copy (a joiner's new hook) gets the
+// holders' count, so that it starts casting on the same step as they do.
+TEST(ElasticHookState, ARankWithoutACopyGetsACastHooksWarmUpCount) {
+  torch::set_num_threads(1);
+  std::mutex mutex;
+  std::map<int, int64_t> steps;
+  auto errors = runThreadRanks(2, testOptions(TransportKind::kShm), [&](comm::Group& g) {
+    torch::manual_seed(7);
+    Mlp net;
+    train::DdpOptions o;
+    o.commHook = train::ddp::compressionHook(compress::CompressionSpec::parse("fp16,warmup=5"));
+    train::DistributedDataParallel ddp(net.ptr(), g.shared_from_this(), o);
+    if (g.rank() == 1) {  // a new hook, as a joiner's
+      o.commHook = train::ddp::compressionHook(compress::CompressionSpec::parse("fp16,warmup=5"));
+    }
+    train::ElasticHookState kept(o.commHook, *net, BucketsBuilt::kAfterRestore);
+    for (int s = 1; s <= 3; ++s) step(ddp, net, g.rank(), s);
+    if (g.rank() == 0) kept.take(3);
+    kept.restore(g, 3);
+    std::lock_guard<std::mutex> lock(mutex);
+    steps[g.rank()] = o.commHook->exportState()->steps;
+  });
+  for (int r = 0; r < 2; ++r) ASSERT_EQ(errors[r], "") << "rank " << r;
+  EXPECT_EQ(steps.at(0), 3);
+  EXPECT_EQ(steps.at(1), 3) << "the new hook did not get the holder's warm-up count";
+}
+
 }  // namespace
 }  // namespace shoal::test
