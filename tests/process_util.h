@@ -39,10 +39,11 @@ struct TempDir {
 // What /dev/shm holds now: a test compares before and after to catch a leaked segment. Shoal's
 // segments are memfds and never appear there, so anything new would be a leak; the files other
 // programs make there while tests run beside each other (Python's multiprocessing semaphores,
-// PyTorch's and OpenMPI's shared memory) are left out, or they would fail the comparison.
+// PyTorch's and OpenMPI's shared memory, scripts/fuzz.sh's scratch folder) are left out, or they
+// would fail the comparison.
 inline std::set<std::string> shmEntries() {
-  static const char* const kForeign[] = {"sem.", "torch_", "vader_segment",
-                                         "psm_", "ompi",   "open_mpi"};
+  static const char* const kForeign[] = {"sem.", "torch_",   "vader_segment", "psm_",
+                                         "ompi", "open_mpi", "shoal-fuzz."};
   std::set<std::string> out;
   for (auto& e : std::filesystem::directory_iterator("/dev/shm")) {
     const std::string name = e.path().filename().string();
