@@ -38,6 +38,23 @@ HookState sorted(HookState s) {
   return s;
 }
 
+std::shared_ptr<train::ddp::CommHook> hookOf(const std::string& spec) {
+  return train::ddp::compressionHook(compress::CompressionSpec::parse(spec));
+}
+
+// A rank's model and its DDP with a hook made from `spec` (the ranks' models need not agree
+// here: only the hooks are compared).
+struct Replica {
+  Replica(comm::Group& g, const std::string& spec) {
+    torch::manual_seed(7);
+    o.commHook = hookOf(spec);
+    ddp.emplace(net.ptr(), g.shared_from_this(), o);
+  }
+  Mlp net;
+  train::DdpOptions o;
+  std::optional<train::DistributedDataParallel> ddp;
+};
+
 // One synchronized step on rank-and-step-specific data: it changes the hook's state.
 void step(train::DistributedDataParallel& ddp, Mlp& net, int rank, int s) {
   for (auto& p : net->parameters()) p.mutable_grad() = torch::Tensor();
@@ -63,12 +80,8 @@ TEST_P(ElasticHookStateSpec, HoldersGetTheirOwnStateBackAndTheOthersTheHoldersMe
   std::mutex mutex;
   std::map<int, HookState> atTwo, restored;
   auto errors = runThreadRanks(3, testOptions(TransportKind::kShm), [&](comm::Group& g) {
-    torch::manual_seed(7);  // the ranks' models need not agree here: only the hooks are compared
-    Mlp net;
-    train::DdpOptions o;
-    o.commHook = train::ddp::compressionHook(compress::CompressionSpec::parse(spec));
-    std::optional<train::DistributedDataParallel> ddp;
-    ddp.emplace(net.ptr(), g.shared_from_this(), o);
+    Replica rep(g, spec);
+    auto& [net, o, ddp] = rep;
     const bool holder = g.rank() < 2;
     for (int s = 1; s <= 4; ++s) {
       step(*ddp, net, g.rank(), s);
@@ -80,7 +93,7 @@ TEST_P(ElasticHookStateSpec, HoldersGetTheirOwnStateBackAndTheOthersTheHoldersMe
     // Rank 2's copy of the whole run is never taken; the holders' are taken at steps 2 and 3.
     if (buckets == BucketsBuilt::kAfterRestore) {
       ddp.reset();
-      if (!holder) o.commHook = train::ddp::compressionHook(compress::CompressionSpec::parse(spec));
+      if (!holder) o.commHook = hookOf(spec);
     }
     train::ElasticHookState kept(o.commHook, *net, buckets);
     if (holder) {
@@ -156,16 +169,13 @@ TEST(ElasticHookState, EveryRankHoldingTheStepGetsItsOwnBack) {
   std::mutex mutex;
   std::map<int, std::pair<HookState, HookState>> states;  // taken, restored
   auto errors = runThreadRanks(2, testOptions(TransportKind::kShm), [&](comm::Group& g) {
-    torch::manual_seed(7);
-    Mlp net;
-    train::DdpOptions o;
-    o.commHook = train::ddp::compressionHook(compress::CompressionSpec::parse("topk:0.1"));
-    train::DistributedDataParallel ddp(net.ptr(), g.shared_from_this(), o);
+    Replica rep(g, "topk:0.1");
+    auto& [net, o, ddp] = rep;
     train::ElasticHookState kept(o.commHook, *net, BucketsBuilt::kBeforeRestore);
-    step(ddp, net, g.rank(), 1);
+    step(*ddp, net, g.rank(), 1);
     kept.take(1);
     auto taken = sorted(*o.commHook->exportState());
-    step(ddp, net, g.rank(), 2);
+    step(*ddp, net, g.rank(), 2);
     kept.restore(g, 1);
     std::lock_guard<std::mutex> lock(mutex);
     states[g.rank()] = {std::move(taken), sorted(*o.commHook->exportState())};
@@ -188,16 +198,11 @@ TEST(ElasticHookState, ARankWithoutACopyGetsACastHooksWarmUpCount) {
   std::mutex mutex;
   std::map<int, int64_t> steps;
   auto errors = runThreadRanks(2, testOptions(TransportKind::kShm), [&](comm::Group& g) {
-    torch::manual_seed(7);
-    Mlp net;
-    train::DdpOptions o;
-    o.commHook = train::ddp::compressionHook(compress::CompressionSpec::parse("fp16,warmup=5"));
-    train::DistributedDataParallel ddp(net.ptr(), g.shared_from_this(), o);
-    if (g.rank() == 1) {  // a new hook, as a joiner's
-      o.commHook = train::ddp::compressionHook(compress::CompressionSpec::parse("fp16,warmup=5"));
-    }
+    Replica rep(g, "fp16,warmup=5");
+    auto& [net, o, ddp] = rep;
+    if (g.rank() == 1) o.commHook = hookOf("fp16,warmup=5");  // a new hook, as a joiner's
     train::ElasticHookState kept(o.commHook, *net, BucketsBuilt::kAfterRestore);
-    for (int s = 1; s <= 3; ++s) step(ddp, net, g.rank(), s);
+    for (int s = 1; s <= 3; ++s) step(*ddp, net, g.rank(), s);
     if (g.rank() == 0) kept.take(3);
     kept.restore(g, 3);
     std::lock_guard<std::mutex> lock(mutex);
