@@ -6,7 +6,6 @@
 
 #include <gtest/gtest.h>
 
-#include <algorithm>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -32,9 +31,7 @@ struct MlpImpl : torch::nn::Module {
 TORCH_MODULE(Mlp);
 
 HookState sorted(HookState s) {
-  std::sort(s.tensors.begin(), s.tensors.end(), [](const auto& a, const auto& b) {
-    return std::tie(a.key, a.param) < std::tie(b.key, b.param);
-  });
+  s.sortTensors();
   return s;
 }
 

@@ -45,13 +45,11 @@
 #include <signal.h>
 
 #include <CLI/CLI.hpp>
-#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <functional>
 #include <optional>
 #include <string>
-#include <tuple>
 #include <vector>
 
 #include "comm/collectives.h"
@@ -111,29 +109,29 @@ torch::nn::Sequential makeModel() {
                                torch::nn::Linear(32, 4));
 }
 
-std::string digest(torch::nn::Module& m) {
+// FNV-1a over the tensors' bytes, in order.
+std::string digestOf(const std::vector<torch::Tensor>& tensors) {
   uint64_t h = 1469598103934665603ull;
-  for (const auto& p : m.parameters()) {
-    auto c = p.contiguous();
+  for (const auto& t : tensors) {
+    auto c = t.contiguous();
     const auto* b = static_cast<const unsigned char*>(c.data_ptr());
     for (size_t i = 0; i < c.nbytes(); ++i) h = (h ^ b[i]) * 1099511628211ull;
   }
   return fmt::format("{:016x}", h);
 }
 
-// FNV-1a of a hook state's per-rank (or shared) tensors, in (key, parameter) order.
+std::string digest(torch::nn::Module& m) {
+  return digestOf(m.parameters());
+}
+
+// The digest of a hook state's per-rank (or shared) tensors, in (key, parameter) order.
 std::string hookDigest(train::ddp::HookState state, bool perRank) {
-  std::sort(state.tensors.begin(), state.tensors.end(), [](const auto& a, const auto& b) {
-    return std::tie(a.key, a.param) < std::tie(b.key, b.param);
-  });
-  uint64_t h = 1469598103934665603ull;
+  state.sortTensors();
+  std::vector<torch::Tensor> tensors;
   for (const auto& t : state.tensors) {
-    if (t.perRank != perRank) continue;
-    auto c = t.data.contiguous();
-    const auto* b = static_cast<const unsigned char*>(c.data_ptr());
-    for (size_t i = 0; i < c.nbytes(); ++i) h = (h ^ b[i]) * 1099511628211ull;
+    if (t.perRank == perRank) tensors.push_back(t.data);
   }
-  return fmt::format("{:016x}", h);
+  return digestOf(tensors);
 }
 
 void printHook(const char* what, const train::ddp::CommHook& hook, int member, int64_t step) {

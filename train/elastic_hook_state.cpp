@@ -3,7 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <tuple>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -16,13 +16,6 @@
 namespace shoal::train {
 
 namespace {
-
-// One order on every rank (the hooks export from unordered maps).
-void sortTensors(ddp::HookState& state) {
-  std::sort(state.tensors.begin(), state.tensors.end(), [](const auto& a, const auto& b) {
-    return std::tie(a.key, a.param) < std::tie(b.key, b.param);
-  });
-}
 
 // The state's kind, step count and each tensor's key, parameter, sharing and length.
 std::string encodeLayout(const ddp::HookState& state) {
@@ -138,10 +131,6 @@ void ElasticHookState::restore(comm::Group& group, int64_t step) {
   std::vector<int64_t> holds(static_cast<size_t>(group.size()));
   comm::allgather(group, &mine, holds.data(), 1, DataType::kInt64);
   const auto holders = std::count(holds.begin(), holds.end(), 1);
-  if (holders == group.size()) {
-    onEveryRank(group, "restoring the compression state", [&] { hook_->importState(own->state); });
-    return;
-  }
   if (holders == 0) {
     if (group.rank() == 0) {
       SHOAL_LOG_WARN("elastic: no rank holds the {} state of step {}: it starts from zero",
@@ -149,13 +138,23 @@ void ElasticHookState::restore(comm::Group& group, int64_t step) {
     }
     return;
   }
-  // The lowest holder says what the state holds; every holder adds its per-rank tensors, and
-  // that rank alone the shared ones (the same on every holder), in one all-reduce.
-  const int source = static_cast<int>(std::find(holds.begin(), holds.end(), 1) - holds.begin());
+  std::optional<ddp::HookState> mean;
+  if (holders < group.size()) {
+    const int source = static_cast<int>(std::find(holds.begin(), holds.end(), 1) - holds.begin());
+    mean = holdersMean(group, own, source, holders);
+  }
+  onEveryRank(group, "restoring the compression state",
+              [&] { hook_->importState(own ? own->state : *mean); });
+}
+
+// The lowest holder (`source`) says what the state holds; every holder adds its per-rank
+// tensors, and `source` alone the shared ones (the same on every holder), in one all-reduce.
+ddp::HookState ElasticHookState::holdersMean(comm::Group& group, const Copy* own, int source,
+                                             int64_t holders) const {
   ddp::HookState ours;
   if (own) {
     ours = own->state;
-    sortTensors(ours);
+    ours.sortTensors();
   }
   const std::string layout = comm::broadcastBytes(
       group, group.rank() == source ? encodeLayout(ours) : std::string(), source, size_t{1} << 26);
@@ -197,8 +196,7 @@ void ElasticHookState::restore(comm::Group& group, int64_t step) {
     if (t.perRank) t.data.div_(static_cast<double>(holders));
     at += n;
   }
-  onEveryRank(group, "restoring the compression state",
-              [&] { hook_->importState(own ? own->state : mean); });
+  return mean;
 }
 
 }  // namespace shoal::train

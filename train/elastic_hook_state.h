@@ -72,6 +72,9 @@ class ElasticHookState {
     ddp::HookState state;
   };
   void makeParameterBuckets(comm::Group& group);
+  // For the ranks without a copy of the step: the holders' mean (collective).
+  ddp::HookState holdersMean(comm::Group& group, const Copy* own, int source,
+                             int64_t holders) const;
 
   std::shared_ptr<ddp::CommHook> hook_;  // null when it keeps no state
   std::vector<torch::Tensor> params_;    // the trainable parameters, in the hook's order

@@ -2,8 +2,6 @@
 
 #include <fmt/format.h>
 
-#include <algorithm>
-#include <tuple>
 #include <unordered_map>
 
 #include "common/error.h"
@@ -30,10 +28,7 @@ void addHookState(const ddp::CommHook& hook, const std::vector<std::string>& nam
   if (!state) return;
   meta["hook"] = state->kind;
   meta["hook_steps"] = std::to_string(state->steps);
-  // One order on every rank (the hooks' maps have none).
-  std::sort(state->tensors.begin(), state->tensors.end(), [](const auto& a, const auto& b) {
-    return std::tie(a.key, a.param) < std::tie(b.key, b.param);
-  });
+  state->sortTensors();
   for (auto& t : state->tensors) {
     SHOAL_ASSERT(t.param < names.size(), "{}: state for parameter {} of {}", hook.name(), t.param,
                  names.size());

@@ -2,6 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <tuple>
+
 #include "comm/collectives.h"
 #include "common/error.h"
 #include "train/tensor_types.h"
@@ -23,6 +26,12 @@ void CommHook::finish(comm::Group&, GradBucket&) {}
 
 std::string CommHook::stateKind() const {
   return {};
+}
+
+void HookState::sortTensors() {
+  std::sort(tensors.begin(), tensors.end(), [](const Tensor& a, const Tensor& b) {
+    return std::tie(a.key, a.param) < std::tie(b.key, b.param);
+  });
 }
 
 std::optional<HookState> CommHook::viewState() const {

@@ -94,6 +94,10 @@ struct HookState {
     torch::Tensor data;
   };
   std::vector<Tensor> tensors;
+
+  // Puts `tensors` in one order on every rank (by key, then parameter): hooks export from
+  // unordered maps.
+  void sortTensors();
 };
 
 class CommHook {
