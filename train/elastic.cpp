@@ -101,13 +101,17 @@ void ElasticState::scaleLr() {
   if (options_.lrScaling != LrScaling::kNone) keeper_->scaleLr(lrFactor(group_->size()));
 }
 
-void ElasticState::load(const std::string& path) {
+void ElasticState::requireWhole(const std::string& path, const char* instead) const {
   if (!keeper_->whole()) {
     SHOAL_THROW(InvalidArgument,
                 "elastic state {}: this state is sharded over the ranks and has no one-file form "
-                "(load a sharded checkpoint instead)",
-                path);
+                "({} sharded checkpoints instead)",
+                path, instead);
   }
+}
+
+void ElasticState::load(const std::string& path) {
+  requireWhole(path, "load");
   std::string bytes;
   try {
     bytes = readSealedFile(path);
@@ -116,6 +120,11 @@ void ElasticState::load(const std::string& path) {
                 e.what());
   }
   keeper_->decode(bytes, "elastic state " + path);
+}
+
+void ElasticState::save(const std::string& path) const {
+  requireWhole(path, "save");
+  writeSealedFile(path, keeper_->encode());
 }
 
 // Every view starts here once its group is formed: one state on every rank, the lr for its size.
@@ -135,7 +144,7 @@ void ElasticState::reform(const std::vector<int>& failed) {
   } catch (const TimeoutError& e) {
     if (options_.checkpointPath.empty()) throw GaveUp(e.what());
     // Every survivor writes the same state; the sealed file makes each write whole.
-    writeSealedFile(options_.checkpointPath, keeper_->encode());
+    save(options_.checkpointPath);
     throw GaveUp(fmt::format("{}; the state of step {} was written to {}", e.what(), mine,
                              options_.checkpointPath));
   }

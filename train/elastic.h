@@ -134,10 +134,18 @@ class ElasticState {
   // not hold the whole state.
   void load(const std::string& path);
 
+  // Writes the last committed state to `path` in the form load() reads (a sealed file: whole or
+  // absent, never torn). Local: any one rank may write it (every rank holds the same). Before
+  // run() or between steps. InvalidArgument when the keeper does not hold the whole state;
+  // SystemError when the write fails.
+  void save(const std::string& path) const;
+
  private:
   ElasticState(comm::ElasticContext context, std::shared_ptr<comm::Group> group,
                std::unique_ptr<ElasticKeeper> owned, ElasticKeeper* keeper, ElasticOptions options);
   void reform(const std::vector<int>& failed);
+  // InvalidArgument naming `path` when the keeper has no one-file form.
+  void requireWhole(const std::string& path, const char* instead) const;
   void enter();
   void scaleLr();
 

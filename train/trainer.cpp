@@ -8,15 +8,19 @@
 #include <thread>
 #include <utility>
 
-#include "comm/collectives.h"
 #include "common/error.h"
-#include "common/splitmix.h"
 #include "common/trace.h"
 #include "train/distributed_sampler.h"
 #include "train/hybrid_parallel.h"
 #include "train/trainer/distribution_strategy.h"
+#include "train/trainer/loop_common.h"
 
 namespace shoal::train {
+
+using loop::mixSeed;
+using loop::require;
+using loop::secondsSince;
+using loop::sumOverWorkers;
 
 namespace {
 
@@ -30,13 +34,6 @@ constexpr std::pair<std::string_view, Strategy> kStrategies[] = {
     {"tensor", Strategy::kTensor},
     {"hybrid", Strategy::kHybrid},
 };
-
-// A bad option is the user's configuration: the message alone, without SHOAL_CHECK's source
-// expression.
-template <typename... Args>
-void require(bool cond, fmt::format_string<Args...> format, Args&&... args) {
-  if (!cond) throw InvalidArgument(fmt::format(format, std::forward<Args>(args)...));
-}
 
 bool isZero(Strategy s) {
   return s == Strategy::kZero1 || s == Strategy::kZero2 || s == Strategy::kZero3;
@@ -136,20 +133,6 @@ void validateOptions(const TrainerOptions& o) {
   validateGridOptions(o);
 }
 
-// One well-mixed seed from three numbers: nearby steps and replicas get unrelated streams.
-uint64_t mixSeed(uint64_t seed, uint64_t stream, uint64_t step) {
-  return splitmix64(splitmix64(splitmix64(seed) ^ stream) ^ step);
-}
-
-double secondsSince(std::chrono::steady_clock::time_point t) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
-}
-
-// Sums over the workers: [sum of losses, count] or [sum, correct, count].
-void sumOverWorkers(comm::Group& g, double* values, size_t n) {
-  comm::allreduce(g, values, n, DataType::kFloat64, ReduceOp::kSum);
-}
-
 }  // namespace
 
 Strategy parseStrategy(std::string_view name) {
@@ -180,6 +163,16 @@ double DistributionStrategy::trainStep(const torch::Tensor&, const torch::Tensor
 std::array<double, 3> DistributionStrategy::evaluate(const torch::Tensor&, const torch::Tensor&,
                                                      bool) {
   SHOAL_THROW(InvalidArgument, "this strategy does not run its validation itself");
+}
+
+std::unique_ptr<ElasticState> DistributionStrategy::makeElastic(const comm::ElasticContext&,
+                                                                std::shared_ptr<comm::Group>,
+                                                                ElasticOptions) {
+  SHOAL_THROW(InvalidArgument, "this strategy is not elastic");
+}
+
+void DistributionStrategy::enterView(std::shared_ptr<comm::Group>) {
+  SHOAL_THROW(InvalidArgument, "this strategy is not elastic");
 }
 
 torch::Tensor crossEntropy(const torch::Tensor& logits, const torch::Tensor& target) {
@@ -260,6 +253,25 @@ void Trainer::init(const TrainerContext& ctx) {
   require(ctx.world->rank() < numWorkers,
           "Trainer: rank {} is a parameter server; its program serves (ps::serve) instead",
           ctx.world->rank());
+  require(options_.scheduleWorkers >= 0 && (options_.scheduleWorkers == 0 || ctx.elastic),
+          "Trainer: scheduleWorkers {} is for elastic jobs (and >= 0)", options_.scheduleWorkers);
+  if (ctx.elastic) {
+    // What an elastic job keeps through a view change is a DDP replica's state
+    // (train/elastic_replicated.h); the other strategies' shards, servers and grids are not
+    // carried (yet), and the autotuner's and referenceBatch's choices assume one world size.
+    require(options_.strategy == Strategy::kDdp,
+            "Trainer: an elastic job (shoal run --elastic) trains with strategy ddp; {} is not "
+            "elastic (run it without --elastic, with --max-restarts to restart from its "
+            "checkpoints)",
+            toString(options_.strategy));
+    require(!options_.autotune,
+            "Trainer: autotune compares its trials at one world size, and an elastic job's "
+            "size changes");
+    require(options_.referenceBatch == 0,
+            "Trainer: referenceBatch {} fixes the global batch; an elastic job's changes with its "
+            "size (linearScaling alone scales by the view's size)",
+            options_.referenceBatch);
+  }
   // The workers' own group (losses, validation): the world includes the servers.
   workers_ = ctx.numServers > 0
                  ? ctx.world->connect("trainer-workers", ctx.world->rank(), numWorkers)
@@ -281,19 +293,22 @@ void Trainer::init(const TrainerContext& ctx) {
       lrScale_ = static_cast<int>(global / options_.referenceBatch);
     }
   }
-  if (options_.stragglerWindow > 0) {
-    // Phases under a millisecond per step on the median rank are not judged: a data phase of
-    // 0.2 ms against 0.1 ms is 2x and harmless beside steps of tens of milliseconds.
-    stragglers_.emplace(workers_, comm::StragglerOptions{.phases = {"compute", "data"},
-                                                         .window = options_.stragglerWindow,
-                                                         .threshold = options_.stragglerThreshold,
-                                                         .minSeconds = 1e-3});
-  }
+  watchStragglers();
   operationTimes_ = std::make_shared<comm::OperationTimeLog>();
   timeOperations(workers_);
   if (grid_) {
     for (const auto& g : {grid_->tensor, grid_->pipe, grid_->data}) timeOperations(g);
   }
+}
+
+void Trainer::watchStragglers() {
+  if (options_.stragglerWindow <= 0) return;
+  // Phases under a millisecond per step on the median rank are not judged: a data phase of
+  // 0.2 ms against 0.1 ms is 2x and harmless beside steps of tens of milliseconds.
+  stragglers_.emplace(workers_, comm::StragglerOptions{.phases = {"compute", "data"},
+                                                       .window = options_.stragglerWindow,
+                                                       .threshold = options_.stragglerThreshold,
+                                                       .minSeconds = 1e-3});
 }
 
 void Trainer::timeOperations(const std::shared_ptr<comm::Group>& group) {
@@ -355,6 +370,7 @@ std::vector<EpochMetrics> Trainer::fit(const TensorDataset& train,
   require(train.inputs.defined() && train.targets.defined() && train.size() > 0 &&
               train.targets.size(0) == train.size(),
           "Trainer::fit: the training set needs inputs and targets of the same length > 0");
+  if (ctx_.elastic) return fitElastic(train, validation);
   comm::Group& g = *workers_;
   // The grid strategies: every worker takes the same global batches (each replica its share of
   // them inside the strategy), whole ones only, so that every share is a full batch.
@@ -440,20 +456,8 @@ std::vector<EpochMetrics> Trainer::fit(const TensorDataset& train,
         TraceScope span(trace, "forward and backward", "train");
         value = strategy_->trainStep(x, y);
       } else {
-        torch::Tensor loss;
-        {
-          TraceScope span(trace, "forward", "train");
-          strategy_->beforeForward();
-          AutocastGuard autocast(options_.precision);
-          loss = loss_(forward(x), y);
-        }
-        {
-          // The step's gradient is the mean over its micro-batches, as one large batch's would
-          // be.
-          TraceScope span(trace, last ? "backward" : "backward (accumulate)", "train");
-          strategy_->backward(loss / static_cast<double>(inGroup), last);
-        }
-        value = loss.item<double>();
+        // The step's gradient is the mean over its micro-batches, as one large batch's would be.
+        value = forwardBackward(x, y, static_cast<double>(inGroup), last);
       }
       sums[0] += value;
       sums[1] += 1;
@@ -462,22 +466,12 @@ std::vector<EpochMetrics> Trainer::fit(const TensorDataset& train,
       stepLoss += value / static_cast<double>(inGroup);
       at_.batchInEpoch = b + 1;
       if (!last) continue;
-      const double lr = learningRate(at_.step);
-      {
-        TraceScope span(trace, "optimizer step", "train");
-        span.arg("step", at_.step);
-        strategy_->step(at_.step, lr, options_.clipNorm);
-      }
-      ++at_.step;
       info.epoch = at_.epoch;
-      info.step = at_.step;
       info.loss = stepLoss;
-      info.lr = lr;
       info.batchInEpoch = b + 1;
       info.batchesInEpoch = micro;
-      finishStep(info, stepStart, waitedBefore);
+      endStep(info, learningRate(at_.step), stepStart, waitedBefore);
       trainSeconds += info.seconds;
-      for (auto& c : callbacks_) c->onStep(info);
       info = StepInfo{};
       stepLoss = 0;
       if (!options_.checkpointDir.empty() && options_.checkpointEvery > 0 &&
@@ -515,6 +509,37 @@ std::vector<EpochMetrics> Trainer::fit(const TensorDataset& train,
   }
   strategy_->finish();
   return history;
+}
+
+double Trainer::forwardBackward(const torch::Tensor& x, const torch::Tensor& y, double divisor,
+                                bool sync) {
+  const std::shared_ptr<TraceSink>& trace = workers_->options().trace;
+  torch::Tensor loss;
+  {
+    TraceScope span(trace, "forward", "train");
+    strategy_->beforeForward();
+    AutocastGuard autocast(options_.precision);
+    loss = loss_(forward(x), y);
+  }
+  {
+    TraceScope span(trace, sync ? "backward" : "backward (accumulate)", "train");
+    strategy_->backward(loss / divisor, sync);
+  }
+  return loss.item<double>();
+}
+
+void Trainer::endStep(StepInfo& info, double lr, std::chrono::steady_clock::time_point started,
+                      double waitedBefore) {
+  {
+    TraceScope span(workers_->options().trace, "optimizer step", "train");
+    span.arg("step", at_.step);
+    strategy_->step(at_.step, lr, options_.clipNorm);
+  }
+  ++at_.step;
+  info.step = at_.step;
+  info.lr = lr;
+  finishStep(info, started, waitedBefore);
+  for (auto& c : callbacks_) c->onStep(info);
 }
 
 void Trainer::finishStep(StepInfo& info, std::chrono::steady_clock::time_point started,

@@ -45,6 +45,32 @@
 // checkpoints are one shard per stage and slice, resumable on the same grid; validation accuracy
 // needs the last stage's full logits.
 //
+// Elastic jobs (`shoal run --elastic MIN:MAX`; TrainerContext::elastic from World::elastic):
+// under ddp, fit() goes on when workers die or stall, and admits new ones at a step boundary,
+// without a restart (train/elastic.h, whose in-memory commit ends every step). What changes:
+// - The data is dealt by train/elastic_sampler.h from a position in the epoch's permutation, so
+//   a view of any size goes on where the last stopped, no sample skipped or taken twice. A step
+//   gives each rank up to batch x accumulate samples in micro-batches of `batch`; each
+//   micro-batch's loss is weighted by its share of the step's samples, so the update is the
+//   exact mean over the step's samples however the last step of an epoch spreads them.
+//   stepsPerEpoch caps an epoch at stepsPerEpoch x batch x accumulate x (the launch's workers)
+//   samples.
+// - The rate's schedule (warm-up, cosine decay) follows the samples trained, counted in steps of
+//   scheduleWorkers workers (the launch's by default): with no change it is the step count,
+//   after one it stays on course. linearScaling multiplies by the current view's size
+//   (referenceBatch is refused).
+// - Validation, the epoch's sums and its callbacks run before the step's commit: a failure in
+//   them repeats that step from its commit. A step, and so its callbacks, may run again after a
+//   view change. The epoch's trainLoss and samples are those of the ranks that end the epoch
+//   (a rank that died took its sums); trainLoss is a mean over samples. batchInEpoch and
+//   batchesInEpoch count micro-batches of a launch-sized job (the epoch's fraction done).
+// - Checkpoints are one file, the committed state (ElasticState::save), written by the view's
+//   rank 0 as checkpointDir/elastic-<step>.state every checkpointEvery steps and at each
+//   epoch's end (the newest `keep` kept), and as elastic-stopped.state by every survivor when
+//   the job stays below its minimum too long; resume loads the newest of them, at any size.
+// - Callback::onViewChange tells each rank of a new view; workers() is the current view's group.
+// Not elastic (InvalidArgument): zero1-3, ps and the grid strategies, autotune, referenceBatch.
+//
 // The wrappers used here stay public for users who want the loop in their own hands.
 //
 // Collective: the constructor, fit(), validate() and gatherFullState() are called by every
@@ -67,6 +93,7 @@
 
 #include "comm/compress/spec.h"
 #include "comm/group.h"
+#include "comm/membership.h"
 #include "comm/straggler_monitor.h"
 #include "ps/client.h"
 #include "ps/config.h"
@@ -101,6 +128,9 @@ struct TrainerContext {
   std::shared_ptr<comm::Group> world;
   int numServers = 0;
   int psReplicas = 1;  // shoal run --ps-replicas
+  // An elastic job's context (World::elastic): fit() trains elastically (above), starting from
+  // `world`, the first view's group. Unset: the world is fixed.
+  std::optional<comm::ElasticContext> elastic;
 };
 
 struct TrainerOptions {
@@ -125,6 +155,9 @@ struct TrainerOptions {
   // the unscaled rate. ps: the servers scale by the workers (referenceBatch is refused).
   bool linearScaling = false;
   int64_t referenceBatch = 0;
+  // Elastic jobs: the schedule counts steps of a job of this many workers (0: the launch's). A
+  // job resumed at another size keeps its schedule when given the first launch's size.
+  int scheduleWorkers = 0;
   // With validation data, fit() also validates every validateEvery optimizer steps (counted over
   // the whole run, resumed ones included), besides each epoch's end (0: only there).
   int64_t validateEvery = 0;
@@ -258,6 +291,17 @@ struct CommunicationTotals {
   int64_t steps = 0;  // synchronized steps they cover
 };
 
+// An elastic job's new view (Callback::onViewChange): the workers before and now, this rank in
+// the new view, and what ElasticState measured (train/elastic.h's ElasticStats).
+struct ViewChange {
+  int64_t generation = 0;
+  int oldSize = 0;
+  int newSize = 0;
+  int rank = 0;
+  int64_t resumedStep = 0;  // the committed step every rank of the view continues from
+  double recoverySeconds = 0;
+};
+
 // Called on every worker rank, on the training thread. onStep must not communicate on the
 // trainer's groups (the ranks are mid-step); onValidation and onEpoch run at the same point on
 // every worker (after the sums), so they may run a collective that every worker runs there, such
@@ -273,6 +317,9 @@ class Callback {
   virtual void onStep(const StepInfo&) {}
   virtual void onValidation(const EpochMetrics&) {}
   virtual void onEpoch(const EpochMetrics&) {}
+  // Elastic jobs: after a view change, before the view's first step (every rank of the new view
+  // but joiners, which were in none before).
+  virtual void onViewChange(const ViewChange&) {}
 };
 
 class DistributionStrategy;  // train/trainer/distribution_strategy.h
@@ -318,7 +365,8 @@ class Trainer {
   // (zero3 checkpoints consolidate into one file: train/reshard_checkpoint.h).
   FullState gatherFullState();
 
-  // The workers' group (the world without parameter servers), and this rank in it.
+  // The workers' group (the world without parameter servers; an elastic job's current view),
+  // and this rank in it.
   comm::Group& workers() { return *workers_; }
   // The workers' grid: made for the grid strategies and the ModelBuilder constructor (null
   // otherwise).
@@ -337,6 +385,20 @@ class Trainer {
  private:
   void init(const TrainerContext& ctx);
   void build(const ModelBuilder& build);
+  // fit() of an elastic job (train/trainer/elastic_fit.cpp).
+  std::vector<EpochMetrics> fitElastic(const TensorDataset& train, const TensorDataset* validation);
+  // The strategies that leave the forward to the loop: one micro-batch's forward and backward of
+  // its loss / `divisor` (sync false: accumulated locally). Returns the loss (the batch's mean).
+  double forwardBackward(const torch::Tensor& x, const torch::Tensor& y, double divisor, bool sync);
+  // The optimizer step that ends step at_.step at rate lr, then its record (info's step, lr,
+  // times; the autotuner's and straggler monitor's turn) and the callbacks' onStep.
+  void endStep(StepInfo& info, double lr, std::chrono::steady_clock::time_point started,
+               double waitedBefore);
+  // An elastic view's group: the workers' group, the strategy's, the straggler monitor's and
+  // the step-time records' (enterView); the strategy and the monitor let go of it when the view
+  // ends (leaveView).
+  void enterView(const std::shared_ptr<comm::Group>& group);
+  void leaveView();
   // Validation inside fit(): the training loss since the previous one (`since`: sum, count;
   // reset), then the callbacks.
   EpochMetrics validateAndReport(const TensorDataset& data, double since[2]);
@@ -351,6 +413,8 @@ class Trainer {
                   double waitedBefore);
   // Note [Step-time breakdown]: fills the step's three parts.
   void splitStepTime(StepInfo& info, comm::TimeSpan step);
+  // stragglerWindow > 0: a straggler monitor over workers_.
+  void watchStragglers();
   // Records the operations of `group`'s engine into operationTimes_ (once per group).
   void timeOperations(const std::shared_ptr<comm::Group>& group);
 

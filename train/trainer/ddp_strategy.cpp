@@ -42,7 +42,7 @@ class DdpStrategy final : public DistributionStrategy {
       }
       tuner_.emplace(workers_, std::move(labels));
       apply(tuner_->current());
-    } else {
+    } else if (!in.ctx.elastic) {  // an elastic job's come with each view (enterView)
       ddp_ = std::make_unique<DistributedDataParallel>(module_, workers_, base_);
     }
     optimizer_ = makeOptimizer(module_->parameters(), optimizerOptions_);
@@ -76,14 +76,37 @@ class DdpStrategy final : public DistributionStrategy {
   }
 
   CommunicationTotals communication() const override {
+    if (!ddp_) return previous_;
     const auto s = ddp_->stats();
     return {previous_.bytesSent + s.bytesSent, previous_.steps + s.steps};
   }
-  double commWaitSeconds() const override { return previousWait_ + ddp_->stats().finishSeconds; }
+  double commWaitSeconds() const override {
+    return previousWait_ + (ddp_ ? ddp_->stats().finishSeconds : 0);
+  }
   void waitSpans(Clock::time_point since, std::vector<comm::TimeSpan>& out) const override {
+    if (!ddp_) return;
     if (const comm::TimeSpan last = ddp_->stats().lastFinish; last.begin >= since) {
       out.push_back(last);
     }
+  }
+
+  // The hook is every view's (base_.commHook): its state goes through the changes with the
+  // model's.
+  std::unique_ptr<ElasticState> makeElastic(const comm::ElasticContext& context,
+                                            std::shared_ptr<comm::Group> group,
+                                            ElasticOptions options) override {
+    options.commHook = base_.commHook;
+    return std::make_unique<ElasticState>(context, std::move(group), *module_, *optimizer_,
+                                          std::move(options));
+  }
+  void enterView(std::shared_ptr<comm::Group> group) override {
+    leaveView();
+    workers_ = std::move(group);
+    ddp_ = std::make_unique<DistributedDataParallel>(module_, workers_, base_);
+  }
+  void leaveView() override {
+    retire();
+    workers_.reset();
   }
 
   std::optional<Choice> noteStepTime(double seconds) override {
@@ -143,13 +166,7 @@ class DdpStrategy final : public DistributionStrategy {
   // step, as the autotuner's trials end at the same step everywhere). The old one goes first:
   // its hooks on the parameters must not fire for the new one's backward.
   void apply(size_t c) {
-    if (ddp_) {
-      const auto s = ddp_->stats();
-      previous_.bytesSent += s.bytesSent;
-      previous_.steps += s.steps;
-      previousWait_ += s.finishSeconds;
-      ddp_.reset();
-    }
+    retire();
     DdpOptions o = base_;
     o.bucketBytes = candidates_[c].bucketBytes;
     o.overlap = candidates_[c].overlap;
@@ -159,6 +176,16 @@ class DdpStrategy final : public DistributionStrategy {
     }
     ddp_ = std::make_unique<DistributedDataParallel>(module_, workers_, o);
     applied_ = c;
+  }
+
+  // Drops the DistributedDataParallel, its totals kept.
+  void retire() {
+    if (!ddp_) return;
+    const auto s = ddp_->stats();
+    previous_.bytesSent += s.bytesSent;
+    previous_.steps += s.steps;
+    previousWait_ += s.finishSeconds;
+    ddp_.reset();
   }
 
   std::shared_ptr<torch::nn::Module> module_;

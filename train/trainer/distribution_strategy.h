@@ -11,6 +11,7 @@
 #include <optional>
 #include <string>
 
+#include "train/elastic.h"
 #include "train/trainer.h"
 
 namespace shoal::train {
@@ -68,6 +69,18 @@ class DistributionStrategy {
                                          bool classes);
   // Their model on the grid (its pipeline, loss scaler, full-state gather); null for the others.
   virtual HybridParallel* hybrid() { return nullptr; }
+
+  // Elastic jobs (train/trainer/elastic_fit.cpp). makeElastic: the job's ElasticState over
+  // what this strategy keeps (ddp: the model, its optimizer and the compression hook's state),
+  // made once, before the first view, over its group. enterView: from now on the strategy works
+  // over `group` (every view's, the first one's included; a strategy made for an elastic job
+  // has no group before it). leaveView: it lets go of the view's group (the view failed). The
+  // strategies that are not elastic throw InvalidArgument.
+  virtual std::unique_ptr<ElasticState> makeElastic(const comm::ElasticContext& context,
+                                                    std::shared_ptr<comm::Group> group,
+                                                    ElasticOptions options);
+  virtual void enterView(std::shared_ptr<comm::Group> group);
+  virtual void leaveView() {}
 };
 
 struct StrategyInputs {
