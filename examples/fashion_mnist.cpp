@@ -20,6 +20,12 @@
 //
 // the server ranks hold the model and the optimizer (and write the checkpoints: their shards);
 // the workers compute gradients.
+//
+// Elastic (ddp): the survivors of a dead or stalled worker go on, and workers started later join
+// (train/trainer.h, "Elastic jobs"); whichever worker is rank 0 of the current view prints and
+// writes the metrics:
+//
+//   shoal run --elastic 2:4 -n 4 --max-restarts 2 -- build/fashion_mnist --checkpoint-dir ck
 #include <fmt/format.h>
 #include <signal.h>
 
@@ -77,7 +83,8 @@ struct Flags {
   bool noOverlap = false;
   size_t bucketMb = 25;
   std::string saveParams;           // tests: rank 0 writes the final parameters here
-  int64_t crashAtStep = -1;         // tests: the last rank kills itself after this step
+  int64_t crashAtStep = -1;         // tests: --crash-rank kills itself after this step
+  int64_t crashRank = -1;           // -1: the last rank
   int64_t stragglerWindow = 20;     // steps between straggler checks
   double stragglerThreshold = 1.3;  // slow: above this x the median rank's compute
   int64_t slowRank = -1;            // tests and demos: this rank computes about 3x as long
@@ -144,21 +151,30 @@ train::TrainerOptions trainerOptions(const Flags& f) {
   return o;
 }
 
-// What rank 0 prints and writes: the resume point, each epoch's line and its JSON line.
+// What the lead (rank 0 of the workers; in an elastic job, of the current view) prints and
+// writes: the resume point, view changes, each epoch's line and its JSON line. Given to every
+// worker: an elastic job's lead may change.
 class Report final : public train::Callback {
  public:
   Report(const Flags& f, train::Trainer& trainer, std::ofstream metrics)
       : f_(f), trainer_(trainer), metrics_(std::move(metrics)) {}
 
   void onFitStart(const train::Progress& at) override {
-    if (at.step == 0) return;
+    if (at.step == 0 || !lead()) return;
     fmt::print("resumed from {}: epoch {}, batch {}, step {}\n",
                isPs(f_) ? std::string("the parameter servers") : f_.checkpointDir, at.epoch + 1,
                at.batchInEpoch, at.step);
     std::fflush(stdout);
   }
+  void onViewChange(const train::ViewChange& v) override {
+    if (!lead() || f_.quiet) return;
+    fmt::print("view {}: {} workers (was {}), from step {}, recovered in {:.2f} s\n", v.generation,
+               v.newSize, v.oldSize, v.resumedStep, v.recoverySeconds);
+    std::fflush(stdout);
+  }
   void onStep(const train::StepInfo& s) override { lr_ = s.lr; }
   void onEpoch(const train::EpochMetrics& m) override {
+    if (!lead()) return;
     // Training time and throughput: the epoch's steps, without its validation.
     const double rate = m.trainSeconds > 0 ? static_cast<double>(m.samples) / m.trainSeconds : 0;
     if (!f_.quiet) {
@@ -167,7 +183,9 @@ class Report final : public train::Callback {
                  rate, sentPerStep());
       std::fflush(stdout);
     }
-    if (!metrics_.is_open()) return;
+    if (f_.metrics.empty()) return;
+    // A lead that took over in an elastic job opens the file now (appending).
+    if (!metrics_.is_open()) metrics_.open(f_.metrics, std::ios::app);
     metrics_ << nlohmann::json{{"epoch", m.epoch + 1},
                                {"step", m.step},
                                {"ranks", trainer_.workers().size()},
@@ -185,6 +203,8 @@ class Report final : public train::Callback {
   }
 
  private:
+  bool lead() const { return trainer_.workers().rank() == 0; }
+
   // What a synchronized step really sent, for the epoch lines.
   std::string sentPerStep() const {
     const auto c = trainer_.communication();
@@ -200,7 +220,24 @@ class Report final : public train::Callback {
   Clock::time_point start_ = Clock::now();
 };
 
-// The last rank dies after a given step: a test's stand-in for a machine that fails.
+// Forwards to `inner` on the lead only (see Report).
+class OnLead final : public train::Callback {
+ public:
+  OnLead(train::Trainer& trainer, std::shared_ptr<train::Callback> inner)
+      : trainer_(trainer), inner_(std::move(inner)) {}
+  void onStep(const train::StepInfo& s) override {
+    if (trainer_.workers().rank() == 0) inner_->onStep(s);
+  }
+  void onEpoch(const train::EpochMetrics& m) override {
+    if (trainer_.workers().rank() == 0) inner_->onEpoch(m);
+  }
+
+ private:
+  train::Trainer& trainer_;
+  std::shared_ptr<train::Callback> inner_;
+};
+
+// A rank dies after a given step: a test's stand-in for a machine that fails.
 struct CrashAt final : train::Callback {
   int64_t step;
   explicit CrashAt(int64_t s) : step(s) {}
@@ -267,7 +304,7 @@ int trainMain(const Flags& f) {
     }
     return model->forward(x);
   };
-  train::Trainer trainer({w.group, w.numServers, w.psReplicas}, model.ptr(), forward,
+  train::Trainer trainer({w.group, w.numServers, w.psReplicas, w.elastic}, model.ptr(), forward,
                          train::crossEntropy, trainerOptions(f));
   comm::Group& g = trainer.workers();
   const bool lead = g.rank() == 0;
@@ -292,11 +329,12 @@ int trainMain(const Flags& f) {
         *tracker,
         train::TrackingOptions{.rank = g.rank(), .lead = lead, .commWait = f.mode == "ddp"}));
   }
-  if (lead) {
-    if (!f.quiet) trainer.addCallback(std::make_shared<train::ProgressBar>(f.epochs));
-    trainer.addCallback(std::make_shared<Report>(f, trainer, std::move(metrics)));
+  if (!f.quiet) {
+    trainer.addCallback(
+        std::make_shared<OnLead>(trainer, std::make_shared<train::ProgressBar>(f.epochs)));
   }
-  if (f.crashAtStep > 0 && g.rank() == g.size() - 1) {
+  trainer.addCallback(std::make_shared<Report>(f, trainer, std::move(metrics)));
+  if (f.crashAtStep > 0 && g.rank() == (f.crashRank >= 0 ? f.crashRank : g.size() - 1)) {
     trainer.addCallback(std::make_shared<CrashAt>(f.crashAtStep));
   }
   // The autotuner's choice, when it makes it.
@@ -323,7 +361,7 @@ int trainMain(const Flags& f) {
     std::fflush(stdout);
   }
   trainer.fit(trainSet, &testSet);
-  if (lead && !f.saveParams.empty()) {
+  if (trainer.workers().rank() == 0 && !f.saveParams.empty()) {  // an elastic job's last lead
     std::vector<torch::Tensor> params;
     for (auto& p : model->parameters()) params.push_back(p);
     for (auto& b : model->buffers()) params.push_back(b);
@@ -362,7 +400,8 @@ int main(int argc, char** argv) {
   numbers.integer(app, "--train-subset", f.trainSubset, 0, int64_t{1} << 32,
                   "train on the first N samples only (0: all)");
   app.add_option("--metrics", f.metrics, "append one JSON line per epoch to this file");
-  app.add_option("--checkpoint-dir", f.checkpointDir, "sharded checkpoints (ps: the servers')");
+  app.add_option("--checkpoint-dir", f.checkpointDir,
+                 "sharded checkpoints (ps: the servers'; elastic: one file per step)");
   numbers.integer(app, "--checkpoint-every", f.checkpointEvery, 0, kMaxSteps,
                   "steps between checkpoints (0: epochs only)");
   numbers.integer(app, "--keep", f.keep, 1, 1000, "checkpoints kept");
@@ -384,7 +423,9 @@ int main(int argc, char** argv) {
   numbers.integer(app, "--slow-rank", f.slowRank, 0, 1 << 20,
                   "make this rank compute about 3x as long (to see straggler detection)");
   numbers.integer(app, "--crash-at-step", f.crashAtStep, 1, kMaxSteps,
-                  "the last rank kills itself after this step (tests)");
+                  "--crash-rank kills itself after this step (tests)");
+  numbers.integer(app, "--crash-rank", f.crashRank, 0, 1 << 20,
+                  "the rank --crash-at-step kills (default: the last)");
   app.add_flag("-q,--quiet", f.quiet, "no progress output");
   app.add_option("--mode", f.mode,
                  "ddp (all-reduce), zero1 or zero2 (optimizer state and gradients sharded), or "

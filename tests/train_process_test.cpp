@@ -94,6 +94,28 @@ TEST(TrainJob, KilledAndResumedEndsExactlyAsUninterrupted) {
 
 // Configuration the example refuses: one line naming the flag or variable, exit code 2, before
 // any training (the metrics file is opened before the data is read).
+// The example in an elastic job: rank 0 of 3 workers dies after step 20; the other two go on,
+// finish both epochs, and the new rank 0 (the old rank 1) takes over what the lead does: it
+// writes both metrics lines, with 2 workers, and saves the final parameters.
+TEST(TrainJob, AnElasticJobLosesAWorkerAndFinishes) {
+  TempDir dir;
+  const std::string metrics = dir.path + "/metrics.json", params = dir.path + "/final.pt";
+  auto r = runShell(fmt::format(
+      "OPENBLAS_NUM_THREADS=1 timeout 300 {} run --elastic 2:3 -n 3 --timeout 60 -- {} "
+      "--epochs 2 --train-subset 3072 --batch 32 --crash-at-step 20 --crash-rank 0 -q --metrics {} "
+      "--save-params {}",
+      SHOAL_BIN, FASHION_MNIST_BIN, metrics, params));
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("the other workers go on without it"), std::string::npos) << r.output;
+  std::ifstream in(metrics);
+  std::vector<nlohmann::json> lines;
+  for (std::string line; std::getline(in, line);) lines.push_back(nlohmann::json::parse(line));
+  ASSERT_EQ(lines.size(), 2u) << r.output;
+  for (const auto& l : lines) EXPECT_EQ(l["ranks"], 2) << l.dump();
+  EXPECT_GT(lines[1]["test_accuracy"].get<double>(), 0.7) << lines[1].dump();
+  EXPECT_FALSE(loadParams(params).empty());
+}
+
 TEST(TrainConfigErrors, NonsenseFlagsAndVariablesExitWithTwo) {
   const std::vector<std::tuple<std::vector<std::string>, Proc::Env, std::string>> cases{
       {{"--checkpoint-every", "-5"}, {}, "--checkpoint-every='-5': expected an integer from 0"},

@@ -120,10 +120,10 @@ std::vector<EpochMetrics> Trainer::fitElastic(const TensorDataset& train,
   auto scheduleStep = [&](const ElasticProgress& p) {
     return p.epoch * scheduleStepsPerEpoch + p.position / launchStep;
   };
-  // Micro-batches of a launch-sized job done at `position` (the progress bar's fraction).
+  // Micro-batches of a launch-sized job done at `position` (the progress bar's fraction), whole
+  // ones: an epoch shows done only when it is.
   auto batchesDone = [&](int64_t position) {
-    const int64_t launchBatch = options_.batch * launchSize;
-    return std::min(batchesInEpoch, (position + launchBatch - 1) / launchBatch);
+    return std::min(batchesInEpoch - 1, position / (options_.batch * launchSize));
   };
   ensureStrategy(totalSteps_, train.inputs);
   const ElasticSampler sampler(train.size(), {.seed = options_.seed});
