@@ -146,7 +146,7 @@ int trainMain(const Flags& f) {
   const auto trainSet = load(f.dataDir, "train", f.trainSubset);
   const auto testSet = load(f.dataDir, "t10k", f.testSubset);
   train::Trainer trainer(
-      {w.group, w.numServers, w.psReplicas},
+      {w.group, w.numServers, w.psReplicas, w.elastic},
       [&](const train::ProcessGrid& grid) { return makeModel(grid, f.dropout); },
       train::crossEntropy, o);
 
