@@ -220,6 +220,17 @@ TEST(ElasticTrainer, AJobBelowItsMinimumWritesItsStateAndASmallerJobResumesFromI
   EXPECT_EQ(steps.back(), done[0].step);
 }
 
+// linearScaling multiplies the rate by the current view's size: 4 x 0.01 until member 3 dies,
+// 3 x 0.01 after (each survivor's last step says).
+TEST(ElasticTrainer, LinearScalingFollowsTheViewsSize) {
+  auto r =
+      job("--elastic 2:4 -n 4", "--samples 400 --batch 8 --lr 0.01 --linear-scaling --die 3:5");
+  ASSERT_EQ(r.code, 0) << r.output;
+  const auto done = doneLines(r.output);
+  ASSERT_EQ(done.size(), 3u) << r.output;
+  for (const auto& d : done) EXPECT_DOUBLE_EQ(d.lr, 0.03) << r.output;
+}
+
 TEST(ElasticTrainer, StrategiesThatAreNotElasticAreRefused) {
   auto r = job("--elastic 2:2 -n 2", "--strategy zero1");
   EXPECT_NE(r.code, 0) << r.output;
