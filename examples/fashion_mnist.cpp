@@ -21,9 +21,9 @@
 // the server ranks hold the model and the optimizer (and write the checkpoints: their shards);
 // the workers compute gradients.
 //
-// Elastic (ddp): the survivors of a dead or stalled worker go on, and workers started later join
-// (train/trainer.h, "Elastic jobs"); whichever worker is rank 0 of the current view prints and
-// writes the metrics:
+// Elastic (ddp, zero1, zero2): the survivors of a dead or stalled worker go on, and workers
+// started later join (train/trainer.h, "Elastic jobs"); whichever worker is rank 0 of the
+// current view prints and writes the metrics:
 //
 //   shoal run --elastic 2:4 -n 4 --max-restarts 2 -- build/fashion_mnist --checkpoint-dir ck
 #include <fmt/format.h>

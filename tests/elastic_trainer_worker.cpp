@@ -1,5 +1,6 @@
 // One worker of the elastic Trainer tests (tests/elastic_trainer_test.cpp), run under
-// `shoal run --elastic MIN:MAX`: train::Trainer (strategy ddp) on a small MLP (16-32-4) and a
+// `shoal run --elastic MIN:MAX`: train::Trainer (--strategy, ddp by default) on a small MLP
+// (16-32-4) and a
 // synthetic classification set (--samples points from a fixed seed, labelled by a fixed random
 // linear map), with TrainerContext::elastic from the launcher.
 //
@@ -12,6 +13,7 @@
 //                       and has run V steps; then every rank leaves fit() at the same step by
 //                       an exception (a test's stop, instead of a number of epochs)
 //   --strategy NAME     the Trainer's (to see the refusal of the strategies that are not elastic)
+//   --batchnorm         a BatchNorm1d after the first layer (buffers, an int64 one among them)
 //
 // Lines printed:
 //   START member M step S epoch E                                 (each rank, in onFitStart)
@@ -61,6 +63,7 @@ struct Options {
   int untilWorld = 0;
   int64_t minViewSteps = 0;
   std::string strategy = "ddp";
+  bool batchNorm = false;
 };
 
 // Thrown by every rank at the same step to leave fit() early.
@@ -169,8 +172,10 @@ int runWorker(const Options& o) {
   t.stragglerWindow = 4;  // made again for every view
 
   torch::manual_seed(11);
-  torch::nn::Sequential model(torch::nn::Linear(16, 32), torch::nn::ReLU(),
-                              torch::nn::Linear(32, 4));
+  torch::nn::Sequential model(torch::nn::Linear(16, 32));
+  if (o.batchNorm) model->push_back(torch::nn::BatchNorm1d(32));  // float and int64 buffers
+  model->push_back(torch::nn::ReLU());
+  model->push_back(torch::nn::Linear(32, 4));
   train::TrainerContext ctx{.world = world.group, .elastic = world.elastic};
   train::Trainer trainer(ctx, model, train::crossEntropy, t);
   auto report = std::make_shared<Report>(o, trainer, *world.elastic->membership);
@@ -222,6 +227,7 @@ int main(int argc, char** argv) {
   app.add_option("--until-world", o.untilWorld);
   app.add_option("--min-view-steps", o.minViewSteps);
   app.add_option("--strategy", o.strategy);
+  app.add_flag("--batchnorm", o.batchNorm);
   CLI11_PARSE(app, argc, argv);
   try {
     return runWorker(o);

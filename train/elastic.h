@@ -122,6 +122,10 @@ class ElasticState {
   const std::shared_ptr<comm::Group>& group() const { return group_; }
   const ElasticStats& stats() const { return stats_; }
 
+  // Whether the state has a one-file form (save(), load(), checkpointPath): a replicated state
+  // does; a sharded one (zero::ElasticZero) does not.
+  bool whole() const { return keeper_->whole(); }
+
   // The factor lrScaling applies to the construction-time lr at `size` workers (1 for kNone).
   double lrFactor(int size) const;
 

@@ -46,8 +46,9 @@
 // needs the last stage's full logits.
 //
 // Elastic jobs (`shoal run --elastic MIN:MAX`; TrainerContext::elastic from World::elastic):
-// under ddp, fit() goes on when workers die or stall, and admits new ones at a step boundary,
-// without a restart (train/elastic.h, whose in-memory commit ends every step). What changes:
+// under ddp, zero1 and zero2, fit() goes on when workers die or stall, and admits new ones at a
+// step boundary, without a restart (train/elastic.h, whose in-memory commit ends every step;
+// ZeRO's shards are kept by train/zero/zero_elastic.h). What changes:
 // - The data is dealt by train/elastic_sampler.h from a position in the epoch's permutation, so
 //   a view of any size goes on where the last stopped, no sample skipped or taken twice. A step
 //   gives each rank up to batch x accumulate samples in micro-batches of `batch`; each
@@ -64,12 +65,14 @@
 //   view change. The epoch's trainLoss and samples are those of the ranks that end the epoch
 //   (a rank that died took its sums); trainLoss is a mean over samples. batchInEpoch and
 //   batchesInEpoch count micro-batches of a launch-sized job (the epoch's fraction done).
-// - Checkpoints are one file, the committed state (ElasticState::save), written by the view's
-//   rank 0 as checkpointDir/elastic-<step>.state every checkpointEvery steps and at each
-//   epoch's end (the newest `keep` kept), and as elastic-stopped.state by every survivor when
-//   the job stays below its minimum too long; resume loads the newest of them, at any size.
+// - Checkpoints, every checkpointEvery steps and at each epoch's end (the newest `keep` kept),
+//   resumable at any size: ddp, one file, the committed state (ElasticState::save), written by
+//   the view's rank 0 as checkpointDir/elastic-<step>.state, and as elastic-stopped.state by
+//   every survivor when the job stays below its minimum too long (resume loads the newest of
+//   them); zero1-2, sharded checkpoints in checkpointDir/elastic-shards (their progress's
+//   batchInEpoch holds the position), loaded at the first view's start, none when giving up.
 // - Callback::onViewChange tells each rank of a new view; workers() is the current view's group.
-// Not elastic (InvalidArgument): zero1-3, ps and the grid strategies, autotune, referenceBatch.
+// Not elastic (InvalidArgument): zero3, ps and the grid strategies, autotune, referenceBatch.
 //
 // The wrappers used here stay public for users who want the loop in their own hands.
 //

@@ -39,6 +39,7 @@ namespace fs = std::filesystem;
 constexpr std::string_view kStatePrefix = "elastic-";
 constexpr std::string_view kStateSuffix = ".state";
 constexpr const char* kStoppedState = "elastic-stopped.state";
+constexpr const char* kShardFolder = "elastic-shards";  // ZeRO's sharded checkpoints
 
 std::string statePath(const std::string& dir, int64_t step) {
   return fmt::format("{}/{}{}{}", dir, kStatePrefix, step, kStateSuffix);
@@ -128,14 +129,21 @@ std::vector<EpochMetrics> Trainer::fitElastic(const TensorDataset& train,
   ensureStrategy(totalSteps_, train.inputs);
   const ElasticSampler sampler(train.size(), {.seed = options_.seed});
   const std::string& dir = options_.checkpointDir;
+  // DDP's state is whole on every rank: one file. ZeRO's is sharded: sharded checkpoints, in a
+  // folder of their own (their progress's batch is the elastic position), none when giving up.
+  const bool oneFile = options_.strategy == Strategy::kDdp;
+  const std::string shardDir = dir + "/" + kShardFolder;
   std::unique_ptr<ElasticState> state = strategy_->makeElastic(
       context, workers_,
-      ElasticOptions{.checkpointPath = dir.empty() ? "" : dir + "/" + kStoppedState});
+      ElasticOptions{.checkpointPath = dir.empty() || !oneFile ? "" : dir + "/" + kStoppedState});
+  SHOAL_CHECK(state->whole() == oneFile, "Trainer: strategy {}'s elastic state is {}",
+              toString(options_.strategy), state->whole() ? "whole" : "sharded");
 
   // Resume: the newest state in the folder, the periodic ones' or the one a stopped job wrote.
   // Only the launch's workers read it (a joiner gets the running state); one verdict for all.
+  // (A sharded state resumes inside the first view: below.)
   int64_t savedAt = -1;  // the newest state this job wrote or read
-  if (options_.resume && context.membership->current().generation == 0) {
+  if (oneFile && options_.resume && context.membership->current().generation == 0) {
     onEveryRank(*workers_, "resuming from " + dir, [&] {
       const auto steps = savedSteps(dir);
       const std::string stopped = dir + "/" + kStoppedState;
@@ -159,6 +167,10 @@ std::vector<EpochMetrics> Trainer::fitElastic(const TensorDataset& train,
     if (dir.empty() || !due || p.step == 0 || p.step <= savedAt) return;
     savedAt = p.step;
     TraceScope span(group.options().trace, "checkpoint", "train");
+    if (!oneFile) {  // every rank writes its shard (collective)
+      strategy_->save(shardDir, Progress{p.epoch, p.position, p.step}, options_.keep);
+      return;
+    }
     // One verdict: a write that fails on rank 0 fails the job on every rank, instead of rank 0
     // leaving and the others going on without checkpoints.
     onEveryRank(group, "writing the elastic state", [&] {
@@ -205,6 +217,19 @@ std::vector<EpochMetrics> Trainer::fitElastic(const TensorDataset& train,
     enterView(view.shared_from_this());
     comm::Group& g = *workers_;
     const std::shared_ptr<TraceSink>& trace = g.options().trace;
+    // A sharded state resumes here, where the view's shards are: while the job is at its very
+    // start, every member (all run with the same options) loads the newest sharded checkpoint,
+    // resharded to this view, and commits it.
+    if (!oneFile && options_.resume && !dir.empty() && state->progress().step == 0) {
+      if (const auto got = strategy_->load(shardDir)) {
+        loop::require(got->epoch >= 0 && got->batchInEpoch >= 0 && got->batchInEpoch < train.size(),
+                      "Trainer: the elastic checkpoint in {} is at position {} of epoch {}, "
+                      "outside this training set of {}",
+                      shardDir, got->batchInEpoch, got->epoch, train.size());
+        savedAt = got->step;
+        state->commit({got->step, got->epoch, got->batchInEpoch});
+      }
+    }
     ElasticProgress p = state->progress();
     at_ = {p.epoch, batchesDone(p.position), p.step};
     if (!started) {

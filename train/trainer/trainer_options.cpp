@@ -143,12 +143,14 @@ void validateContext(const TrainerOptions& o, const TrainerContext& ctx) {
           "Trainer: scheduleWorkers {} is for elastic jobs (and >= 0)", o.scheduleWorkers);
   if (ctx.elastic) {
     // What an elastic job keeps through a view change is a DDP replica's state
-    // (train/elastic_replicated.h); the other strategies' shards, servers and grids are not
-    // carried (yet), and the autotuner's and referenceBatch's choices assume one world size.
-    require(o.strategy == Strategy::kDdp,
-            "Trainer: an elastic job (shoal run --elastic) trains with strategy ddp; {} is not "
-            "elastic (run it without --elastic, with --max-restarts to restart from its "
-            "checkpoints)",
+    // (train/elastic_replicated.h) or ZeRO-1/2's shards (train/zero/zero_elastic.h); ZeRO-3's
+    // parameters, the servers and the grids are not carried (yet), and the autotuner's and
+    // referenceBatch's choices assume one world size.
+    require(o.strategy == Strategy::kDdp || o.strategy == Strategy::kZero1 ||
+                o.strategy == Strategy::kZero2,
+            "Trainer: an elastic job (shoal run --elastic) trains with strategy ddp, zero1 or "
+            "zero2; {} is not elastic (run it without --elastic, with --max-restarts to restart "
+            "from its checkpoints)",
             toString(o.strategy));
     require(!o.autotune,
             "Trainer: autotune compares its trials at one world size, and an elastic job's "

@@ -79,8 +79,10 @@ ElasticPart decodeElasticPart(std::string_view bytes, const std::string& what) {
     }
     piece.offset = r.get<int64_t>();
     const auto type = static_cast<torch::ScalarType>(r.get<int32_t>());
+    // Floating point for parameters and optimizer state; integers for buffers such as
+    // BatchNorm's num_batches_tracked.
     if (type != torch::kFloat && type != torch::kDouble && type != torch::kHalf &&
-        type != torch::kBFloat16) {
+        type != torch::kBFloat16 && type != torch::kLong && type != torch::kInt) {
       SHOAL_THROW(InvalidArgument, "{}: '{}' has element type {}", what, piece.name,
                   static_cast<int>(type));
     }
