@@ -193,13 +193,16 @@ TEST(ElasticTrainer, FourWorkersTrainWhatOneProcessDoesWithTheirGlobalBatch) {
 // Member 2 dies in step 8 and the launcher starts it again: it joins a job compressed by
 // PowerSGD after its warm-up, gets the running state (model, optimizer or its shard, and the
 // hook's: with a new hook's warm-up its plain all-reduce would meet the others' PowerSGD and
-// fail the job), and trains 5 steps with the others, who all end with the same parameters.
+// fail the job), and trains 5 steps with the others, who all end with the same parameters. A
+// checkpoint is due at every step, so the joiner writes its part of them with the others.
 void killedWorkerRejoinsACompressedJob(const std::string& strategy) {
   SCOPED_TRACE(strategy);
+  TempDir dir;
   auto r = job("--elastic 2:4 -n 4 --max-restarts 1",
-               "--samples 600 --batch 8 --die 2:8 --until-world 4 --min-view-steps 5 "
-               "--compression powersgd:1,warmup=3 --strategy " +
-                   strategy);
+               fmt::format("--samples 600 --batch 8 --die 2:8 --until-world 4 --min-view-steps 5 "
+                           "--compression powersgd:1,warmup=3 --strategy {} --checkpoint-dir {} "
+                           "--checkpoint-every 1",
+                           strategy, dir.path));
   ASSERT_EQ(r.code, 0) << r.output;
   const auto done = doneLines(r.output);
   ASSERT_EQ(done.size(), 4u) << r.output;

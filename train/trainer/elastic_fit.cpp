@@ -6,7 +6,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <chrono>
 #include <filesystem>
 #include <map>
@@ -16,7 +15,6 @@
 #include <vector>
 
 #include "common/error.h"
-#include "common/log.h"
 #include "common/trace.h"
 #include "train/collective_verdict.h"
 #include "train/elastic.h"
@@ -158,31 +156,33 @@ std::vector<EpochMetrics> Trainer::fitElastic(const TensorDataset& train,
     });
     savedAt = state->progress().step;
   }
-  // Rank 0 of the view writes the committed state when a checkpoint is due (after a commit, or
-  // at a view's start when a view change came between the commit and its checkpoint).
+  // The committed state is written when a checkpoint is due: after a commit, or at a view's
+  // start when a view change came between the commit and its checkpoint. Collective: every rank
+  // of the view decides alike, from the same progress and savedAt (agreed at each view's start:
+  // a joiner, or a rank that missed a step, has not seen the others' last write).
   auto checkpoint = [&](comm::Group& group) {
     const ElasticProgress& p = state->progress();
     const bool due =
         (options_.checkpointEvery > 0 && p.step % options_.checkpointEvery == 0) || p.position == 0;
     if (dir.empty() || !due || p.step == 0 || p.step <= savedAt) return;
-    savedAt = p.step;
     TraceScope span(group.options().trace, "checkpoint", "train");
-    if (!oneFile) {  // every rank writes its shard (collective)
+    if (!oneFile) {  // every rank writes its shard
       strategy_->save(shardDir, Progress{p.epoch, p.position, p.step}, options_.keep);
-      return;
+    } else {
+      // Rank 0 writes, with one verdict: a write that fails there fails the job on every rank,
+      // instead of rank 0 leaving and the others going on without checkpoints.
+      onEveryRank(group, "writing the elastic state", [&] {
+        if (group.rank() != 0) return;
+        fs::create_directories(dir);
+        state->save(statePath(dir, p.step));
+        const auto steps = savedSteps(dir);
+        for (size_t i = 0; i + static_cast<size_t>(options_.keep) < steps.size(); ++i) {
+          std::error_code ec;
+          fs::remove(statePath(dir, steps[i]), ec);
+        }
+      });
     }
-    // One verdict: a write that fails on rank 0 fails the job on every rank, instead of rank 0
-    // leaving and the others going on without checkpoints.
-    onEveryRank(group, "writing the elastic state", [&] {
-      if (group.rank() != 0) return;
-      fs::create_directories(dir);
-      state->save(statePath(dir, p.step));
-      const auto steps = savedSteps(dir);
-      for (size_t i = 0; i + static_cast<size_t>(options_.keep) < steps.size(); ++i) {
-        std::error_code ec;
-        fs::remove(statePath(dir, steps[i]), ec);
-      }
-    });
+    savedAt = p.step;  // not before: a write that a failure cut off is done again
   };
 
   std::optional<ViewChange> changed;  // told to the callbacks at the new view's start
@@ -232,6 +232,9 @@ std::vector<EpochMetrics> Trainer::fitElastic(const TensorDataset& train,
     }
     ElasticProgress p = state->progress();
     at_ = {p.epoch, batchesDone(p.position), p.step};
+    if (!dir.empty()) {
+      comm::allreduce(g, &savedAt, 1, DataType::kInt64, ReduceOp::kMax);
+    }
     if (!started) {
       for (auto& c : callbacks_) c->onFitStart(at_);
       started = true;
