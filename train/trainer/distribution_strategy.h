@@ -72,10 +72,10 @@ class DistributionStrategy {
 
   // Elastic jobs (train/trainer/elastic_fit.cpp). makeElastic: the job's ElasticState over
   // what this strategy keeps (ddp: the model, its optimizer and the compression hook's state;
-  // zero1-2: zero::ElasticZero's shards), made once, before the first view, over its group. enterView: from now on the strategy works
-  // over `group` (every view's, the first one's included; a strategy made for an elastic job
-  // has no group before it). leaveView: it lets go of the view's group (the view failed). The
-  // strategies that are not elastic throw InvalidArgument.
+  // zero1-2: zero::ElasticZero's shards), made once, before the first view, over its group.
+  // enterView: from now on the strategy works over `group` (every view's, the first one's included;
+  // a strategy made for an elastic job has no group before it). leaveView: it lets go of the view's
+  // group (the view failed). The strategies that are not elastic throw InvalidArgument.
   virtual std::unique_ptr<ElasticState> makeElastic(const comm::ElasticContext& context,
                                                     std::shared_ptr<comm::Group> group,
                                                     ElasticOptions options);
