@@ -14,8 +14,11 @@ What is measured: the epochs' training throughput (samples / the epoch's step ti
 excluded; the example's --metrics rows), the final test accuracy, and the job's wall time.
 Every process gets OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1. Keep the machine otherwise idle.
 
+--mode zero1|zero2 runs every variant under ZeRO instead of DDP (an elastic ZeRO step also sends
+this rank's shard of the state to the next rank: train/zero/zero_elastic.h).
+
 usage: /usr/bin/python3 bench/run_elastic_trainer.py [--reps 3] [--epochs 2] [--subset 19200]
-       [--crash-step 60] [--build DIR] [--out DIR] [--name elastic_trainer]
+       [--crash-step 60] [--mode ddp] [--build DIR] [--out DIR] [--name elastic_trainer]
 Writes bench/results/<name>.md and <name>.jsonl (one row per epoch of each run: the example's
 metrics row, where "ranks" is the workers that ended the epoch, plus variant, launched, rep, wall)."""
 import argparse, json, os, platform, statistics, subprocess, tempfile, time
@@ -46,11 +49,12 @@ def main():
     p.add_argument("--epochs", type=int, default=2)
     p.add_argument("--subset", type=int, default=19200, help="training samples")
     p.add_argument("--crash-step", type=int, default=60)
+    p.add_argument("--mode", default="ddp", choices=["ddp", "zero1", "zero2"])
     p.add_argument("--build", default=os.path.join(ROOT, "build"))
     p.add_argument("--out", default=os.path.join(ROOT, "bench", "results"))
     p.add_argument("--name", default="elastic_trainer")
     a = p.parse_args()
-    common = ["--epochs", str(a.epochs), "--train-subset", str(a.subset)]
+    common = ["--epochs", str(a.epochs), "--train-subset", str(a.subset), "--mode", a.mode]
     variants = [
         ("fixed", 2, ["-n", "2"], []),
         ("elastic", 2, ["--elastic", "2:2", "-n", "2"], []),
@@ -95,7 +99,8 @@ def write_report(rows, a, variants, path):
         "# Elastic training on the Trainer: what it costs",
         "",
         f"Machine: {platform.machine()}, {os.cpu_count()} cores. Shoal revision {rev}. "
-        f"`examples/fashion_mnist` (FashionCnn, 421k parameters, Adam, batch 64 per rank), "
+        f"`examples/fashion_mnist --mode {a.mode}` (FashionCnn, 421k parameters, Adam, batch 64 "
+        f"per rank), "
         f"{a.epochs} epochs of {a.subset} samples, one thread per process, {a.reps} repetitions "
         f"interleaved. Throughput: the median over epochs and repetitions of samples / the "
         f"epoch's step time (validation excluded). Written by `bench/run_elastic_trainer.py`.",
