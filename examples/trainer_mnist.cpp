@@ -150,13 +150,16 @@ int trainMain(const Flags& f) {
       [&](const train::ProcessGrid& grid) { return makeModel(grid, f.dropout); },
       train::crossEntropy, o);
 
-  // Rank 0 reports each epoch (a callback: the loop itself prints nothing).
+  // Rank 0 reports each epoch (a callback: the loop itself prints nothing); in an elastic job,
+  // rank 0 of the current view (the lead may change).
   struct Report : train::Callback {
-    bool lead;
+    train::Trainer* trainer;
     bool everyValidation;
+    std::string metricsPath;
     std::ofstream metrics;
+    bool lead() const { return trainer->workers().rank() == 0; }
     void onValidation(const train::EpochMetrics& m) override {
-      if (!lead || !everyValidation) return;
+      if (!lead() || !everyValidation) return;
       fmt::print(
           "validation at step {}: train loss {:.4f}, validation loss {:.4f}, perplexity {:.4f}, "
           "accuracy {:.2f}%\n",
@@ -168,14 +171,15 @@ int trainMain(const Flags& f) {
     void onStep(const train::StepInfo& s) override { jobSamples += s.jobSamples; }
     void onEpoch(const train::EpochMetrics& m) override {
       const int64_t samples = std::exchange(jobSamples, 0);
-      if (!lead) return;
+      if (!lead()) return;
       fmt::print(
           "epoch {}: step {}, train loss {:.4f}, validation loss {:.4f}, accuracy {:.2f}%, "
           "{:.1f} s, {} samples trained by the job\n",
           m.epoch + 1, m.step, m.trainLoss, m.validationLoss, 100 * m.validationAccuracy, m.seconds,
           samples);
       std::fflush(stdout);
-      if (metrics.is_open()) {
+      if (!metricsPath.empty()) {
+        if (!metrics.is_open()) metrics.open(metricsPath, std::ios::app);  // a new lead's
         metrics << nlohmann::json{{"epoch", m.epoch + 1},
                                   {"step", m.step},
                                   {"train_loss", m.trainLoss},
@@ -190,9 +194,10 @@ int trainMain(const Flags& f) {
     }
   };
   auto report = std::make_shared<Report>();
-  report->lead = trainer.workers().rank() == 0;
+  report->trainer = &trainer;
   report->everyValidation = f.validateEvery > 0;
-  if (report->lead && !f.metrics.empty()) {
+  report->metricsPath = f.metrics;
+  if (report->lead() && !f.metrics.empty()) {
     report->metrics.open(f.metrics, std::ios::app);
     if (!report->metrics) SHOAL_THROW(InvalidArgument, "--metrics {}: cannot be opened", f.metrics);
   }
@@ -208,7 +213,7 @@ int trainMain(const Flags& f) {
     resync->trace = w.trace;
     trainer.addCallback(resync);
   }
-  if (report->lead) {
+  if (report->lead()) {
     fmt::print(
         "trainer_mnist: strategy {} on {} workers{}, {} samples, batch {} x {} accumulated{}\n",
         f.strategy, trainer.workers().size(),
@@ -217,9 +222,9 @@ int trainMain(const Flags& f) {
   }
   trainer.fit(trainSet, &testSet);
   if (!f.save.empty()) {
-    // Collective: every worker takes part in the gather; the lead writes.
+    // Collective: every worker takes part in the gather; the lead (of the last view) writes.
     const train::FullState state = trainer.gatherFullState();
-    if (report->lead) {
+    if (report->lead()) {
       train::writeFullState(f.save, state);
       fmt::print("saved the full model to {} (run it in one process with --evaluate-from)\n",
                  f.save);

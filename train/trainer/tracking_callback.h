@@ -8,7 +8,9 @@
 // straggler window's end, with straggler (1 when the job's monitor names this rank at that
 // window, at its own threshold and persistence, else 0); autotune_choice on the step the autotuner
 // chose. The lead (worker 0), after each validation and epoch: validation_loss, test_accuracy
-// (class targets), epoch_loss and job_samples_per_s.
+// (class targets), epoch_loss and job_samples_per_s. In an elastic job the rank and the lead
+// follow the views: at each change the rank becomes this worker's in the new view, and the lead
+// its rank 0.
 //
 // Threading: the training thread's (Tracker::log is non-blocking). Errors: the tracker's writer
 // error is rethrown by the log that meets it. The tracker must outlive the callback.
@@ -33,6 +35,10 @@ class TrackingCallback final : public Callback {
   void onStep(const StepInfo& step) override;
   void onValidation(const EpochMetrics& m) override;
   void onEpoch(const EpochMetrics& m) override;
+  void onViewChange(const ViewChange& v) override {
+    options_.rank = v.rank;
+    options_.lead = v.rank == 0;
+  }
 
  private:
   track::Tracker& tracker_;
