@@ -203,8 +203,10 @@ int trainMain(const Flags& f) {
   }
   trainer.addCallback(report);
   // A traced job re-measures the clocks after each epoch, so the timeline stays aligned however
-  // long it runs (README "Timeline"). Not with parameter servers, which do not take part.
-  if (w.trace && w.numServers == 0) {
+  // long it runs (README "Timeline"). Not with parameter servers, which do not take part, nor in
+  // an elastic job: the measurement is collective over the launch's world, which a view change
+  // leaves behind.
+  if (w.trace && w.numServers == 0 && !w.elastic) {
     struct Resync : train::Callback {
       std::shared_ptr<run::TraceSession> trace;
       void onEpoch(const train::EpochMetrics&) override { trace->resync(); }
