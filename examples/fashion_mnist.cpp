@@ -250,10 +250,11 @@ struct CrashAt final : train::Callback {
 
 // The metrics file is opened (by the lead, which writes it) before anything is trained, and every
 // worker learns whether that worked: an unwritable path is a configuration error now, not a
-// silent loss after the first epoch.
-std::ofstream openMetrics(const Flags& f, comm::Group& workers) {
+// silent loss after the first epoch. Not by a worker that joins an elastic job (`joiner`): its
+// group's first collectives are the running workers' view change.
+std::ofstream openMetrics(const Flags& f, comm::Group& workers, bool joiner) {
   std::ofstream metrics;
-  if (f.metrics.empty()) return metrics;
+  if (f.metrics.empty() || joiner) return metrics;
   const bool lead = workers.rank() == 0;
   int opened = 1;
   int err = 0;
@@ -308,7 +309,8 @@ int trainMain(const Flags& f) {
                          train::crossEntropy, trainerOptions(f));
   comm::Group& g = trainer.workers();
   const bool lead = g.rank() == 0;
-  std::ofstream metrics = openMetrics(f, g);
+  const bool joiner = w.elastic && w.elastic->membership->current().generation > 0;
+  std::ofstream metrics = openMetrics(f, g, joiner);
 
   auto read = [&](const char* split, int64_t subset) {
     const auto d = train::readIdxDataset(f.dataDir, split, subset);

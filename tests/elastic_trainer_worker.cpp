@@ -177,7 +177,9 @@ int runWorker(const Options& o) {
   model->push_back(torch::nn::ReLU());
   model->push_back(torch::nn::Linear(32, 4));
   train::TrainerContext ctx{.world = world.group, .elastic = world.elastic};
-  train::Trainer trainer(ctx, model, train::crossEntropy, t);
+  // The ModelBuilder constructor: its grid is made without communicating, as a joiner's must be.
+  train::Trainer trainer(
+      ctx, [&](const train::ProcessGrid&) { return model; }, train::crossEntropy, t);
   auto report = std::make_shared<Report>(o, trainer, *world.elastic->membership);
   trainer.addCallback(report);
   try {

@@ -120,7 +120,17 @@ void Trainer::init(const TrainerContext& ctx) {
   workers_ = ctx.numServers > 0
                  ? ctx.world->connect("trainer-workers", ctx.world->rank(), numWorkers)
                  : ctx.world;
-  if (onGrid(options_.strategy) || !module_) {
+  if (ctx.elastic && !module_) {
+    // Nothing here may communicate in an elastic job: a joiner builds its Trainer while the
+    // running workers are inside the view change that admits it, whose collectives come first.
+    // Its strategies split nothing, so the model function gets a grid of data replicas alone,
+    // made without the splits (no tensor or pipeline groups: both have one rank).
+    grid_.emplace();
+    grid_->world = workers_;
+    grid_->dataSize = workers_->size();
+    grid_->dataRank = workers_->rank();
+    grid_->order = "tensor,pipeline,data";
+  } else if (onGrid(options_.strategy) || !module_) {
     grid_ = makeProcessGrid(workers_, {.pipeline = options_.pipelineStages,
                                        .tensor = options_.tensorParallel,
                                        .order = options_.gridOrder});

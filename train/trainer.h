@@ -72,6 +72,11 @@
 //   them); zero1-2, sharded checkpoints in checkpointDir/elastic-shards (their progress's
 //   batchInEpoch holds the position), loaded at the first view's start, none when giving up.
 // - Callback::onViewChange tells each rank of a new view; workers() is the current view's group.
+// - Nothing may communicate on the world before fit(): a worker that joins builds its Trainer
+//   while the running ones are inside the view change that admits it, whose collectives must
+//   come first. The Trainer's constructor does not (the ModelBuilder's grid is made without
+//   splits); a program's own checks on the world group must be left to the launch's workers
+//   (World::elastic's view generation 0).
 // Not elastic (InvalidArgument): zero3, ps and the grid strategies, autotune, referenceBatch.
 //
 // The wrappers used here stay public for users who want the loop in their own hands.
