@@ -262,6 +262,16 @@ TEST(ElasticTrainer, LinearScalingFollowsTheViewsSize) {
   for (const auto& d : done) EXPECT_DOUBLE_EQ(d.lr, 0.03) << r.output;
 }
 
+// stepsPerEpoch caps an epoch at that many steps of the launch's size: 3 x 8 x 4 = 96 samples.
+TEST(ElasticTrainer, StepsPerEpochCapsAnEpochsSamples) {
+  auto r = job("--elastic 4:4 -n 4", "--samples 600 --batch 8 --epochs 2 --steps-per-epoch 3");
+  ASSERT_EQ(r.code, 0) << r.output;
+  const auto done = doneLines(r.output);
+  ASSERT_EQ(done.size(), 4u) << r.output;
+  EXPECT_EQ(done[0].step, 6);
+  EXPECT_EQ(epochSamples(r.output), (std::vector<long long>{96, 96}));
+}
+
 TEST(ElasticTrainer, StrategiesThatAreNotElasticAreRefused) {
   auto r = job("--elastic 2:2 -n 2", "--strategy zero3");
   EXPECT_NE(r.code, 0) << r.output;
