@@ -118,6 +118,28 @@ TEST(TrainJob, AnElasticJobLosesAWorkerAndFinishes) {
   EXPECT_FALSE(loadParams(params).empty());
 }
 
+// A worker of an elastic job at its minimum (3:3) dies after step 10 and is started again: the
+// two others wait below the minimum, and the new process joins them. A joiner's program must not
+// communicate before fit() (the running workers are in the view change that admits it): the
+// example's early check of --metrics did, and the whole job failed with a MismatchError.
+TEST(TrainJob, ARestartedWorkerRejoinsAnElasticJobAtItsMinimum) {
+  TempDir dir;
+  const std::string metrics = dir.path + "/metrics.json";
+  auto r = runShell(fmt::format(
+      "OPENBLAS_NUM_THREADS=1 timeout 300 {} run --elastic 3:3 -n 3 --max-restarts 1 --timeout 60 "
+      "-- {} --epochs 2 --train-subset 3072 --batch 32 --crash-at-step 10 -q --metrics {}",
+      SHOAL_BIN, FASHION_MNIST_BIN, metrics));
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("3 workers finished; 1 failed along the way, 1 restart"),
+            std::string::npos)
+      << r.output;
+  std::ifstream in(metrics);
+  std::vector<nlohmann::json> lines;
+  for (std::string line; std::getline(in, line);) lines.push_back(nlohmann::json::parse(line));
+  ASSERT_EQ(lines.size(), 2u) << r.output;
+  for (const auto& l : lines) EXPECT_EQ(l["ranks"], 3) << l.dump();
+}
+
 TEST(TrainConfigErrors, NonsenseFlagsAndVariablesExitWithTwo) {
   const std::vector<std::tuple<std::vector<std::string>, Proc::Env, std::string>> cases{
       {{"--checkpoint-every", "-5"}, {}, "--checkpoint-every='-5': expected an integer from 0"},
