@@ -35,6 +35,7 @@
 #include "common/error.h"
 #include "run/init.h"
 #include "tests/process_util.h"
+#include "tests/tensor_digest.h"
 #include "train/trainer.h"
 
 using namespace shoal;
@@ -68,16 +69,6 @@ struct Options {
 
 // Thrown by every rank at the same step to leave fit() early.
 struct Stop {};
-
-std::string digestOf(const std::vector<torch::Tensor>& tensors) {
-  uint64_t h = 1469598103934665603ull;
-  for (const auto& t : tensors) {
-    auto c = t.contiguous();
-    const auto* b = static_cast<const unsigned char*>(c.data_ptr());
-    for (size_t i = 0; i < c.nbytes(); ++i) h = (h ^ b[i]) * 1099511628211ull;
-  }
-  return fmt::format("{:016x}", h);
-}
 
 class Report final : public train::Callback {
  public:
@@ -198,8 +189,9 @@ int runWorker(const Options& o) {
       "DONE member %d rank %d world %d step %lld changes %d digest %s sum %.12g dot %.12g lr "
       "%.9g\n",
       member, trainer.workers().rank(), trainer.workers().size(),
-      static_cast<long long>(trainer.progress().step), report->changes(), digestOf(params).c_str(),
-      flat.sum().item<double>(), flat.dot(probe).item<double>(), report->lastLr());
+      static_cast<long long>(trainer.progress().step), report->changes(),
+      test::tensorDigest(params).c_str(), flat.sum().item<double>(), flat.dot(probe).item<double>(),
+      report->lastLr());
   return 0;
 }
 

@@ -56,6 +56,7 @@
 #include "common/error.h"
 #include "run/init.h"
 #include "tests/process_util.h"
+#include "tests/tensor_digest.h"
 #include "train/ddp.h"
 #include "train/ddp/compression_hook.h"
 #include "train/elastic.h"
@@ -109,19 +110,8 @@ torch::nn::Sequential makeModel() {
                                torch::nn::Linear(32, 4));
 }
 
-// FNV-1a over the tensors' bytes, in order.
-std::string digestOf(const std::vector<torch::Tensor>& tensors) {
-  uint64_t h = 1469598103934665603ull;
-  for (const auto& t : tensors) {
-    auto c = t.contiguous();
-    const auto* b = static_cast<const unsigned char*>(c.data_ptr());
-    for (size_t i = 0; i < c.nbytes(); ++i) h = (h ^ b[i]) * 1099511628211ull;
-  }
-  return fmt::format("{:016x}", h);
-}
-
 std::string digest(torch::nn::Module& m) {
-  return digestOf(m.parameters());
+  return test::tensorDigest(m.parameters());
 }
 
 // The digest of a hook state's per-rank (or shared) tensors, in (key, parameter) order.
@@ -131,7 +121,7 @@ std::string hookDigest(train::ddp::HookState state, bool perRank) {
   for (const auto& t : state.tensors) {
     if (t.perRank == perRank) tensors.push_back(t.data);
   }
-  return digestOf(tensors);
+  return test::tensorDigest(tensors);
 }
 
 void printHook(const char* what, const train::ddp::CommHook& hook, int member, int64_t step) {

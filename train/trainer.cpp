@@ -266,8 +266,7 @@ std::vector<EpochMetrics> Trainer::fit(const TensorDataset& train,
   const std::shared_ptr<TraceSink>& trace = g.options().trace;
   std::vector<EpochMetrics> history;
   double sinceValidation[2] = {0, 0};  // loss, micro-batches
-  EpochMetrics lastValidation;
-  int64_t validatedAt = -1;  // the step of the last periodic validation
+  Validations validations;
   lastReport_ = std::chrono::steady_clock::now();
   module_->train();
   for (; at_.epoch < options_.epochs; ++at_.epoch, at_.batchInEpoch = 0) {
@@ -333,10 +332,7 @@ std::vector<EpochMetrics> Trainer::fit(const TensorDataset& train,
         TraceScope span(trace, "checkpoint", "train");
         strategy_->save(options_.checkpointDir, at_, options_.keep);
       }
-      if (validation && options_.validateEvery > 0 && at_.step % options_.validateEvery == 0) {
-        lastValidation = validateAndReport(*validation, sinceValidation);
-        validatedAt = at_.step;
-      }
+      validateIfDue(validation, sinceValidation, validations);
     }
     sumOverWorkers(g, sums, 3);
     EpochMetrics m;
@@ -345,13 +341,7 @@ std::vector<EpochMetrics> Trainer::fit(const TensorDataset& train,
     m.trainLoss = sums[1] > 0 ? sums[0] / sums[1] : 0;
     m.samples = static_cast<int64_t>(sums[2]);
     m.trainSeconds = trainSeconds;
-    if (validation) {
-      // Not again when the epoch's last step has just validated.
-      if (validatedAt != at_.step) lastValidation = validateAndReport(*validation, sinceValidation);
-      m.validationLoss = lastValidation.validationLoss;
-      m.validationPerplexity = lastValidation.validationPerplexity;
-      m.validationAccuracy = lastValidation.validationAccuracy;
-    }
+    addEpochValidation(m, validation, sinceValidation, validations);
     m.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
     if (!options_.checkpointDir.empty()) {
       // Saved as the start of the next epoch, so a resume does not replay this one.
@@ -487,6 +477,21 @@ EpochMetrics Trainer::validateAndReport(const TensorDataset& data, double since[
   lastReport_ = now;
   for (auto& c : callbacks_) c->onValidation(m);
   return m;
+}
+
+void Trainer::validateIfDue(const TensorDataset* validation, double since[2], Validations& done) {
+  if (!validation || options_.validateEvery <= 0 || at_.step % options_.validateEvery != 0) return;
+  done.last = validateAndReport(*validation, since);
+  done.step = at_.step;
+}
+
+void Trainer::addEpochValidation(EpochMetrics& m, const TensorDataset* validation, double since[2],
+                                 Validations& done) {
+  if (!validation) return;
+  if (done.step != at_.step) done.last = validateAndReport(*validation, since);
+  m.validationLoss = done.last.validationLoss;
+  m.validationPerplexity = done.last.validationPerplexity;
+  m.validationAccuracy = done.last.validationAccuracy;
 }
 
 FullState Trainer::gatherFullState() {

@@ -410,6 +410,18 @@ class Trainer {
   // Validation inside fit(): the training loss since the previous one (`since`: sum, count;
   // reset), then the callbacks.
   EpochMetrics validateAndReport(const TensorDataset& data, double since[2]);
+  // The validations a fit() ran: the last one's metrics and its step.
+  struct Validations {
+    EpochMetrics last;
+    int64_t step = -1;
+  };
+  // After a step: validates (validateAndReport) when validation data is given and the step is
+  // a multiple of validateEvery.
+  void validateIfDue(const TensorDataset* validation, double since[2], Validations& done);
+  // At an epoch's end, with validation data: m takes the last validation's numbers, validating
+  // first unless the epoch's last step has just done so.
+  void addEpochValidation(EpochMetrics& m, const TensorDataset* validation, double since[2],
+                          Validations& done);
   // Made on first use (fit() knows the total steps, which the ps schedule needs; a pipeline
   // plans with a micro-batch of `sample`).
   void ensureStrategy(int64_t totalSteps, const torch::Tensor& sample);

@@ -198,8 +198,7 @@ std::vector<EpochMetrics> Trainer::fitElastic(const TensorDataset& train,
 
   std::map<int64_t, Sums> committedSums;  // by step: the last two commits'
   std::vector<EpochMetrics> history;
-  EpochMetrics lastValidation;
-  int64_t validatedAt = -1;
+  Validations validations;
   int64_t epochOfStart = -1;
   Clock::time_point epochStarted;
   bool started = false;
@@ -303,10 +302,7 @@ std::vector<EpochMetrics> Trainer::fitElastic(const TensorDataset& train,
       live.since[1] += static_cast<double>(n);
 
       const bool epochEnds = next.epoch != p.epoch;
-      if (validation && options_.validateEvery > 0 && at_.step % options_.validateEvery == 0) {
-        lastValidation = validateAndReport(*validation, live.since);
-        validatedAt = at_.step;
-      }
+      validateIfDue(validation, live.since, validations);
       if (epochEnds) {
         double sums[2] = {live.loss, live.samples};
         sumOverWorkers(g, sums, 2);
@@ -316,12 +312,7 @@ std::vector<EpochMetrics> Trainer::fitElastic(const TensorDataset& train,
         m.trainLoss = sums[1] > 0 ? sums[0] / sums[1] : 0;
         m.samples = static_cast<int64_t>(sums[1]);
         m.trainSeconds = live.seconds;
-        if (validation) {
-          if (validatedAt != at_.step) lastValidation = validateAndReport(*validation, live.since);
-          m.validationLoss = lastValidation.validationLoss;
-          m.validationPerplexity = lastValidation.validationPerplexity;
-          m.validationAccuracy = lastValidation.validationAccuracy;
-        }
+        addEpochValidation(m, validation, live.since, validations);
         m.seconds = secondsSince(epochStarted);
         for (auto& c : callbacks_) c->onEpoch(m);
         // A step run again after a view change ends its epoch again: its metrics replace.
